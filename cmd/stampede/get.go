@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/stampede-dev/stampede/fetch"
+	"github.com/stampede-dev/stampede/internal/units"
+	"github.com/stampede-dev/stampede/store"
+)
+
+const getAbout = `Download URL in verified pieces. From a stampede origin (or any server
+publishing a manifest) every piece is checked against the file's SHA-256 merkle
+root before it is written; the file appears under its final name only when
+complete. From a plain web server the file streams in one piece and is checked
+with --sha256 or the server's Repr-Digest; otherwise it is reported unverified.`
+
+func runGet(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "get", "URL [-o FILE]", getAbout)
+	var (
+		output   string
+		remote   bool
+		cont     bool
+		quiet    bool
+		verbose  bool
+		asJSON   bool
+		rateStr  string
+		sum      string
+		parallel int
+		retries  int
+	)
+	fs.StringVar(&output, "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
+	fs.StringVar(&output, "output", "", "same as -o")
+	fs.BoolVar(&remote, "O", false, "save under the remote file name (the default when -o is absent)")
+	fs.BoolVar(&remote, "remote-name", false, "same as -O")
+	fs.BoolVar(&cont, "c", false, "continue an interrupted download from FILE.part, re-verifying what is there")
+	fs.BoolVar(&cont, "continue", false, "same as -c")
+	fs.BoolVar(&quiet, "q", false, "no progress and no summary; errors and warnings only")
+	fs.BoolVar(&quiet, "quiet", false, "same as -q")
+	fs.BoolVar(&verbose, "v", false, "log every retry and decision")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -)")
+	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
+	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
+	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
+	fs.IntVar(&retries, "retries", 5, "tries per piece after an error, a truncated or a corrupt body")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("want exactly one URL, got %d arguments (run 'stampede help get')", len(pos))
+	}
+	rate, err := units.ParseRate(rateStr)
+	if err != nil {
+		return usageErrorf("--limit-rate: %v", err)
+	}
+	if parallel < 1 || retries < 0 {
+		return usageErrorf("--parallel must be at least 1 and --retries at least 0")
+	}
+	u, err := fetch.ParseURL(pos[0])
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	if output == "" {
+		output = fetch.RemoteName(u)
+	}
+	if output != "-" {
+		if fi, err := os.Stat(output); err == nil && fi.IsDir() {
+			output = filepath.Join(output, fetch.RemoteName(u))
+		}
+	}
+	level := slog.LevelInfo
+	switch {
+	case verbose:
+		level = slog.LevelDebug
+	case quiet || e.stderrIsTerminal:
+		level = slog.LevelWarn // the progress bar says the rest
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	d, err := fetch.New(fetch.Config{
+		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
+		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retriesConfig(retries),
+		Logger: log,
+	})
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+
+	stopProgress := func() {}
+	if !quiet {
+		stopProgress = startProgress(e, d, displayName(output))
+	}
+	res, err := d.Run(ctx)
+	stopProgress()
+	if err != nil {
+		if ctx.Err() != nil && output != "-" {
+			err = fmt.Errorf("interrupted; %s%s is kept: resume with -c", output, store.PartSuffix)
+		}
+		return withCode(getExitCode(err), err)
+	}
+	if asJSON {
+		w := e.stdout
+		if output == "-" {
+			w = e.stderr
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return withCode(exitIO, err)
+		}
+	}
+	if !quiet {
+		verified := "verified: " + res.Verified
+		if res.Root != "" {
+			verified += " (root " + res.Root[:16] + "...)"
+		}
+		if res.Verified == "none" {
+			verified = "UNVERIFIED"
+		}
+		fmt.Fprintf(e.stderr, "%s: %s in %s (%s), %s\n", displayName(output), units.Bytes(res.Size),
+			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
+	}
+	return nil
+}
+
+// retriesConfig maps --retries onto fetch.Config, where 0 means the default.
+func retriesConfig(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func displayName(output string) string {
+	if output == "-" {
+		return "stdout"
+	}
+	return filepath.Base(output)
+}
+
+// getExitCode maps a download error to the documented exit codes.
+func getExitCode(err error) int {
+	var (
+		se   *fetch.StatusError
+		nerr net.Error
+		uerr *url.Error
+	)
+	switch {
+	case errors.Is(err, fetch.ErrUsage):
+		return exitUsage
+	case errors.Is(err, fetch.ErrLocal):
+		return exitIO
+	case errors.Is(err, fetch.ErrVerify):
+		return exitVerify
+	case errors.Is(err, fetch.ErrChanged):
+		return exitChanged
+	case errors.Is(err, fetch.ErrProtocol):
+		return exitProtocol
+	case errors.As(err, &se):
+		return exitServer
+	case errors.As(err, &nerr), errors.As(err, &uerr), errors.Is(err, io.ErrUnexpectedEOF):
+		return exitNetwork
+	}
+	return exitFailure
+}

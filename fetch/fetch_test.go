@@ -1,0 +1,466 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/store"
+)
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// get runs one download of s's file into a temp dir and returns the result,
+// the error and the output path.
+func get(t *testing.T, s *testServer, mod func(*Config)) (*Result, error, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	cfg := Config{URL: s.url(), Output: out, Logger: testLogger(t), InitialDeadline: 2 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.Run(t.Context())
+	return res, err, cfg.Output
+}
+
+func mustEqualFile(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: %d bytes differ from the %d expected", path, len(got), len(want))
+	}
+	if _, err := os.Stat(path + store.PartSuffix); !os.IsNotExist(err) {
+		t.Errorf("%s%s still exists after success", path, store.PartSuffix)
+	}
+}
+
+func mustNotExist(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("%s exists after a failed download", path)
+	}
+}
+
+func TestGetSizes(t *testing.T) {
+	for _, n := range []int{0, 1, manifest.BlockSize, manifest.BlockSize + 1, 1<<20 + 123, 33<<20 + 1} {
+		t.Run(strings.ReplaceAll(time.Duration(n).String(), "ns", "B"), func(t *testing.T) {
+			data := randomData(n, uint64(n))
+			s := newTestServer(t, data)
+			res, err, out := get(t, s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustEqualFile(t, out, data)
+			if res.Verified != "merkle" || res.Size != int64(n) {
+				t.Errorf("verified %q size %d, want merkle %d", res.Verified, res.Size, n)
+			}
+			if n > 0 && res.OriginRequests["piece"] < 1 {
+				t.Errorf("origin requests %v: no piece requests", res.OriginRequests)
+			}
+		})
+	}
+}
+
+func TestCorruptPieceRetried(t *testing.T) {
+	data := randomData(300<<10, 1)
+	s := newTestServer(t, data)
+	var corrupted atomic.Int32
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if rangeStart(r) != 5*manifest.BlockSize || corrupted.Add(1) > 2 {
+			return false
+		}
+		serveRange(w, r, data, func(b []byte) []byte { b[100] ^= 1; return b }, nil)
+		return true
+	})
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.PiecesRejected != 2 {
+		t.Errorf("PiecesRejected = %d, want 2", res.PiecesRejected)
+	}
+}
+
+func TestCorruptPieceFailsNamingIt(t *testing.T) {
+	data := randomData(300<<10, 2)
+	s := newTestServer(t, data)
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if rangeStart(r) != 7*manifest.BlockSize {
+			return false
+		}
+		serveRange(w, r, data, func(b []byte) []byte { b[0] ^= 0x80; return b }, nil)
+		return true
+	})
+	_, err, out := get(t, s, func(c *Config) { c.Retries = 2 })
+	if !errors.Is(err, ErrVerify) || !strings.Contains(err.Error(), "piece 7 ") {
+		t.Fatalf("err = %v, want ErrVerify naming piece 7", err)
+	}
+	mustNotExist(t, out)
+	if _, err := os.Stat(out + store.PartSuffix); err != nil {
+		t.Errorf("part file should be kept for a resume: %v", err)
+	}
+}
+
+func TestTruncatedBodyRetried(t *testing.T) {
+	data := randomData(200<<10, 3)
+	s := newTestServer(t, data)
+	var cut atomic.Int32
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if rangeStart(r) != 3*manifest.BlockSize || cut.Add(1) > 1 {
+			return false
+		}
+		// Promise the whole range, send half, then hang up.
+		serveRange(w, r, data, func(b []byte) []byte { return b[:len(b)/2] }, nil)
+		panic(http.ErrAbortHandler)
+	})
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.OriginRequests["retry-error"] < 1 {
+		t.Errorf("origin requests %v: want a retry-error", res.OriginRequests)
+	}
+}
+
+func TestWrongContentRange(t *testing.T) {
+	data := randomData(100<<10, 4)
+	s := newTestServer(t, data)
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if rangeStart(r) != 2*manifest.BlockSize {
+			return false
+		}
+		// The right bytes, labelled as another range.
+		serveRange(w, r, data, nil, func(string) string { return "bytes 0-16383/102400" })
+		return true
+	})
+	_, err, out := get(t, s, func(c *Config) { c.Retries = 1 })
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "Content-Range") {
+		t.Fatalf("err = %v, want a protocol error about Content-Range", err)
+	}
+	mustNotExist(t, out)
+}
+
+func TestFileChangedMidDownload(t *testing.T) {
+	data := randomData(1<<20, 5)
+	s := newTestServer(t, data)
+	var once sync.Once
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n >= 10 { // the operator replaces the file; later requests wait for it
+			once.Do(func() { s.setData(randomData(1<<20, 6)) })
+		}
+		return false
+	})
+	_, err, out := get(t, s, func(c *Config) { c.MaxParallel = 2 })
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("err = %v, want ErrChanged", err)
+	}
+	mustNotExist(t, out)
+}
+
+func TestNoRangeSupportFallsBackToStream(t *testing.T) {
+	data := randomData(500<<10, 7)
+	s := newTestServer(t, data)
+	s.noRange = true
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.Verified != "merkle" {
+		t.Errorf("verified = %q, want merkle (pieces checked as they stream)", res.Verified)
+	}
+}
+
+func TestServerRangeIgnoredAfterProbeFallsBack(t *testing.T) {
+	data := randomData(200<<10, 8)
+	s := newTestServer(t, data)
+	// Accept-Ranges in HEAD, but GETs ignore Range.
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		r.Header.Del("Range")
+		http.ServeContent(w, r, "file", time.Unix(1e9, 0), bytes.NewReader(data))
+		return true
+	})
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.OriginRequests["stream"] != 1 {
+		t.Errorf("origin requests %v: want one stream", res.OriginRequests)
+	}
+}
+
+func TestPlainServer(t *testing.T) {
+	data := randomData(123457, 9)
+	sum := sha256.Sum256(data)
+	good := hex.EncodeToString(sum[:])
+	bad := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name         string
+		sha256       string
+		reprDigest   bool
+		wantVerified string
+		wantErr      error
+	}{
+		{"unverified", "", false, "none", nil},
+		{"sha256", good, false, "sha256", nil},
+		{"sha256 upper case", strings.ToUpper(good), false, "sha256", nil},
+		{"repr-digest", "", true, "repr-digest", nil},
+		{"sha256 wrong", bad, false, "", ErrVerify},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestServer(t, data)
+			s.noManifest, s.reprDigest = true, tc.reprDigest
+			res, err, out := get(t, s, func(c *Config) { c.SHA256 = tc.sha256 })
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				mustNotExist(t, out)
+				mustNotExist(t, out+store.PartSuffix) // wrong bytes are not kept for resume
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustEqualFile(t, out, data)
+			if res.Verified != tc.wantVerified {
+				t.Errorf("verified = %q, want %q", res.Verified, tc.wantVerified)
+			}
+		})
+	}
+}
+
+func TestPlainServerTruncationResumes(t *testing.T) {
+	data := randomData(300<<10, 10)
+	s := newTestServer(t, data)
+	s.noManifest, s.reprDigest = true, true
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n > 0 {
+			return false
+		}
+		w.Header().Set("Content-Length", "307200")
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:100000])
+		panic(http.ErrAbortHandler)
+	})
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if _, ranges := s.stats(); len(ranges) != 2 || ranges[1] != "bytes=100000-" {
+		t.Errorf("requests with ranges %q, want a resume from byte 100000", ranges)
+	}
+	if res.Verified != "repr-digest" {
+		t.Errorf("verified = %q, want repr-digest", res.Verified)
+	}
+}
+
+func TestRetryAfter503(t *testing.T) {
+	data := randomData(100<<10, 11)
+	s := newTestServer(t, data)
+	var busy atomic.Int32
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if busy.Add(1) > 3 {
+			return false
+		}
+		w.Header().Set("Retry-After", "0")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return true
+	})
+	_, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+}
+
+func TestRetryAfter503GivesUp(t *testing.T) {
+	s := newTestServer(t, randomData(100<<10, 12))
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return true
+	})
+	start := time.Now()
+	_, err, _ := get(t, s, func(c *Config) { c.MaxRetryAfter = 2 * time.Second })
+	if se, ok := errors.AsType[*StatusError](err); !ok || se.Code != http.StatusServiceUnavailable {
+		t.Fatalf("err = %v, want a 503 StatusError", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("gave up after %v without honouring Retry-After", d)
+	}
+}
+
+func TestStalledPieceAskedAgain(t *testing.T) {
+	data := randomData(200<<10, 13)
+	s := newTestServer(t, data)
+	var stalled atomic.Int32
+	release := make(chan struct{})
+	defer close(release)
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if rangeStart(r) != 4*manifest.BlockSize || stalled.Add(1) > 1 {
+			return false
+		}
+		select { // a connection that never delivers
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return true
+	})
+	res, err, out := get(t, s, func(c *Config) { c.InitialDeadline = 300 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.OriginRequests["retry-late"] < 1 {
+		t.Errorf("origin requests %v: want a retry-late", res.OriginRequests)
+	}
+}
+
+func TestStdoutInOrder(t *testing.T) {
+	data := randomData(700<<10, 14)
+	s := newTestServer(t, data)
+	// Delay early pieces so later ones arrive first.
+	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+		if off := rangeStart(r); off >= 0 && off < 4*manifest.BlockSize {
+			time.Sleep(30 * time.Millisecond) // shapes arrival order only; nothing waits on it
+		}
+		return false
+	})
+	var buf bytes.Buffer
+	res, err, _ := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MemoryBudget = 8 * manifest.BlockSize })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), data) {
+		t.Fatalf("stdout got %d bytes, not equal to the %d sent", buf.Len(), len(data))
+	}
+	if res.Verified != "merkle" {
+		t.Errorf("verified = %q", res.Verified)
+	}
+}
+
+func TestResume(t *testing.T) {
+	data := randomData(1<<20, 15)
+	s := newTestServer(t, data)
+	out := filepath.Join(t.TempDir(), "out")
+
+	// First run: the server dies after 20 pieces.
+	ctx, cancel := context.WithCancel(t.Context())
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n >= 20 {
+			cancel()
+			<-r.Context().Done()
+			return true
+		}
+		return false
+	})
+	d, _ := New(Config{URL: s.url(), Output: out, Logger: testLogger(t), MaxParallel: 2})
+	if _, err := d.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run: err = %v, want context.Canceled", err)
+	}
+	mustNotExist(t, out)
+
+	// Damage one piece on disk: the resume must notice and fetch it again.
+	f, err := os.OpenFile(out+store.PartSuffix, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{^data[5*manifest.BlockSize]}, 5*manifest.BlockSize)
+	f.Close()
+
+	s.setHook(nil)
+	before, _ := s.stats()
+	d, _ = New(Config{URL: s.url(), Output: out, Logger: testLogger(t), Continue: true})
+	res, err := d.Run(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	after, ranges := s.stats()
+	pieces := len(data) / manifest.BlockSize
+	if res.PiecesResumed < 10 || res.PiecesResumed > 20 {
+		t.Errorf("resumed %d pieces, want 10..20 (20 served, one damaged)", res.PiecesResumed)
+	}
+	if fetched := after - before; fetched != pieces-res.PiecesResumed {
+		t.Errorf("second run fetched %d pieces, want %d", fetched, pieces-res.PiecesResumed)
+	}
+	if !containsString(ranges[before:], "bytes=81920-98303") {
+		t.Errorf("damaged piece 5 was not fetched again")
+	}
+}
+
+func containsString(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{URL: "ftp://x/y"},
+		{URL: "http:///nohost"},
+		{URL: "::::"},
+		{URL: "http://x/y", SHA256: "abc"},
+		{URL: "http://x/y", Output: "-"},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrUsage) {
+			t.Errorf("New(%+v) = %v, want ErrUsage", cfg, err)
+		}
+	}
+}
+
+func TestBadManifestRejected(t *testing.T) {
+	data := randomData(100<<10, 16)
+	s := newTestServer(t, data)
+	s.m.Pieces[1][0] ^= 1 // the piece layer no longer hashes to the root
+	_, err, out := get(t, s, nil)
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("err = %v, want ErrProtocol", err)
+	}
+	mustNotExist(t, out)
+}
+
+func TestRemoteName(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://h/a/b.iso":   "b.iso",
+		"http://h/":          "index.html",
+		"http://h":           "index.html",
+		"http://h/dir/":      "index.html",
+		"http://h/a%2Fb.iso": "b.iso",
+		"http://h/..":        "index.html",
+	} {
+		u, _ := ParseURL(in)
+		if got := RemoteName(u); got != want {
+			t.Errorf("RemoteName(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

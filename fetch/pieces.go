@@ -1,0 +1,384 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+// errNoRanges: the server answered a Range request with the whole file.
+var errNoRanges = errors.New("server ignores Range requests")
+
+// busyError is a 503 to honour.
+type busyError struct{ wait time.Duration }
+
+func (e *busyError) Error() string { return fmt.Sprintf("server busy (503), retry after %v", e.wait) }
+
+// attempt is one request for one piece.
+type attempt struct {
+	piece    int
+	start    time.Time
+	deadline time.Time
+	cancel   context.CancelFunc
+	buf      []byte
+	late     bool // its deadline passed (counted once against the window)
+	dropped  bool // cancelled by the loop; its outcome does not count
+	// handedOff is set by the attempt's goroutine when the sink took buf
+	// (and will return it to the free list itself).
+	handedOff bool
+}
+
+type pieceState struct {
+	attempts  []*attempt // in flight, oldest first; at most two
+	tries     int        // attempts started
+	failures  int        // errors, truncations and corrupt bodies
+	notBefore time.Time  // retry backoff
+}
+
+type outcome struct {
+	a   *attempt
+	err error
+}
+
+// runPieces fetches the pieces of m that are missing with parallel Range
+// requests. It is the only goroutine touching the scheduling state; each
+// attempt runs in its own goroutine and reports back on a channel.
+func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info, res *Result) error {
+	nbuf := int(min(int64(2*d.cfg.MaxParallel+2), max(2, d.cfg.MemoryBudget/m.PieceSize)))
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- nil // allocated on first use
+	}
+	sk, err := d.openSink(m, d.cfg.Continue, free)
+	if err != nil {
+		return err
+	}
+	defer sk.close()
+	todo := sk.missing()
+	res.PiecesResumed = m.NumPieces() - len(todo)
+	d.done.Store(m.Size - bytesOf(m, todo))
+	d.phase.Store("downloading")
+
+	win := newWindow(2, min(d.cfg.MaxParallel, nbuf), d.cfg.InitialDeadline)
+
+	ctx, cancelAll := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancelAll(); wg.Wait() }()
+	outcomes := make(chan outcome, 2*nbuf)
+
+	var (
+		queue      = todo // pieces not started, in order
+		retry      []int  // pieces to start again, after notBefore
+		inflight   = map[int]*pieceState{}
+		failed     = map[int]*pieceState{} // state of pieces waiting in retry
+		active     int                     // attempts in flight
+		remaining  = len(todo)
+		pauseUntil time.Time // set by 503
+		busyWaited time.Duration
+	)
+	head := func() int { // lowest piece not yet done
+		h := -1
+		if len(queue) > 0 {
+			h = queue[0]
+		}
+		for _, i := range retry {
+			if h < 0 || i < h {
+				h = i
+			}
+		}
+		for i := range inflight {
+			if h < 0 || i < h {
+				h = i
+			}
+		}
+		return h
+	}
+	launch := func(i int, ps *pieceState, now time.Time, reason string) bool {
+		// In ordered output, pieces waiting for an earlier one hold buffers;
+		// keep one back for the earliest so it can always be fetched.
+		if sk.ordered() && i != head() && len(free) <= 1 {
+			return false
+		}
+		var buf []byte
+		select {
+		case buf = <-free:
+		default:
+			return false
+		}
+		if buf == nil {
+			buf = make([]byte, m.PieceSize)
+		}
+		actx, cancel := context.WithCancel(ctx)
+		a := &attempt{piece: i, start: now, deadline: now.Add(win.deadline(ps.tries)), cancel: cancel, buf: buf}
+		ps.attempts = append(ps.attempts, a)
+		ps.tries++
+		inflight[i] = ps
+		active++
+		wg.Go(func() {
+			err := d.fetchPiece(actx, m, in, sk, a, reason)
+			outcomes <- outcome{a: a, err: err}
+		})
+		return true
+	}
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for remaining > 0 {
+		now := time.Now()
+		wake := now.Add(time.Hour)
+
+		// Late pieces: shrink the window once per late attempt, and ask
+		// again; at most two requests per piece, so the oldest gives way.
+		for i, ps := range inflight {
+			newest := ps.attempts[len(ps.attempts)-1]
+			if now.Before(newest.deadline) {
+				wake = minTime(wake, newest.deadline)
+				continue
+			}
+			if !newest.late {
+				newest.late = true
+				win.missed()
+			}
+			var old *attempt
+			if len(ps.attempts) == 2 {
+				old = ps.attempts[0]
+			}
+			if now.Before(pauseUntil) || !launch(i, ps, now, "retry-late") {
+				wake = minTime(wake, now.Add(50*time.Millisecond))
+				continue
+			}
+			d.cfg.Logger.Debug("piece late, asked again", "piece", i, "after", now.Sub(newest.start))
+			if old != nil {
+				old.dropped = true
+				old.cancel()
+				ps.attempts = removeAttempt(ps.attempts, old)
+			}
+		}
+
+		// New work, lowest piece first, within the window.
+		if now.After(pauseUntil) {
+			for active < win.size() {
+				if k := readyRetry(retry, failed, now); k >= 0 {
+					i := retry[k]
+					if !launch(i, failed[i], now, "retry-error") {
+						break
+					}
+					delete(failed, i)
+					retry = append(retry[:k], retry[k+1:]...)
+					continue
+				}
+				if len(queue) == 0 || !launch(queue[0], &pieceState{}, now, "piece") {
+					break
+				}
+				queue = queue[1:]
+			}
+			for _, i := range retry {
+				wake = minTime(wake, failed[i].notBefore)
+			}
+		} else {
+			wake = minTime(wake, pauseUntil)
+		}
+
+		timer.Reset(max(time.Millisecond, time.Until(wake)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			continue
+		case o := <-outcomes:
+			active--
+			a, i := o.a, o.a.piece
+			if !a.handedOff {
+				free <- a.buf
+			}
+			ps := inflight[i]
+			if ps == nil { // the piece finished by another attempt
+				continue
+			}
+			ps.attempts = removeAttempt(ps.attempts, a)
+			now := time.Now()
+			switch err := o.err; {
+			case err == nil:
+				win.completed(now.Sub(a.start))
+				for _, other := range ps.attempts {
+					other.dropped = true
+					other.cancel()
+				}
+				delete(inflight, i)
+				remaining--
+				d.done.Add(m.PieceLen(i))
+			case a.dropped:
+				// Cancelled in favour of a newer attempt; nothing learned.
+			case errors.Is(err, ErrChanged), errors.Is(err, errNoRanges), errors.Is(err, ErrLocal):
+				return err
+			default:
+				if be, ok := errors.AsType[*busyError](err); ok {
+					busyWaited += be.wait
+					if busyWaited > d.cfg.MaxRetryAfter {
+						return &StatusError{URL: in.url.String(), Code: http.StatusServiceUnavailable,
+							Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
+					}
+					pauseUntil = maxTime(pauseUntil, now.Add(be.wait))
+					win.missed()
+				} else {
+					ps.failures++
+					if errors.Is(err, manifest.ErrCorruptPiece) {
+						res.PiecesRejected++
+					}
+					d.cfg.Logger.Info("piece failed", "piece", i, "try", ps.tries, "err", err)
+					if ps.failures > d.cfg.Retries {
+						if errors.Is(err, manifest.ErrCorruptPiece) {
+							return fmt.Errorf("%w: piece %d (bytes %d-%d) was corrupt %d times: %v",
+								ErrVerify, i, m.PieceOffset(i), m.PieceOffset(i)+m.PieceLen(i)-1, ps.failures, err)
+						}
+						return fmt.Errorf("piece %d failed %d times, last: %w", i, ps.failures, err)
+					}
+					ps.notBefore = now.Add(backoff(ps.failures))
+				}
+				if len(ps.attempts) == 0 {
+					delete(inflight, i)
+					failed[i] = ps
+					retry = append(retry, i)
+				}
+			}
+		}
+	}
+	d.phase.Store("finishing")
+	if err := sk.finish(); err != nil {
+		return err
+	}
+	res.Verified = "merkle"
+	return d.checkWholeSHA256(res)
+}
+
+// fetchPiece requests piece i, checks the response, reads it into buf and
+// hands it to the sink, which verifies it before writing.
+func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *info, sk sink, a *attempt, reason string) error {
+	i := a.piece
+	off, n := m.PieceOffset(i), m.PieceLen(i)
+	hdr := http.Header{"Range": {fmt.Sprintf("bytes=%d-%d", off, off+n-1)}}
+	etag, lm := validators(m, in)
+	if v := ifRange(etag, lm); v != "" {
+		hdr.Set("If-Range", v)
+	}
+	resp, err := d.do(ctx, http.MethodGet, in.url, hdr, reason)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := checkValidators(resp.Header, etag, lm); err != nil {
+		return err
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+	case http.StatusOK:
+		return errNoRanges
+	case http.StatusServiceUnavailable:
+		return &busyError{wait: retryAfter(resp.Header, time.Now())}
+	case http.StatusRequestedRangeNotSatisfiable:
+		return fmt.Errorf("%w: server says bytes %d-%d are outside the file", ErrChanged, off, off+n-1)
+	default:
+		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
+	}
+	cr, err := httphdr.ParseContentRange(resp.Header.Get("Content-Range"))
+	if err != nil {
+		return fmt.Errorf("%w: piece %d: %v", ErrProtocol, i, err)
+	}
+	if cr.Size >= 0 && cr.Size != m.Size {
+		return fmt.Errorf("%w: the file is now %d bytes, the manifest says %d", ErrChanged, cr.Size, m.Size)
+	}
+	if cr.First != off || cr.Last != off+n-1 {
+		return fmt.Errorf("%w: piece %d: asked for bytes %d-%d, got Content-Range %q",
+			ErrProtocol, i, off, off+n-1, resp.Header.Get("Content-Range"))
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != n {
+		return fmt.Errorf("%w: piece %d: Content-Length %d for a %d-byte range", ErrProtocol, i, resp.ContentLength, n)
+	}
+	data := a.buf[:n]
+	k, err := io.ReadFull(d.lim.Reader(ctx, resp.Body), data)
+	d.received.Add(int64(k))
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: piece %d: body ended after %d of %d bytes: %v", ErrProtocol, i, k, n, err)
+	}
+	a.handedOff = true
+	return sk.put(i, data)
+}
+
+// validators are what the download must keep seeing: the manifest's, or the
+// probe's when the manifest carries none.
+func validators(m *manifest.Manifest, in *info) (etag, lastModified string) {
+	if m != nil && (m.ETag != "" || m.LastModified != "") {
+		return m.ETag, m.LastModified
+	}
+	return in.etag, in.lastModified
+}
+
+// checkValidators fails with ErrChanged when a response carries a validator
+// that differs from the one the download started with.
+func checkValidators(h http.Header, etag, lastModified string) error {
+	if got := h.Get("ETag"); etag != "" && got != "" && got != etag {
+		return fmt.Errorf("%w: ETag was %s, is now %s", ErrChanged, etag, got)
+	}
+	if got := h.Get("Last-Modified"); lastModified != "" && got != "" && got != lastModified {
+		return fmt.Errorf("%w: Last-Modified was %s, is now %s", ErrChanged, lastModified, got)
+	}
+	return nil
+}
+
+// readyRetry returns the index in retry of the lowest piece whose backoff
+// has passed, or -1.
+func readyRetry(retry []int, failed map[int]*pieceState, now time.Time) int {
+	best := -1
+	for k, i := range retry {
+		if !now.Before(failed[i].notBefore) && (best < 0 || i < retry[best]) {
+			best = k
+		}
+	}
+	return best
+}
+
+func removeAttempt(as []*attempt, a *attempt) []*attempt {
+	for k, x := range as {
+		if x == a {
+			return append(as[:k], as[k+1:]...)
+		}
+	}
+	return as
+}
+
+// backoff is the pause before retrying a piece after its n-th failure.
+func backoff(n int) time.Duration {
+	return min(5*time.Second, 100*time.Millisecond<<min(n-1, 10))
+}
+
+func bytesOf(m *manifest.Manifest, pieces []int) int64 {
+	var n int64
+	for _, i := range pieces {
+		n += m.PieceLen(i)
+	}
+	return n
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,163 @@
+package fetch
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+// testServer is an origin whose misbehaviour each test scripts: it serves one
+// file at /file with Range support and a manifest, and lets a hook take over
+// any request.
+type testServer struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu         sync.Mutex // guards the following
+	data       []byte
+	etag       string
+	m          *manifest.Manifest
+	noManifest bool
+	noRange    bool
+	reprDigest bool
+	// hook sees every GET of the file first (n counts them from 0);
+	// returning true means it answered. It may change the server's state.
+	hook     func(w http.ResponseWriter, r *http.Request, n int) bool
+	requests int // file requests so far (GET only)
+	ranges   []string
+}
+
+func newTestServer(t *testing.T, data []byte) *testServer {
+	s := &testServer{t: t}
+	s.setData(data)
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *testServer) url() string { return s.srv.URL + "/file" }
+
+// setData replaces the file, as an operator editing it in place would.
+func (s *testServer) setData(data []byte) {
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "file")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data = data
+	sum := sha256.Sum256(data)
+	s.etag = fmt.Sprintf(`"%x"`, sum[:8])
+	m.ETag = s.etag
+	s.m = m
+}
+
+func (s *testServer) setHook(h func(w http.ResponseWriter, r *http.Request, n int) bool) {
+	s.mu.Lock()
+	s.hook = h
+	s.mu.Unlock()
+}
+
+func (s *testServer) stats() (requests int, ranges []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests, append([]string(nil), s.ranges...)
+}
+
+func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	hook, n := s.hook, s.requests
+	if r.Method == http.MethodGet && r.URL.Path == "/file" {
+		s.requests++
+		s.ranges = append(s.ranges, r.Header.Get("Range"))
+	}
+	s.mu.Unlock()
+	if r.Method == http.MethodGet && r.URL.Path == "/file" && hook != nil && hook(w, r, n) {
+		return
+	}
+	s.mu.Lock()
+	data, etag, m := s.data, s.etag, s.m
+	noManifest, noRange, digest := s.noManifest, s.noRange, s.reprDigest
+	s.mu.Unlock()
+
+	switch r.URL.Path {
+	case "/.well-known/stampede/manifest/file":
+		if noManifest {
+			http.NotFound(w, r)
+			return
+		}
+		b, _ := m.MarshalJSON()
+		w.Header().Set("Content-Type", "application/vnd.stampede.manifest+json")
+		w.Write(b)
+		return
+	case "/file":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if !noManifest {
+		w.Header().Set("Link", `</.well-known/stampede/manifest/file>; rel="stampede-manifest"`)
+	}
+	w.Header().Set("ETag", etag)
+	if noRange {
+		r.Header.Del("Range")
+		w.Header().Set("Accept-Ranges", "none")
+	}
+	if digest && r.Header.Get("Range") == "" {
+		sum := sha256.Sum256(data)
+		w.Header().Set("Repr-Digest", httphdr.FormatReprDigestSHA256(sum[:]))
+	}
+	http.ServeContent(w, r, "file", time.Unix(1e9, 0), bytes.NewReader(data))
+}
+
+// serveRange answers r's single range from data, letting the test alter the
+// body (corrupt it, cut it short) or the Content-Range header.
+func serveRange(w http.ResponseWriter, r *http.Request, data []byte, body func([]byte) []byte, contentRange func(string) string) {
+	rs, err := httphdr.ParseRange(r.Header.Get("Range"), int64(len(data)))
+	if err != nil || len(rs) != 1 {
+		http.Error(w, "test server: want one range", http.StatusBadRequest)
+		return
+	}
+	part := append([]byte(nil), data[rs[0].Start:rs[0].Start+rs[0].Length]...)
+	cr := httphdr.FormatContentRange(rs[0], int64(len(data)))
+	if contentRange != nil {
+		cr = contentRange(cr)
+	}
+	if body != nil {
+		part = body(part)
+	}
+	w.Header().Set("Content-Range", cr)
+	w.Header().Set("Content-Length", fmt.Sprint(rs[0].Length))
+	w.WriteHeader(http.StatusPartialContent)
+	w.Write(part)
+}
+
+// rangeStart returns the first byte of a "bytes=a-b" request, or -1.
+func rangeStart(r *http.Request) int64 {
+	var a, b int64
+	if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &a, &b); err != nil {
+		return -1
+	}
+	return a
+}
+
+func randomData(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func isHead(r *http.Request) bool { return strings.EqualFold(r.Method, http.MethodHead) }

@@ -1,0 +1,424 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/store"
+)
+
+// runStream downloads with one GET at a time: for servers without a manifest
+// or without Range support. With a manifest, pieces are still verified one by
+// one as they stream past.
+func (d *Download) runStream(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
+	d.phase.Store("downloading")
+	if m != nil {
+		return d.streamPieces(ctx, in, m, res)
+	}
+	return d.streamPlain(ctx, in, res)
+}
+
+// getStream sends a GET (from byte off, if off > 0) and waits out 503s.
+func (d *Download) getStream(ctx context.Context, in *info, off int64, busyWaited *time.Duration) (*http.Response, error) {
+	for {
+		hdr := http.Header{}
+		if off > 0 {
+			hdr.Set("Range", fmt.Sprintf("bytes=%d-", off))
+			if v := ifRange(in.etag, in.lastModified); v != "" {
+				hdr.Set("If-Range", v)
+			}
+		}
+		resp, err := d.do(ctx, http.MethodGet, in.url, hdr, "stream")
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return resp, nil
+		}
+		resp.Body.Close()
+		wait := retryAfter(resp.Header, time.Now())
+		if *busyWaited += wait; *busyWaited > d.cfg.MaxRetryAfter {
+			return nil, &StatusError{URL: in.url.String(), Code: resp.StatusCode,
+				Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
+		}
+		d.cfg.Logger.Info("server busy, waiting", "retry_after", wait)
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// streamPieces reads the whole file in one stream and puts it piece by piece
+// into the sink, which verifies each one. A failed stream is retried from the
+// start; pieces already present are skipped.
+func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
+	free := make(chan []byte, 1)
+	free <- make([]byte, m.PieceSize)
+	sk, err := d.openSink(m, d.cfg.Continue, free)
+	if err != nil {
+		return err
+	}
+	defer sk.close()
+	res.PiecesResumed = m.NumPieces() - len(sk.missing())
+	d.phase.Store("downloading")
+	var busyWaited time.Duration
+	for attempt := 0; ; attempt++ {
+		err = d.streamPiecesOnce(ctx, in, m, sk, free, &busyWaited)
+		if err == nil {
+			break
+		}
+		if isCorrupt(err) {
+			res.PiecesRejected++
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) {
+			return err
+		}
+		if attempt >= d.cfg.Retries {
+			if isCorrupt(err) {
+				return fmt.Errorf("%w: %v (after %d tries)", ErrVerify, err, attempt+1)
+			}
+			return err
+		}
+		d.cfg.Logger.Info("stream failed, retrying", "try", attempt+1, "err", err)
+		if err := sleep(ctx, backoff(attempt+1)); err != nil {
+			return err
+		}
+	}
+	d.phase.Store("finishing")
+	if err := sk.finish(); err != nil {
+		return err
+	}
+	res.Verified = "merkle"
+	return d.checkWholeSHA256(res)
+}
+
+func (d *Download) streamPiecesOnce(ctx context.Context, in *info, m *manifest.Manifest, sk sink, free chan []byte, busyWaited *time.Duration) error {
+	resp, err := d.getStream(ctx, in, 0, busyWaited)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	etag, lm := validators(m, in)
+	if err := checkValidators(resp.Header, etag, lm); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != m.Size {
+		return fmt.Errorf("%w: server sends %d bytes, the manifest says %d", ErrChanged, resp.ContentLength, m.Size)
+	}
+	body := d.lim.Reader(ctx, resp.Body)
+	for i := range m.NumPieces() {
+		buf := <-free
+		data := buf[:m.PieceLen(i)]
+		k, err := io.ReadFull(body, data)
+		d.received.Add(int64(k))
+		if err != nil {
+			free <- buf
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w: body ended after %d of %d bytes: %v", ErrProtocol, m.PieceOffset(i)+int64(k), m.Size, err)
+		}
+		if err := sk.put(i, data); err != nil {
+			return err
+		}
+		d.done.Store(m.PieceOffset(i) + int64(len(data)))
+	}
+	return nil
+}
+
+// partMeta is kept beside a part file downloaded without a manifest, so a
+// resume can tell whether the server's file is still the one it started.
+type partMeta struct {
+	URL          string `json:"url"`
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+	Size         int64  `json:"size"`
+}
+
+const metaSuffix = ".part.meta"
+
+// streamPlain downloads without a manifest: one stream, resumed with a Range
+// request after a truncation when the server allows it, verified at the end
+// by --sha256 or the server's Repr-Digest if either is there.
+func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error {
+	out := &plainOut{d: d, sum: sha256.New()}
+	if err := out.open(in); err != nil {
+		return err
+	}
+	defer out.close()
+
+	var (
+		busyWaited time.Duration
+		digest     = in.reprDigest // valid while the validators hold
+		failures   int
+	)
+	for {
+		resp, err := d.getStream(ctx, in, out.off, &busyWaited)
+		if err != nil {
+			return err
+		}
+		done, err := d.streamPlainOnce(ctx, in, resp, out, &digest)
+		resp.Body.Close()
+		if done {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) {
+			return err
+		}
+		if _, ok := errors.AsType[*StatusError](err); ok {
+			return err
+		}
+		if failures++; failures > d.cfg.Retries {
+			return err
+		}
+		if out.off > 0 && !(in.acceptRanges && (in.etag != "" || in.lastModified != "")) {
+			if d.cfg.Output == "-" {
+				return fmt.Errorf("%v; the server cannot resume (no Range support or validator) and stdout cannot be rewound", err)
+			}
+			if err := out.restart(); err != nil {
+				return err
+			}
+		}
+		d.cfg.Logger.Info("stream failed, retrying", "at_byte", out.off, "try", failures, "err", err)
+		if err := sleep(ctx, backoff(failures)); err != nil {
+			return err
+		}
+	}
+
+	got := out.sum.Sum(nil)
+	switch {
+	case d.cfg.SHA256 != "":
+		want, _ := hex.DecodeString(strings.ToLower(d.cfg.SHA256))
+		if !bytes.Equal(got, want) {
+			out.discard()
+			return fmt.Errorf("%w: SHA-256 is %x, --sha256 wants %x; the download was discarded", ErrVerify, got, want)
+		}
+		res.Verified = "sha256"
+	case digest != nil:
+		if !bytes.Equal(got, digest) {
+			out.discard()
+			return fmt.Errorf("%w: SHA-256 is %x, the server's Repr-Digest says %x; the download was discarded", ErrVerify, got, digest)
+		}
+		res.Verified = "repr-digest"
+	default:
+		res.Verified = "none"
+		d.cfg.Logger.Warn("UNVERIFIED download: the server publishes no manifest and no Repr-Digest; pass --sha256 HEX to verify", "url", in.url)
+	}
+	d.phase.Store("finishing")
+	d.size.Store(out.off)
+	return out.commit()
+}
+
+// streamPlainOnce copies one response into out. It reports done when the
+// whole file has arrived.
+func (d *Download) streamPlainOnce(ctx context.Context, in *info, resp *http.Response, out *plainOut, digest *[]byte) (bool, error) {
+	if err := checkValidators(resp.Header, in.etag, in.lastModified); err != nil {
+		return false, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if out.off > 0 {
+			d.cfg.Logger.Info("server sent the whole file instead of the rest; starting over")
+			if d.cfg.Output == "-" {
+				return false, fmt.Errorf("%w: server restarted the file and stdout cannot be rewound", ErrProtocol)
+			}
+			if err := out.restart(); err != nil {
+				return false, err
+			}
+		}
+		dg, err := httphdr.ReprDigestSHA256(resp.Header.Values("Repr-Digest"))
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		if dg != nil {
+			*digest = dg
+		}
+		if resp.ContentLength >= 0 {
+			d.size.Store(resp.ContentLength)
+		}
+	case http.StatusPartialContent:
+		cr, err := httphdr.ParseContentRange(resp.Header.Get("Content-Range"))
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		if cr.First != out.off {
+			return false, fmt.Errorf("%w: asked for bytes from %d, got Content-Range %q", ErrProtocol, out.off, resp.Header.Get("Content-Range"))
+		}
+		if cr.Size >= 0 {
+			d.size.Store(cr.Size)
+		}
+	case http.StatusRequestedRangeNotSatisfiable:
+		if in.size >= 0 && out.off == in.size {
+			return true, nil // the part file was already complete
+		}
+		return false, fmt.Errorf("%w: server says byte %d is past the end of the file", ErrChanged, out.off)
+	default:
+		return false, &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
+	}
+	_, err := io.Copy(out, d.lim.Reader(ctx, resp.Body))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if errors.Is(err, ErrLocal) {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: body ended at byte %d: %v", ErrProtocol, out.off, err)
+	}
+	if want := d.size.Load(); want >= 0 && out.off != want {
+		return false, fmt.Errorf("%w: body ended at byte %d of %d", ErrProtocol, out.off, want)
+	}
+	return true, nil
+}
+
+// plainOut is the destination of a download without a manifest: the part
+// file (with its meta sidecar) or stdout. It hashes everything written.
+type plainOut struct {
+	d   *Download
+	f   *os.File // nil for stdout
+	off int64
+	sum hash.Hash
+}
+
+func (o *plainOut) open(in *info) error {
+	cfg := &o.d.cfg
+	if cfg.Output == "-" {
+		return nil
+	}
+	part := cfg.Output + store.PartSuffix
+	meta := partMeta{URL: in.url.String(), ETag: in.etag, LastModified: in.lastModified, Size: in.size}
+	resume := cfg.Continue
+	if resume {
+		if old, err := os.ReadFile(cfg.Output + metaSuffix); err == nil {
+			var pm partMeta
+			if json.Unmarshal(old, &pm) != nil || pm.ETag != meta.ETag || pm.LastModified != meta.LastModified {
+				cfg.Logger.Warn("the file changed on the server since the partial download; starting over", "part", part)
+				resume = false
+			}
+		} else if _, err := os.Stat(part); err == nil {
+			cfg.Logger.Warn("resuming a part file with no record of its source; it cannot be checked against the server", "part", part)
+		}
+	}
+	flags := os.O_RDWR | os.O_CREATE
+	if !resume {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(part, flags, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	o.f = f
+	mb, _ := json.Marshal(meta)
+	if err := os.WriteFile(cfg.Output+metaSuffix, mb, 0o644); err != nil {
+		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	if resume {
+		o.d.phase.Store("verifying")
+		// Hash what is there so the final digest covers the whole file.
+		n, err := io.Copy(o.sum, f)
+		if err != nil {
+			return fmt.Errorf("%w: read %s: %v", ErrLocal, part, err)
+		}
+		o.off = n
+		o.d.done.Store(n)
+		o.d.phase.Store("downloading")
+	}
+	return nil
+}
+
+func (o *plainOut) Write(p []byte) (int, error) {
+	var (
+		n   int
+		err error
+	)
+	if o.f == nil {
+		n, err = o.d.cfg.Stdout.Write(p)
+	} else {
+		n, err = o.f.WriteAt(p, o.off)
+	}
+	o.sum.Write(p[:n])
+	o.off += int64(n)
+	o.d.done.Store(o.off)
+	o.d.received.Add(int64(n))
+	if err != nil {
+		return n, fmt.Errorf("%w: write %s: %v", ErrLocal, o.d.outputName(), err)
+	}
+	return n, nil
+}
+
+// restart empties the part file to download from the beginning.
+func (o *plainOut) restart() error {
+	o.off = 0
+	o.sum.Reset()
+	o.d.done.Store(0)
+	if o.f == nil {
+		return nil
+	}
+	if err := o.f.Truncate(0); err != nil {
+		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	return nil
+}
+
+// discard removes a part file whose content failed verification: resuming
+// it could only reproduce the same wrong bytes.
+func (o *plainOut) discard() {
+	if o.f == nil {
+		return
+	}
+	o.f.Close()
+	o.f = nil
+	os.Remove(o.d.cfg.Output + store.PartSuffix)
+	os.Remove(o.d.cfg.Output + metaSuffix)
+}
+
+func (o *plainOut) commit() error {
+	if o.f == nil {
+		return nil
+	}
+	if err := o.f.Sync(); err != nil {
+		return fmt.Errorf("%w: sync: %v", ErrLocal, err)
+	}
+	if err := o.f.Close(); err != nil {
+		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	o.f = nil
+	if err := os.Rename(o.d.cfg.Output+store.PartSuffix, o.d.cfg.Output); err != nil {
+		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	os.Remove(o.d.cfg.Output + metaSuffix)
+	return nil
+}
+
+func (o *plainOut) close() {
+	if o.f != nil {
+		o.f.Close()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
