@@ -2,10 +2,12 @@ package manifest
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Builder computes a manifest from a stream of bytes written to it in order.
@@ -128,6 +130,7 @@ func FromReaderAt(r io.ReaderAt, size int64, name string, workers int) (*Manifes
 
 	var (
 		wg       sync.WaitGroup
+		failed   atomic.Bool
 		mu       sync.Mutex // guards firstErr
 		firstErr error
 	)
@@ -137,13 +140,22 @@ func FromReaderAt(r io.ReaderAt, size int64, name string, workers int) (*Manifes
 			buf := make([]byte, ps)
 			scratch := make([]Hash, 0, ps/BlockSize)
 			for i := range next {
+				if failed.Load() {
+					continue // drain
+				}
 				data := buf[:m.PieceLen(i)]
-				if _, err := r.ReadAt(data, m.PieceOffset(i)); err != nil {
+				// ReaderAt may return io.EOF along with a full read that
+				// ends at the end of the source.
+				if n, err := r.ReadAt(data, m.PieceOffset(i)); n < len(data) {
+					if err == nil || errors.Is(err, io.EOF) {
+						err = io.ErrUnexpectedEOF
+					}
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = fmt.Errorf("manifest: read piece %d: %w", i, err)
 					}
 					mu.Unlock()
+					failed.Store(true)
 					continue
 				}
 				m.Pieces[i], scratch = subtreeRoot(data, width, scratch)

@@ -3,8 +3,9 @@
 // of a power-of-two number of blocks, and the manifest that carries a file's
 // piece-layer hashes, its root and the validators of its source.
 //
-// A manifest's identity is its root, which equals the "pieces root" libtorrent
-// computes for the same file. Everything stampede moves (from an origin, from a
+// A manifest's identity is its root together with its size (as in a v2
+// torrent, the root alone does not pin the length of the last block); the
+// root equals the "pieces root" libtorrent computes for the same file. Everything stampede moves (from an origin, from a
 // peer, from disk on resume) is checked with [Manifest.VerifyPiece] before it is
 // written or served. A decoded manifest whose piece layer does not hash to its
 // root is rejected, so a manifest can be fetched from anyone who has it as long
@@ -115,10 +116,10 @@ func leafWidth(size, pieceSize int64) int {
 }
 
 // VerifyPiece checks that data is exactly piece i. It returns a *PieceError
-// (wrapping ErrCorruptPiece) when the length or the hash is wrong.
+// (wrapping ErrCorruptPiece) when the index, the length or the hash is wrong.
 func (m *Manifest) VerifyPiece(i int, data []byte) error {
-	if i < 0 || i >= m.NumPieces() {
-		return fmt.Errorf("manifest: piece %d out of range [0,%d)", i, m.NumPieces())
+	if i < 0 || i >= m.NumPieces() || i >= len(m.Pieces) {
+		return &PieceError{Index: i, Reason: fmt.Sprintf("index out of range [0,%d)", len(m.Pieces))}
 	}
 	if want := m.PieceLen(i); int64(len(data)) != want {
 		return &PieceError{Index: i, Reason: fmt.Sprintf("got %d bytes, want %d", len(data), want)}

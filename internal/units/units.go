@@ -44,7 +44,12 @@ func ParseRate(s string) (int64, error) {
 func parse(s string, rate bool) (int64, error) {
 	t := strings.TrimSpace(s)
 	if rate {
-		t = strings.TrimSuffix(strings.TrimSuffix(t, "/s"), "ps")
+		t = strings.TrimSuffix(t, "/s")
+		if strings.HasSuffix(t, "bps") { // 8Mbps: bits, as link speeds are quoted
+			t = strings.TrimSuffix(t, "ps") + "it"
+		} else {
+			t = strings.TrimSuffix(t, "ps") // 2MBps: bytes
+		}
 	}
 	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	if i < 0 {
@@ -65,6 +70,10 @@ func parse(s string, rate bool) (int64, error) {
 	v := f * mul
 	if v > math.MaxInt64/2 {
 		return 0, fmt.Errorf("too large")
+	}
+	if v > 0 && math.Round(v) == 0 {
+		// A rate of 0 means unlimited: never let a tiny one round to it.
+		return 0, fmt.Errorf("less than one byte")
 	}
 	return int64(math.Round(v)), nil
 }
