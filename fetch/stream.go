@@ -392,14 +392,9 @@ func (o *plainOut) commit() error {
 	if o.f == nil {
 		return nil
 	}
-	if err := o.f.Sync(); err != nil {
-		return fmt.Errorf("%w: sync: %v", ErrLocal, err)
-	}
-	if err := o.f.Close(); err != nil {
-		return fmt.Errorf("%w: %v", ErrLocal, err)
-	}
+	f := o.f
 	o.f = nil
-	if err := os.Rename(o.d.cfg.Output+store.PartSuffix, o.d.cfg.Output); err != nil {
+	if err := store.Publish(f, o.d.cfg.Output); err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
 	}
 	os.Remove(o.d.cfg.Output + metaSuffix)

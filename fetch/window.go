@@ -70,7 +70,12 @@ func (w *window) deadline(attempt int) time.Duration {
 	if w.samples > 0 {
 		d = w.avg + 4*w.dev
 	}
-	d <<= min(attempt, 10)
+	for range min(attempt, 10) {
+		if d >= w.ceiling {
+			break
+		}
+		d *= 2
+	}
 	return max(w.floor, min(w.ceiling, d))
 }
 

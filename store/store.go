@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/stampede-dev/stampede/manifest"
@@ -178,14 +179,33 @@ func (s *File) Commit() error {
 	if c := s.Count(); c != s.m.NumPieces() {
 		return fmt.Errorf("%w: have %d of %d", ErrIncomplete, c, s.m.NumPieces())
 	}
-	if err := s.f.Sync(); err != nil {
+	return Publish(s.f, s.final)
+}
+
+// Publish makes the finished part file f appear at final: fsync, close,
+// atomic rename, then fsync of the directory so the rename survives a crash.
+func Publish(f *os.File, final string) error {
+	if err := f.Sync(); err != nil {
 		return fmt.Errorf("store: sync: %w", err)
 	}
-	if err := s.f.Close(); err != nil {
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
-	if err := os.Rename(s.final+PartSuffix, s.final); err != nil {
+	if err := os.Rename(f.Name(), final); err != nil {
 		return fmt.Errorf("store: %w", err)
+	}
+	return syncDir(filepath.Dir(final))
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("store: sync %s: %w", dir, err)
 	}
 	return nil
 }

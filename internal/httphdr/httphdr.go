@@ -79,8 +79,13 @@ func ParseRange(s string, size int64) ([]Range, error) {
 	if len(parts) > maxRanges {
 		return nil, fmt.Errorf("bad Range: more than %d ranges", maxRanges)
 	}
+	specs := 0
 	for _, p := range parts {
 		p = strings.TrimSpace(p)
+		if p == "" { // RFC 9110 5.6.1.2: empty list elements are ignored
+			continue
+		}
+		specs++
 		first, last, ok := strings.Cut(p, "-")
 		if !ok {
 			return nil, fmt.Errorf("bad Range %q: %q has no '-'", abbrev(s), abbrev(p))
@@ -121,6 +126,9 @@ func ParseRange(s string, size int64) ([]Range, error) {
 			out = append(out, r)
 		}
 	}
+	if specs == 0 {
+		return nil, fmt.Errorf("bad Range %q: no range", abbrev(s))
+	}
 	if len(out) == 0 {
 		return nil, ErrUnsatisfiable
 	}
@@ -150,7 +158,7 @@ func parseDigits(s string) (int64, error) {
 // whose rel parameter includes rel, or "" if none does.
 func LinkTarget(values []string, rel string) string {
 	for _, v := range values {
-		for link := range splitOutsideQuotes(v, ',') {
+		for link := range splitLinks(v) {
 			link = strings.TrimSpace(link)
 			if !strings.HasPrefix(link, "<") {
 				continue
@@ -175,6 +183,30 @@ func LinkTarget(values []string, rel string) string {
 		}
 	}
 	return ""
+}
+
+// splitLinks yields the links of a Link value: separated by commas outside
+// both quotes and the <URI-Reference>, which may itself contain commas.
+func splitLinks(s string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		inQuote, inURI, start := false, false, 0
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case c == '"' && !inURI:
+				inQuote = !inQuote
+			case c == '<' && !inQuote:
+				inURI = true
+			case c == '>' && !inQuote:
+				inURI = false
+			case c == ',' && !inQuote && !inURI:
+				if !yield(s[start:i]) {
+					return
+				}
+				start = i + 1
+			}
+		}
+		yield(s[start:])
+	}
 }
 
 // splitOutsideQuotes yields the parts of s separated by sep outside double
@@ -216,7 +248,8 @@ func ReprDigestSHA256(values []string) ([]byte, error) {
 			if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
 				return nil, fmt.Errorf("bad Repr-Digest sha-256 %q: not a byte sequence", abbrev(val))
 			}
-			sum, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
+			// RFC 8941 4.2.7: parsers should accept missing padding.
+			sum, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(val[1:len(val)-1], "="))
 			if err != nil || len(sum) != 32 {
 				return nil, fmt.Errorf("bad Repr-Digest sha-256 %q: not 32 base64 bytes", abbrev(val))
 			}

@@ -5,6 +5,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"golang.org/x/time/rate"
@@ -39,6 +40,11 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	for n > 0 {
 		k := min(n, l.lim.Burst())
 		if err := l.lim.WaitN(ctx, k); err != nil {
+			if ctx.Err() == nil {
+				// x/time/rate refuses at once a wait that would outlast
+				// the deadline; report it as the deadline it is.
+				return fmt.Errorf("ratelimit: %w", context.DeadlineExceeded)
+			}
 			return err
 		}
 		n -= k

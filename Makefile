@@ -1,0 +1,37 @@
+# stampede: the two commands a new user needs are `make demo` and `make test`.
+GO       ?= go
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+
+.PHONY: build demo test lint bench fuzz clean
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
+
+# The main job: serve a directory on loopback and download from it, verified.
+demo: build
+	./scripts/demo.sh
+
+# What CI runs (.ci/run calls it): installs what the tests need, then vet,
+# race-enabled shuffled tests, and every benchmark once so they keep compiling.
+test:
+	./scripts/test.sh
+
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	test -z "$$(gofmt -l .)"
+
+# Throughput and memory figures reported in docs/benchmarks.md.
+bench: build
+	$(GO) test -run='^$$' -bench=. -benchtime=3x ./manifest
+	./scripts/bench-get.sh
+
+fuzz:
+	for f in $$(grep -ho '^func Fuzz[A-Za-z]*' -r --include='*_test.go' . | sed 's/func //' | sort -u); do \
+		pkg=$$(grep -rl "^func $$f" --include='*_test.go' . | head -1 | xargs dirname); \
+		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=30s $$pkg || exit 1; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+
+	"github.com/stampede-dev/stampede/internal/units"
+	"github.com/stampede-dev/stampede/origin"
+)
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "serve", "DIR | --upstream URL", `Serve the files of DIR over HTTP, or front the web server at --upstream URL, as an
+origin stampede downloaders get the most of: ranges and validators, a manifest of
+every file at /.well-known/stampede/manifest/PATH (computed once, cached on disk,
+never stale), Repr-Digest on full responses, and metrics at /metrics. Past
+--max-transfers concurrent downloads it answers 503 with Retry-After rather than
+slow everyone down.`)
+	listen := fs.String("listen", ":8080", "listen on `HOST:PORT`")
+	upstream := fs.String("upstream", "", "front the web server at `URL` instead of serving a DIR")
+	rate := fs.String("rate", "0", "cap the egress of file bodies, e.g. 8Mbit, 100MB (0: unlimited)")
+	maxTransfers := fs.Int("max-transfers", origin.DefaultMaxTransfers, "most downloads sent at once; past it, 503 with Retry-After")
+	retryAfter := fs.Duration("retry-after", 0, "Retry-After to send with a 503, e.g. 10s (0: estimated from the load)")
+	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR` (default: the user cache directory's stampede/manifests)")
+	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
+	quiet := fs.Bool("q", false, "log only warnings and errors")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+
+	cfg := origin.Config{
+		MaxTransfers: *maxTransfers,
+		RetryAfter:   *retryAfter,
+		CacheDir:     *cacheDir,
+		Warm:         *warm,
+		Logger:       e.logger(*quiet),
+	}
+	if cfg.Rate, err = units.ParseRate(*rate); err != nil {
+		return usageErrorf("--rate: %v", err)
+	}
+	switch {
+	case *maxTransfers < 1:
+		return usageErrorf("--max-transfers must be at least 1, got %d", *maxTransfers)
+	case *retryAfter < 0:
+		return usageErrorf("--retry-after must not be negative, got %v", *retryAfter)
+	}
+	var what string
+	switch {
+	case *upstream != "" && len(pos) > 0:
+		return usageErrorf("give a DIR or --upstream URL, not both")
+	case *upstream != "":
+		u, err := url.Parse(*upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErrorf("--upstream %q: want an http:// or https:// URL", *upstream)
+		}
+		cfg.Upstream, what = u, u.Redacted()
+	case len(pos) == 1:
+		fi, err := os.Stat(pos[0])
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		if !fi.IsDir() {
+			return usageErrorf("%s is not a directory", pos[0])
+		}
+		cfg.Dir, what = pos[0], pos[0]
+	default:
+		return usageErrorf("want one DIR or --upstream URL, got %d arguments", len(pos))
+	}
+	if *warm && cfg.Dir == "" {
+		return usageErrorf("--warm needs a DIR")
+	}
+
+	srv, err := origin.New(cfg)
+	if err != nil {
+		// Everything New checks comes from the command line: the
+		// directories and the upstream.
+		return withCode(exitUsage, err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)
+	if e.ready != nil {
+		e.ready(addr)
+	}
+	return srv.Serve(ctx, ln)
+}

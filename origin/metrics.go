@@ -1,0 +1,126 @@
+package origin
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// kind classifies requests for the metrics.
+type kind int
+
+const (
+	kindFile     kind = iota // a file, from Dir or proxied to Upstream
+	kindManifest             // under ManifestPrefix
+	kindMetrics              // /metrics
+	kindOther                // directory indexes, bad methods, bad paths
+	numKinds
+)
+
+var kindNames = [numKinds]string{"file", "manifest", "metrics", "other"}
+
+// Where a manifest request found its manifest without computing it.
+const (
+	hitMemory = iota
+	hitDisk
+	numHits
+)
+
+var hitNames = [numHits]string{"memory", "disk"}
+
+// Why the origin sent a request upstream.
+const (
+	upstreamProxy      = iota // a client's request, proxied
+	upstreamRevalidate        // HEAD to learn a resource's current validators
+	upstreamManifest          // GET to compute a manifest
+	numUpstream
+)
+
+var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
+
+// metrics are the origin's counters, each named by the question it answers.
+type metrics struct {
+	bytesSent         atomic.Int64
+	requests          [numKinds]atomic.Int64
+	rejectedOverload  atomic.Int64
+	manifestsComputed atomic.Int64
+	manifestHits      [numHits]atomic.Int64
+	manifestFailures  atomic.Int64 // computations that failed
+	upstreamRequests  [numUpstream]atomic.Int64
+
+	mu        sync.Mutex // guards responses
+	responses map[int]int64
+}
+
+func (m *metrics) countResponse(code int) {
+	m.mu.Lock()
+	if m.responses == nil {
+		m.responses = make(map[int]int64)
+	}
+	m.responses[code]++
+	m.mu.Unlock()
+}
+
+// write prints the metrics in the Prometheus text exposition format.
+func (m *metrics) write(w io.Writer, active, maxTransfers int, rate int64) error {
+	var b bytes.Buffer
+	family := func(name, typ, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	sample := func(name, labels string, v int64) {
+		if labels != "" {
+			labels = "{" + labels + "}"
+		}
+		fmt.Fprintf(&b, "%s%s %d\n", name, labels, v)
+	}
+
+	family("stampede_origin_bytes_sent_total", "counter", "Response body bytes sent.")
+	sample("stampede_origin_bytes_sent_total", "", m.bytesSent.Load())
+
+	family("stampede_origin_requests_total", "counter", "Requests answered, by what they asked for.")
+	for k := range numKinds {
+		sample("stampede_origin_requests_total", `kind="`+kindNames[k]+`"`, m.requests[k].Load())
+	}
+
+	family("stampede_origin_responses_total", "counter", "Responses by status code.")
+	m.mu.Lock()
+	codes := make([]int, 0, len(m.responses))
+	for c := range m.responses {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	for _, c := range codes {
+		sample("stampede_origin_responses_total", `code="`+strconv.Itoa(c)+`"`, m.responses[c])
+	}
+	m.mu.Unlock()
+
+	family("stampede_origin_rejected_total", "counter", "Requests turned away with 503 and Retry-After, by reason.")
+	sample("stampede_origin_rejected_total", `reason="overload"`, m.rejectedOverload.Load())
+
+	family("stampede_origin_transfers_active", "gauge", "File bodies being sent.")
+	sample("stampede_origin_transfers_active", "", int64(active))
+	family("stampede_origin_transfers_max", "gauge", "File bodies sent at most at once (--max-transfers).")
+	sample("stampede_origin_transfers_max", "", int64(maxTransfers))
+	family("stampede_origin_rate_limit_bytes", "gauge", "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.")
+	sample("stampede_origin_rate_limit_bytes", "", rate)
+
+	family("stampede_origin_manifests_computed_total", "counter", "Manifests computed by hashing a file.")
+	sample("stampede_origin_manifests_computed_total", "", m.manifestsComputed.Load())
+	family("stampede_origin_manifest_failures_total", "counter", "Manifest computations that failed.")
+	sample("stampede_origin_manifest_failures_total", "", m.manifestFailures.Load())
+	family("stampede_origin_manifest_cache_hits_total", "counter", "Manifests found already computed, by where.")
+	for i := range numHits {
+		sample("stampede_origin_manifest_cache_hits_total", `where="`+hitNames[i]+`"`, m.manifestHits[i].Load())
+	}
+
+	family("stampede_origin_upstream_requests_total", "counter", "Requests sent to the upstream, by purpose.")
+	for i := range numUpstream {
+		sample("stampede_origin_upstream_requests_total", `purpose="`+upstreamNames[i]+`"`, m.upstreamRequests[i].Load())
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}

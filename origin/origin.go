@@ -1,0 +1,446 @@
+// Package origin is stampede's origin server, "stampede serve": it serves the
+// files of a directory, or fronts an existing web server, with everything
+// stampede's downloader relies on, and it stays calm under a flash crowd by
+// refusing the work it cannot do well instead of doing all of it slowly.
+//
+// The HTTP contract it keeps (the downloader in package fetch is the other
+// side):
+//
+//   - GET and HEAD of a file at path P answer with a strong ETag,
+//     Last-Modified, Range and If-Range support, conditional requests as in
+//     RFC 9110, and a header pointing at the file's manifest:
+//     Link: </.well-known/stampede/manifest/P>; rel="stampede-manifest".
+//   - Full 200 responses carry Repr-Digest: sha-256=:...: (RFC 9530).
+//   - /.well-known/stampede/manifest/P is the file's manifest (package
+//     manifest), whose ETag and LastModified are the validators the file is
+//     served with at that moment. It is never stale.
+//   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
+//     503 Service Unavailable with Retry-After. HEAD, 304 and manifests always
+//     pass.
+//   - /metrics is in the Prometheus text format.
+//
+// A manifest is computed once per version of a file (its path and
+// validators), hashing the merkle tree and the whole-file SHA-256 at once,
+// with concurrent requests for the same version sharing one computation. It is
+// kept in memory and in CacheDir, so a restart does not hash again.
+//
+// Files: origin.go (Config, Server, routing), writer.go (the response writer
+// every request goes through: accounting, shaping, admission), overload.go
+// (the overload policy), dir.go (serving a directory), upstream.go (fronting a
+// web server), cache.go (the manifest cache), metrics.go.
+package origin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/ratelimit"
+)
+
+// ManifestPrefix is the path under which a file's manifest is found: the
+// manifest of /dir/file.iso is at /.well-known/stampede/manifest/dir/file.iso.
+const ManifestPrefix = "/.well-known/stampede/manifest"
+
+// ManifestContentType is the media type of a manifest response.
+const ManifestContentType = "application/vnd.stampede.manifest+json"
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxTransfers    = 64
+	DefaultMemoryManifests = 256
+	DefaultShutdownGrace   = 5 * time.Second
+)
+
+// Config configures a Server. Exactly one of Dir and Upstream is set.
+type Config struct {
+	// Dir is the directory whose files are served. Symbolic links are
+	// followed only while they stay inside Dir.
+	Dir string
+	// Upstream is the web server to front: a request for /P is proxied to
+	// Upstream's path joined with /P. Manifests are computed from the
+	// upstream's content and revalidated with its ETag and Last-Modified.
+	Upstream *url.URL
+
+	// Rate caps the bytes per second of all file bodies together. 0, the
+	// default, means unlimited, and then bodies from Dir go out through
+	// sendfile(2). Manifests and /metrics are not shaped: they are small and
+	// they are what turns a crowd into a swarm.
+	Rate int64
+	// MaxTransfers is the most file bodies sent at once; a GET past it is
+	// answered 503 with Retry-After. Default DefaultMaxTransfers.
+	MaxTransfers int
+	// RetryAfter is the Retry-After sent with a 503. 0, the default,
+	// estimates it from the load and spreads it so that the clients turned
+	// away together do not come back together.
+	RetryAfter time.Duration
+
+	// CacheDir keeps computed manifests across restarts. Default
+	// DefaultCacheDir(). It must not lie inside Dir: the server never writes
+	// into what it serves.
+	CacheDir string
+	// MemoryManifests is how many manifests are kept in memory in front of
+	// CacheDir. Default DefaultMemoryManifests.
+	MemoryManifests int
+	// Warm hashes every file under Dir in the background from New on, so
+	// that first requests do not wait for a hash. Default off.
+	Warm bool
+
+	// Transport makes the requests to Upstream. Default: a clone of
+	// http.DefaultTransport keeping more idle connections per host.
+	Transport http.RoundTripper
+	// ShutdownGrace is how long Serve lets transfers in flight finish once
+	// its context is done, before it closes their connections. Default
+	// DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+	// Logger receives the server's log. Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultCacheDir returns the default Config.CacheDir:
+// os.UserCacheDir()/stampede/manifests.
+func DefaultCacheDir() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("origin: no default manifest cache directory (set one): %w", err)
+	}
+	return filepath.Join(dir, "stampede", "manifests"), nil
+}
+
+// Server is an origin. Create it with New, serve with Serve or mount
+// Handler on a server of your own, and Close it when done.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	limiter *ratelimit.Limiter
+	gate    *gate
+	cache   *cache
+	metrics metrics
+	bg      *background
+	// hashSem bounds the manifests computed at once: each already hashes on
+	// every CPU, and the disk or the upstream is shared.
+	hashSem chan struct{}
+
+	// Dir mode.
+	root *os.Root
+	// dirKey prefixes cache keys with the absolute directory, so servers of
+	// different directories can share a CacheDir.
+	dirKey string
+
+	// Upstream mode.
+	upstream *url.URL
+	client   *http.Client
+	proxy    *httputil.ReverseProxy
+	probes   *group[validators]
+
+	// Test hooks, set before the server handles requests.
+	testHookHashed       func(name string) // after hashing a file of Dir, before checking it did not change
+	testHookTransferDone func()            // after a file body's transfer slot is released
+}
+
+// concurrentHashes is the number of manifests computed at once.
+const concurrentHashes = 2
+
+// New checks cfg, fills in its defaults and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if (cfg.Dir == "") == (cfg.Upstream == nil) {
+		return nil, errors.New("origin: set exactly one of Dir and Upstream")
+	}
+	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 {
+		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests and ShutdownGrace must not be negative")
+	}
+	if cfg.MaxTransfers == 0 {
+		cfg.MaxTransfers = DefaultMaxTransfers
+	}
+	if cfg.MemoryManifests == 0 {
+		cfg.MemoryManifests = DefaultMemoryManifests
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		limiter: ratelimit.New(cfg.Rate),
+		bg:      newBackground(),
+		hashSem: make(chan struct{}, concurrentHashes),
+	}
+	s.gate = newGate(cfg.MaxTransfers, cfg.Rate, cfg.RetryAfter, s.log)
+	if err := s.init(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.handler = s.routes()
+	if cfg.Warm && s.root != nil {
+		s.bg.spawn(func(ctx context.Context) { s.Warm(ctx) })
+	}
+	return s, nil
+}
+
+func (s *Server) init() error {
+	var servedDir string
+	if s.cfg.Dir != "" {
+		abs, err := filepath.Abs(s.cfg.Dir)
+		if err != nil {
+			return fmt.Errorf("origin: %w", err)
+		}
+		if s.root, err = os.OpenRoot(abs); err != nil {
+			return fmt.Errorf("origin: %w", err)
+		}
+		servedDir, s.dirKey = abs, "file:"+abs+"/"
+	} else if err := s.initUpstream(); err != nil {
+		return err
+	}
+	return s.initCache(servedDir)
+}
+
+func (s *Server) initCache(servedDir string) error {
+	dir := s.cfg.CacheDir
+	if dir == "" {
+		var err error
+		if dir, err = DefaultCacheDir(); err != nil {
+			return err
+		}
+	}
+	if servedDir != "" && inside(dir, servedDir) {
+		return fmt.Errorf("origin: manifest cache %s lies inside the served directory %s; choose another", dir, servedDir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("origin: manifest cache: %w", err)
+	}
+	s.cache = newCache(dir, s.cfg.MemoryManifests, s.bg, &s.metrics, s.log)
+	return nil
+}
+
+// inside reports whether dir is sub or lies below it, following symbolic
+// links as far as the paths exist.
+func inside(dir, sub string) bool {
+	rel, err := filepath.Rel(resolve(sub), resolve(dir))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolve makes p absolute and resolves the symbolic links of its longest
+// existing prefix.
+func resolve(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	rest := ""
+	for {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(real, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return filepath.Join(p, rest)
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+}
+
+// Handler returns the server's handler, with its own ServeMux.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.route(kindMetrics, s.serveMetrics))
+	mux.Handle("GET "+ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
+	if s.root != nil {
+		mux.Handle("GET /", s.route(kindFile, s.serveDir))
+		mux.Handle("/", s.route(kindOther, func(w *respWriter, r *http.Request) {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed: this origin serves files with GET and HEAD", http.StatusMethodNotAllowed)
+		}))
+	} else {
+		mux.Handle("/", s.route(kindFile, s.serveProxy))
+	}
+	return mux
+}
+
+// route adapts serve to http.Handler, passing it the response writer that
+// accounts for the request.
+func (s *Server) route(k kind, serve func(*respWriter, *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &respWriter{ResponseWriter: w, s: s, req: r, kind: k, start: time.Now()}
+		if k == kindFile && s.limiter != nil {
+			rw.shaped = s.limiter.Writer(r.Context(), w)
+		}
+		defer rw.finish()
+		serve(rw, r)
+	})
+}
+
+func (s *Server) serveManifest(w *respWriter, r *http.Request) {
+	var (
+		e   *entry
+		err error
+	)
+	if s.root != nil {
+		e, err = s.dirManifest(r.Context(), strings.TrimPrefix(r.URL.Path, ManifestPrefix))
+	} else {
+		e, err = s.upstreamManifest(r.Context(), r)
+	}
+	if err != nil {
+		s.manifestError(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", ManifestContentType)
+	h.Set("Stampede-Root", e.m.Root.String())
+	// The file may change at any time: clients and caches must revalidate.
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Content-Length", strconv.Itoa(len(e.body)))
+	if r.Method != http.MethodHead {
+		w.Write(e.body)
+	}
+}
+
+// statusError is an error that answers a request with an HTTP status.
+type statusError struct {
+	code int
+	err  error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+func statusErrorf(code int, format string, args ...any) error {
+	return &statusError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		s.log.Debug("manifest request abandoned by the client", "path", r.URL.Path, "err", err)
+		return
+	}
+	code := http.StatusInternalServerError
+	if se, ok := errors.AsType[*statusError](err); ok {
+		code = se.code
+	}
+	level := slog.LevelWarn
+	if code == http.StatusNotFound {
+		level = slog.LevelDebug
+	}
+	s.log.Log(r.Context(), level, "no manifest", "path", r.URL.Path, "status", code, "err", err)
+	http.Error(w, fmt.Sprintf("stampede: no manifest for %s: %v", strings.TrimPrefix(r.URL.Path, ManifestPrefix), err), code)
+}
+
+func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	s.metrics.write(w, s.gate.activeCount(), s.cfg.MaxTransfers, s.cfg.Rate)
+}
+
+// Serve answers requests on ln until ctx is done, then stops accepting,
+// lets the requests in flight finish for up to ShutdownGrace, closes what
+// remains and returns nil. It returns early with an error if ln fails.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler: s.handler,
+		// Slow headers are an attack, slow bodies are a download: only the
+		// former has a deadline.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("origin: serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		s.log.Warn("transfers still running after the shutdown grace; closing their connections",
+			"transfers_active", s.gate.activeCount(), "err", err)
+		hs.Close()
+	}
+	<-errc // http.ErrServerClosed
+	return nil
+}
+
+// Close stops background work (warming, manifest computations) and waits
+// for it. Call it once Serve has returned or the Handler is no longer used.
+func (s *Server) Close() error {
+	s.bg.close()
+	s.closeRoot()
+	return nil
+}
+
+func (s *Server) closeRoot() {
+	if s.root != nil {
+		s.root.Close()
+	}
+}
+
+// background runs the goroutines that outlive a request, such as a
+// manifest computation a client has stopped waiting for, under one context
+// that Close cancels.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // guards closed and wg.Go against wg.Wait
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newBackground() *background {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &background{ctx: ctx, cancel: cancel}
+}
+
+var errClosed = errors.New("origin: server closed")
+
+// spawn runs f on a new goroutine unless the server is closed.
+func (b *background) spawn(f func(ctx context.Context)) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
+	b.wg.Go(func() { f(b.ctx) })
+	return nil
+}
+
+func (b *background) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+}
+
+// acquireHash waits for a turn to compute a manifest.
+func (s *Server) acquireHash(ctx context.Context) (release func(), err error) {
+	select {
+	case s.hashSem <- struct{}{}:
+		return func() { <-s.hashSem }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// hashWorkers is the goroutines manifest.FromReaderAt uses: the whole-file
+// SHA-256 runs beside them on one more.
+func hashWorkers() int { return max(1, runtime.GOMAXPROCS(0)-1) }

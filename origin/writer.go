@@ -1,0 +1,196 @@
+package origin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// errOverloaded ends the body of a response that was turned into a 503.
+var errOverloaded = errors.New("origin: at the transfer limit")
+
+// respWriter is the http.ResponseWriter every request is served through. It
+// records the status and the body bytes for the metrics, asks the overload
+// gate before a file body goes out, and shapes file bodies to Config.Rate.
+//
+// Otherwise it stays out of the way: without a rate it passes io.ReaderFrom
+// straight through, so that http.ServeContent's copy from an *os.File still
+// becomes sendfile(2), and Unwrap lets http.ResponseController reach the
+// connection.
+type respWriter struct {
+	http.ResponseWriter
+	s     *Server
+	req   *http.Request
+	kind  kind
+	start time.Time
+	// shaped is where file bodies go when Config.Rate is set; nil otherwise.
+	shaped io.Writer
+	// onFull, if set, runs just before a 200 header goes out, to add the
+	// headers only full responses carry (Repr-Digest).
+	onFull func(http.Header)
+
+	status   int // 0 until the header is written
+	bytes    int64
+	decided  bool          // the gate has been asked (or did not need to be)
+	rejected bool          // the response became a 503
+	retry    time.Duration // Retry-After of the 503
+	t        *transfer     // the admitted transfer, nil if none
+}
+
+func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// WriteHeader asks the gate before a file body goes out, and writes a 503
+// instead if the gate says no; the body that follows is then refused.
+func (w *respWriter) WriteHeader(code int) {
+	if w.status != 0 || code < 200 {
+		// Informational headers, and superfluous calls net/http logs.
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if !w.admit(code, contentLength(w.Header())) {
+		w.reject()
+		return
+	}
+	if code == http.StatusOK && w.onFull != nil {
+		w.onFull(w.Header())
+	}
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *respWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.rejected {
+		return 0, errOverloaded
+	}
+	var (
+		n   int
+		err error
+	)
+	if w.shaped != nil {
+		n, err = w.shaped.Write(p)
+	} else {
+		n, err = w.ResponseWriter.Write(p)
+	}
+	w.count(int64(n))
+	return n, err
+}
+
+// ReadFrom keeps net/http's sendfile path when the body is not shaped.
+func (w *respWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.rejected {
+		return 0, errOverloaded
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok && w.shaped == nil {
+		n, err := rf.ReadFrom(src)
+		w.count(n)
+		return n, err
+	}
+	return io.Copy(writerOnly{w}, src)
+}
+
+// writerOnly hides ReadFrom so io.Copy does not call it again.
+type writerOnly struct{ io.Writer }
+
+func (w *respWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *respWriter) Flush() { w.FlushError() }
+
+func (w *respWriter) count(n int64) {
+	w.bytes += n
+	w.s.metrics.bytesSent.Add(n)
+	if w.t != nil {
+		w.t.sent.Add(n)
+	}
+}
+
+// admit decides, once per response, whether a response with status code
+// and a body of size bytes (-1 unknown) may go out. Only file bodies sent
+// to a GET count as transfers.
+func (w *respWriter) admit(code int, size int64) bool {
+	if w.decided {
+		return !w.rejected
+	}
+	w.decided = true
+	if w.kind != kindFile || w.req.Method != http.MethodGet || (code != http.StatusOK && code != http.StatusPartialContent) {
+		return true
+	}
+	t := &transfer{size: size}
+	d := w.s.gate.enter(t, rand.Float64())
+	switch d.action {
+	case actionAdmit:
+		w.t = t
+		return true
+	default:
+		w.rejected, w.retry = true, d.retryAfter
+		return false
+	}
+}
+
+// reject answers 503 with Retry-After, dropping the headers already set for
+// the file: validators describe a representation, and this is not one.
+func (w *respWriter) reject() {
+	secs := int64((w.retry + time.Second - 1) / time.Second)
+	body := fmt.Sprintf("stampede: this origin is sending as many files as it may (%d); retry in %d s\n",
+		w.s.cfg.MaxTransfers, secs)
+	h := w.Header()
+	clear(h)
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.status = http.StatusServiceUnavailable
+	w.ResponseWriter.WriteHeader(w.status)
+	n, _ := io.WriteString(w.ResponseWriter, body)
+	w.count(int64(n))
+	w.s.metrics.rejectedOverload.Add(1)
+	w.s.log.Debug("answered 503", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
+}
+
+// finish runs when the handler returns: it frees the transfer slot and
+// accounts for the request.
+func (w *respWriter) finish() {
+	if w.t != nil {
+		w.s.gate.leave(w.t)
+		if hook := w.s.testHookTransferDone; hook != nil {
+			hook()
+		}
+	}
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.s.metrics.requests[w.kind].Add(1)
+	w.s.metrics.countResponse(status)
+	if w.s.log.Enabled(context.Background(), slog.LevelDebug) {
+		w.s.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
+			slog.String("method", w.req.Method), slog.String("path", w.req.URL.Path),
+			slog.String("remote", w.req.RemoteAddr), slog.Int("status", status),
+			slog.Int64("bytes", w.bytes), slog.Duration("took", time.Since(w.start)))
+	}
+}
+
+// contentLength returns the Content-Length in h, or -1.
+func contentLength(h http.Header) int64 {
+	n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
