@@ -342,3 +342,54 @@ func TestDiskFull(t *testing.T) {
 		t.Errorf("%s exists after a failed download", out)
 	}
 }
+
+func TestFileChangedDuringGet(t *testing.T) {
+	www := t.TempDir()
+	data := randomBytes(8<<20, 6)
+	writeFile(t, www, "f", data)
+	base := startServe(t, www, "--rate", "8MB")
+	out := filepath.Join(t.TempDir(), "f")
+	done := make(chan int, 1)
+	var stderr string
+	go func() {
+		var code int
+		code, _, stderr = runCmd(t, "get", "-q", "--parallel", "2", base+"/f", "-o", out)
+		done <- code
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, base, "stampede_origin_bytes_sent_total") < 1<<20 {
+		if time.Now().After(deadline) {
+			t.Fatal("the download did not start")
+		}
+		time.Sleep(10 * time.Millisecond) // polling another component's counter
+	}
+	// The operator replaces the file mid-download.
+	data[0] ^= 1
+	writeFile(t, www, "f", data)
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(www, "f"), future, future)
+	if code := <-done; code != exitChanged {
+		t.Fatalf("exit %d (%s), want %d", code, stderr, exitChanged)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s exists after the file changed mid-download", out)
+	}
+}
+
+func TestLimitRate(t *testing.T) {
+	www := t.TempDir()
+	data := randomBytes(1<<20, 7)
+	writeFile(t, www, "f", data)
+	base := startServe(t, www)
+	out := filepath.Join(t.TempDir(), "f")
+	start := time.Now()
+	code, _, stderr := runCmd(t, "get", "-q", "--limit-rate", "2MiB", base+"/f", "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	sameFile(t, out, data)
+	// 1 MiB at 2 MiB/s with a burst of a tenth of a second: at least 0.4 s.
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("1 MiB at --limit-rate 2MiB took %v, want at least 0.4s", d)
+	}
+}
