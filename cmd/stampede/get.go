@@ -33,6 +33,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		quiet    bool
 		verbose  bool
 		asJSON   bool
+		progJSON bool
 		rateStr  string
 		sum      string
 		parallel int
@@ -48,6 +49,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&quiet, "quiet", false, "same as -q")
 	fs.BoolVar(&verbose, "v", false, "log every retry and decision")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -)")
+	fs.BoolVar(&progJSON, "progress-json", false, "report progress as one JSON object per line on stderr, every 0.5s (for harnesses)")
 	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
 	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
 	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
@@ -96,7 +98,10 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	}
 
 	stopProgress := func() {}
-	if !quiet {
+	switch {
+	case progJSON:
+		stopProgress = startJSONProgress(e, d)
+	case !quiet:
 		stopProgress = startProgress(e, d, displayName(output))
 	}
 	res, err := d.Run(ctx)

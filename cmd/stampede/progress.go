@@ -48,6 +48,34 @@ func startProgress(e *env, d *fetch.Download, name string) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// startJSONProgress writes one JSON object per line to e.stderr every half
+// second, and a last one when stopped: {"t": seconds since start, "phase",
+// "size", "done"}. Test harnesses read it to plot progress over time.
+func startJSONProgress(e *env, d *fetch.Download) (stop func()) {
+	start := time.Now()
+	emit := func() {
+		p := d.Progress()
+		fmt.Fprintf(e.stderr, `{"t":%.3f,"phase":%q,"size":%d,"done":%d}`+"\n",
+			time.Since(start).Seconds(), p.Phase, p.Size, p.Done)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				emit()
+				return
+			case <-t.C:
+				emit()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
 // rateMeter smooths the transfer rate over a few seconds.
 type rateMeter struct {
 	last     time.Time

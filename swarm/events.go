@@ -1,0 +1,225 @@
+package swarm
+
+import (
+	"time"
+
+	"github.com/stampede-dev/stampede/pieceset"
+)
+
+// PeerID is the scheduler's handle for one connection. The runtime assigns
+// them (never reused within a session); the scheduler never sees sockets.
+type PeerID uint64
+
+// Event is something that happened, fed to Scheduler.Step.
+type Event interface{ isEvent() }
+
+// Action is something the runtime must do, returned by Scheduler.Step.
+type Action interface{ isAction() }
+
+// --- Events ---------------------------------------------------------------
+
+// Tick is sent periodically (about every 100-250 ms) so time-driven
+// decisions happen: deadlines, choking rounds, origin slices, refills.
+type Tick struct{}
+
+// PeerUp: a connection finished its handshake. Addr is the address the peer
+// can be reached at (for recommendations), "" if unknown.
+type PeerUp struct {
+	Peer     PeerID
+	Addr     string
+	Outbound bool
+}
+
+// PeerDown: the connection is gone (closed, error, goodbye). Requests to it
+// are void.
+type PeerDown struct {
+	Peer   PeerID
+	Reason string
+}
+
+// HaveSet: the peer's whole have-set (sent once after the handshake).
+type HaveSet struct {
+	Peer PeerID
+	Set  *pieceset.Set
+}
+
+// Have: the peer announced one more piece.
+type Have struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Started: the peer announced START: it is fetching Piece (from the origin or
+// a peer), so others should pick something else.
+type Started struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Choked / Unchoked: the peer stopped / started accepting our requests.
+type Choked struct{ Peer PeerID }
+type Unchoked struct{ Peer PeerID }
+
+// Received: a requested piece arrived from a peer and was verified and stored.
+type Received struct {
+	Peer  PeerID
+	Piece int
+	Bytes int64
+}
+
+// Corrupt: a piece from Peer failed verification. The peer must be dropped
+// and banned.
+type Corrupt struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Rejected: the peer refused a request (choked, does not have it, busy), or
+// the request was lost. The piece is free to be asked elsewhere.
+type Rejected struct {
+	Peer  PeerID
+	Piece int
+}
+
+// OriginResult: a FetchOrigin finished. OK means the piece is verified and
+// stored. Busy is the origin's Retry-After when it answered 503 (0 otherwise).
+type OriginResult struct {
+	Piece int
+	OK    bool
+	Busy  time.Duration
+}
+
+// PeerRequest: the peer asked us for Piece (upload side).
+type PeerRequest struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Uploaded: we finished sending Bytes of Piece to Peer.
+type Uploaded struct {
+	Peer  PeerID
+	Piece int
+	Bytes int64
+}
+
+// Recommended: a peer recommended addresses, most recent first.
+type Recommended struct {
+	Peer  PeerID
+	Addrs []string
+}
+
+// TrackerPeers: the tracker answered. SwarmSize is its estimate of n.
+type TrackerPeers struct {
+	Addrs     []string
+	SwarmSize int
+}
+
+// DialFailed: a Connect could not be established.
+type DialFailed struct{ Addr string }
+
+func (Tick) isEvent()         {}
+func (PeerUp) isEvent()       {}
+func (PeerDown) isEvent()     {}
+func (HaveSet) isEvent()      {}
+func (Have) isEvent()         {}
+func (Started) isEvent()      {}
+func (Choked) isEvent()       {}
+func (Unchoked) isEvent()     {}
+func (Received) isEvent()     {}
+func (Corrupt) isEvent()      {}
+func (Rejected) isEvent()     {}
+func (OriginResult) isEvent() {}
+func (PeerRequest) isEvent()  {}
+func (Uploaded) isEvent()     {}
+func (Recommended) isEvent()  {}
+func (TrackerPeers) isEvent() {}
+func (DialFailed) isEvent()   {}
+
+// --- Actions --------------------------------------------------------------
+
+// Request: ask Peer for Piece.
+type Request struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Cancel: withdraw an outstanding request (endgame duplicates, timeouts).
+type Cancel struct {
+	Peer  PeerID
+	Piece int
+}
+
+// FetchOrigin: fetch Piece from the origin over HTTP. Reason is one of the
+// OriginReason constants, counted in metrics and --json.
+type FetchOrigin struct {
+	Piece  int
+	Reason string
+}
+
+// Origin request reasons.
+const (
+	ReasonNoPeerHasIt = "no-peer-has-it" // nobody we know has it or is fetching it
+	ReasonNoPeers     = "no-peers"       // we know no peers at all
+	ReasonStalled     = "stalled"        // peers have it but it has not come for too long
+)
+
+// Announce: tell every connected peer (HAVE), after a piece was stored.
+type Announce struct{ Piece int }
+
+// AnnounceStart: tell every connected peer we are fetching Piece (START).
+type AnnounceStart struct{ Piece int }
+
+// Choke / Unchoke: stop / start serving Peer's requests.
+type Choke struct{ Peer PeerID }
+type Unchoke struct{ Peer PeerID }
+
+// Serve: send Piece to Peer (read it from the store, which verifies it).
+type Serve struct {
+	Peer  PeerID
+	Piece int
+}
+
+// Reject: refuse Peer's request for Piece.
+type Reject struct {
+	Peer   PeerID
+	Piece  int
+	Reason string
+}
+
+// Connect: dial Addr.
+type Connect struct{ Addr string }
+
+// Disconnect: close the connection; Ban keeps the address out of this swarm.
+type Disconnect struct {
+	Peer   PeerID
+	Reason string
+	Ban    bool
+}
+
+// AskTracker: announce to the tracker and ask for peers (partition repair,
+// refill, or the periodic announce).
+type AskTracker struct{ Why string }
+
+// Recommend: send Peer a list of addresses recently traded with.
+type Recommend struct {
+	Peer  PeerID
+	Addrs []string
+}
+
+// Complete: every piece is stored. Sent once.
+type Complete struct{}
+
+func (Request) isAction()       {}
+func (Cancel) isAction()        {}
+func (FetchOrigin) isAction()   {}
+func (Announce) isAction()      {}
+func (AnnounceStart) isAction() {}
+func (Choke) isAction()         {}
+func (Unchoke) isAction()       {}
+func (Serve) isAction()         {}
+func (Reject) isAction()        {}
+func (Connect) isAction()       {}
+func (Disconnect) isAction()    {}
+func (AskTracker) isAction()    {}
+func (Recommend) isAction()     {}
+func (Complete) isAction()      {}
