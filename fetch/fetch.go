@@ -91,7 +91,10 @@ type Config struct {
 	// MaxRetryAfter caps how long a 503's Retry-After is honoured in total
 	// before giving up (default 5m).
 	MaxRetryAfter time.Duration
-	Client        *http.Client
+	// IdleTimeout ends a streamed body that delivers nothing for this long
+	// (default 60s); the stream is then resumed or retried.
+	IdleTimeout time.Duration
+	Client      *http.Client
 	Logger        *slog.Logger
 }
 
@@ -113,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = 5 * time.Minute
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 60 * time.Second
 	}
 	if c.Client == nil {
 		c.Client = NewClient(c.MaxParallel)
@@ -170,6 +176,8 @@ type Download struct {
 	size     atomic.Int64
 	done     atomic.Int64
 	received atomic.Int64
+
+	sk sink // opened once per download (see openSink)
 
 	// streamSum is the SHA-256 of the bytes written to stdout, kept when
 	// --sha256 must be checked without a file to read back.
@@ -256,6 +264,11 @@ type info struct {
 // Run performs the download.
 func (d *Download) Run(ctx context.Context) (*Result, error) {
 	start := time.Now()
+	defer func() {
+		if d.sk != nil {
+			d.sk.close()
+		}
+	}()
 	u, _ := ParseURL(d.cfg.URL)
 	in, err := d.probe(ctx, u)
 	if err != nil {
@@ -264,11 +277,21 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
 	var m *manifest.Manifest
 	if in.manifestURL != nil {
-		if m, err = d.fetchManifest(ctx, in); err != nil {
+		m, err = d.fetchManifest(ctx, in)
+		var se *StatusError
+		switch {
+		case errors.As(err, &se):
+			// Advertised but not available (a front that cannot build it):
+			// the file itself may still be fine. A manifest that arrives
+			// but fails validation is another matter, and stops us.
+			d.cfg.Logger.Warn("the server links a manifest it does not serve; downloading without it", "err", err)
+			m = nil
+		case err != nil:
 			return nil, err
+		default:
+			res.Root, res.Pieces = m.Root.String(), m.NumPieces()
+			d.size.Store(m.Size)
 		}
-		res.Root, res.Pieces = m.Root.String(), m.NumPieces()
-		d.size.Store(m.Size)
 	}
 	if m != nil && in.acceptRanges {
 		err = d.runPieces(ctx, m, in, res)
@@ -299,7 +322,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 // unknown and the download proceeds as one stream.
 func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 	in := &info{url: u, size: -1}
-	resp, err := d.do(ctx, http.MethodHead, u, nil, "probe")
+	resp, err := d.doPatiently(ctx, http.MethodHead, u, nil, "probe", new(time.Duration))
 	if err != nil {
 		return nil, err
 	}
@@ -333,8 +356,9 @@ func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 // the file the server serves now. A mismatch is retried once, since the file
 // may have changed between the two requests.
 func (d *Download) fetchManifest(ctx context.Context, in *info) (*manifest.Manifest, error) {
+	var busyWaited time.Duration
 	for attempt := 0; ; attempt++ {
-		resp, err := d.do(ctx, http.MethodGet, in.manifestURL, nil, "manifest")
+		resp, err := d.doPatiently(ctx, http.MethodGet, in.manifestURL, nil, "manifest", &busyWaited)
 		if err != nil {
 			return nil, err
 		}
@@ -386,6 +410,27 @@ func (d *Download) do(ctx context.Context, method string, u *url.URL, hdr http.H
 	req.Header.Set("User-Agent", "stampede")
 	d.count(reason)
 	return d.cfg.Client.Do(req)
+}
+
+// doPatiently is do, waiting out 503 answers for their Retry-After until
+// *busyWaited exceeds MaxRetryAfter.
+func (d *Download) doPatiently(ctx context.Context, method string, u *url.URL, hdr http.Header, reason string, busyWaited *time.Duration) (*http.Response, error) {
+	for {
+		resp, err := d.do(ctx, method, u, hdr, reason)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			return resp, err
+		}
+		resp.Body.Close()
+		wait := retryAfter(resp.Header, time.Now())
+		if *busyWaited += wait; *busyWaited > d.cfg.MaxRetryAfter {
+			return nil, &StatusError{URL: u.String(), Code: resp.StatusCode,
+				Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
+		}
+		d.cfg.Logger.Info("server busy, waiting", "url", u, "retry_after", wait)
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // retryAfter parses a 503's Retry-After (seconds or an HTTP date), defaulting

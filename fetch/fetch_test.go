@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -300,8 +301,14 @@ func TestRetryAfter503(t *testing.T) {
 }
 
 func TestRetryAfter503GivesUp(t *testing.T) {
-	s := newTestServer(t, randomData(100<<10, 12))
-	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+	s := newTestServer(t, randomData(2<<20, 12))
+	// Serve normally until the window has grown, then only 503s: the many
+	// parallel 503s share one pause, so patience is spent by the clock, not
+	// by the number of answers.
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n < 40 {
+			return false
+		}
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 		return true
@@ -311,8 +318,8 @@ func TestRetryAfter503GivesUp(t *testing.T) {
 	if se, ok := errors.AsType[*StatusError](err); !ok || se.Code != http.StatusServiceUnavailable {
 		t.Fatalf("err = %v, want a 503 StatusError", err)
 	}
-	if d := time.Since(start); d < time.Second {
-		t.Errorf("gave up after %v without honouring Retry-After", d)
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("gave up after %v without waiting out a Retry-After", d)
 	}
 }
 
@@ -463,4 +470,102 @@ func TestRemoteName(t *testing.T) {
 			t.Errorf("RemoteName(%s) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+func TestStdoutFallbackDoesNotRepeat(t *testing.T) {
+	data := randomData(300<<10, 17)
+	s := newTestServer(t, data)
+	// Ranges honoured for a while, then the whole file: the stream must
+	// continue where the pieces left off on stdout.
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n < 6 {
+			return false
+		}
+		r.Header.Del("Range")
+		http.ServeContent(w, r, "file", time.Unix(1e9, 0), bytes.NewReader(data))
+		return true
+	})
+	var buf bytes.Buffer
+	_, err, _ := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MaxParallel = 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), data) {
+		t.Fatalf("stdout has %d bytes, want exactly the %d of the file", buf.Len(), len(data))
+	}
+}
+
+func TestSHA256MismatchNotPublished(t *testing.T) {
+	s := newTestServer(t, randomData(100<<10, 18))
+	_, err, out := get(t, s, func(c *Config) { c.SHA256 = strings.Repeat("0", 64) })
+	if !errors.Is(err, ErrVerify) {
+		t.Fatalf("err = %v, want ErrVerify", err)
+	}
+	mustNotExist(t, out)
+}
+
+func TestPlainResumeWithoutRecordStartsOver(t *testing.T) {
+	data := randomData(200<<10, 19)
+	s := newTestServer(t, data)
+	s.noManifest = true
+	out := filepath.Join(t.TempDir(), "out")
+	// A part file left by a manifest download: full size, mostly holes.
+	if err := os.WriteFile(out+store.PartSuffix, make([]byte, len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err, _ := get(t, s, func(c *Config) { c.Output = out; c.Continue = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+}
+
+func TestManifestLinkedButMissing(t *testing.T) {
+	data := randomData(100<<10, 20)
+	s := newTestServer(t, data)
+	s.reprDigest = true
+	s.mu.Lock()
+	s.m = nil
+	s.mu.Unlock()
+	s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/.well-known/") {
+			http.NotFound(w, r)
+			return
+		}
+		s.serve(w, r)
+	})
+	res, err, out := get(t, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.Verified != "repr-digest" {
+		t.Errorf("verified = %q, want repr-digest after falling back to one stream", res.Verified)
+	}
+}
+
+func TestStalledStreamResumes(t *testing.T) {
+	data := randomData(200<<10, 21)
+	s := newTestServer(t, data)
+	s.noManifest, s.reprDigest = true, true
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n > 0 {
+			return false
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:50000])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // stall until the client gives up
+		return true
+	})
+	res, err, out := get(t, s, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if _, ranges := s.stats(); len(ranges) != 2 || ranges[1] != "bytes=50000-" {
+		t.Errorf("ranges %q: want a resume from byte 50000", ranges)
+	}
+	_ = res
 }

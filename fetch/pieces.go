@@ -56,11 +56,10 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 	for range nbuf {
 		free <- nil // allocated on first use
 	}
-	sk, err := d.openSink(m, d.cfg.Continue, free)
+	sk, err := d.openSink(m, d.cfg.Continue)
 	if err != nil {
 		return err
 	}
-	defer sk.close()
 	todo := sk.missing()
 	res.PiecesResumed = m.NumPieces() - len(todo)
 	d.done.Store(m.Size - bytesOf(m, todo))
@@ -122,7 +121,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 		inflight[i] = ps
 		active++
 		wg.Go(func() {
-			err := d.fetchPiece(actx, m, in, sk, a, reason)
+			err := d.fetchPiece(actx, m, in, sk, a, free, reason)
 			outcomes <- outcome{a: a, err: err}
 		})
 		return true
@@ -220,7 +219,11 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 				return err
 			default:
 				if be, ok := errors.AsType[*busyError](err); ok {
-					busyWaited += be.wait
+					// Parallel 503s share one pause: count only the wall
+					// clock the pause grows by.
+					if until := now.Add(be.wait); until.After(pauseUntil) {
+						busyWaited += until.Sub(maxTime(pauseUntil, now))
+					}
 					if busyWaited > d.cfg.MaxRetryAfter {
 						return &StatusError{URL: in.url.String(), Code: http.StatusServiceUnavailable,
 							Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
@@ -250,17 +253,25 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 			}
 		}
 	}
+	// Every attempt must be over before the file is published.
+	cancelAll()
+	wg.Wait()
+	return d.finish(sk, res)
+}
+
+// finish checks --sha256 and publishes the file.
+func (d *Download) finish(sk sink, res *Result) error {
 	d.phase.Store("finishing")
-	if err := sk.finish(); err != nil {
+	res.Verified = "merkle"
+	if err := d.checkWholeSHA256(res); err != nil {
 		return err
 	}
-	res.Verified = "merkle"
-	return d.checkWholeSHA256(res)
+	return sk.finish()
 }
 
 // fetchPiece requests piece i, checks the response, reads it into buf and
 // hands it to the sink, which verifies it before writing.
-func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *info, sk sink, a *attempt, reason string) error {
+func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *info, sk sink, a *attempt, free chan<- []byte, reason string) error {
 	i := a.piece
 	off, n := m.PieceOffset(i), m.PieceLen(i)
 	hdr := http.Header{"Range": {fmt.Sprintf("bytes=%d-%d", off, off+n-1)}}
@@ -308,10 +319,10 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: piece %d: body ended after %d of %d bytes: %v", ErrProtocol, i, k, n, err)
+		return fmt.Errorf("%w: piece %d: body ended after %d of %d bytes: %w", ErrProtocol, i, k, n, err)
 	}
 	a.handedOff = true
-	return sk.put(i, data)
+	return sk.put(i, data, free)
 }
 
 // validators are what the download must keep seeing: the manifest's, or the

@@ -17,23 +17,28 @@ import (
 
 // sink is where verified pieces go: a part file (any order) or a stream that
 // must be written in order (stdout). put takes ownership of data's buffer
-// and returns it, whole, to the free list when done with it.
+// and returns it, whole, to free when done with it. A download opens its sink
+// once, so a fallback from pieces to one stream continues where it was.
 type sink interface {
 	missing() []int
 	ordered() bool
-	put(i int, data []byte) error
+	put(i int, data []byte, free chan<- []byte) error
 	finish() error
 	close() error
 }
 
-func (d *Download) openSink(m *manifest.Manifest, resume bool, free chan []byte) (sink, error) {
+func (d *Download) openSink(m *manifest.Manifest, resume bool) (sink, error) {
+	if d.sk != nil {
+		return d.sk, nil
+	}
 	if d.cfg.Output == "-" {
-		s := &orderedSink{m: m, w: d.cfg.Stdout, free: free, held: map[int][]byte{}}
+		s := &orderedSink{m: m, w: d.cfg.Stdout, held: map[int]heldPiece{}}
 		if d.cfg.SHA256 != "" {
 			s.sum = sha256.New()
 			s.w = io.MultiWriter(s.w, s.sum)
 		}
 		d.streamSum = s.sum
+		d.sk = s
 		return s, nil
 	}
 	if resume {
@@ -45,21 +50,20 @@ func (d *Download) openSink(m *manifest.Manifest, resume bool, free chan []byte)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrLocal, err)
 	}
-	return &fileSink{st: st, free: free}, nil
+	d.sk = &fileSink{st: st}
+	return d.sk, nil
 }
 
 // fileSink writes verified pieces into the part file.
 type fileSink struct {
-	st        *store.File
-	free      chan []byte
-	committed bool
+	st *store.File
 }
 
 func (s *fileSink) missing() []int { return s.st.Missing() }
 func (s *fileSink) ordered() bool  { return false }
 
-func (s *fileSink) put(i int, data []byte) error {
-	defer func() { s.free <- data[:cap(data)] }()
+func (s *fileSink) put(i int, data []byte, free chan<- []byte) error {
+	defer func() { free <- data[:cap(data)] }()
 	if err := s.st.WritePiece(i, data); err != nil {
 		if isCorrupt(err) {
 			return err
@@ -73,30 +77,29 @@ func (s *fileSink) finish() error {
 	if err := s.st.Commit(); err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
 	}
-	s.committed = true
 	return nil
 }
 
-func (s *fileSink) close() error {
-	if s.committed {
-		return nil
-	}
-	return s.st.Close()
-}
+func (s *fileSink) close() error { return s.st.Close() }
 
 // orderedSink verifies pieces and writes them to w in order, holding the ones
 // that arrive early. The scheduler bounds how many it holds: they occupy
 // buffers from the free list.
 type orderedSink struct {
-	m    *manifest.Manifest
-	w    io.Writer
-	free chan []byte
-	sum  hash.Hash // of what was written, when --sha256 asks
+	m   *manifest.Manifest
+	w   io.Writer
+	sum hash.Hash // of what was written, when --sha256 asks
 
 	mu   sync.Mutex // guards the following
 	next int
-	held map[int][]byte
+	held map[int]heldPiece
 	werr error
+}
+
+// heldPiece is a verified piece waiting for the ones before it.
+type heldPiece struct {
+	data []byte
+	free chan<- []byte
 }
 
 func (s *orderedSink) missing() []int {
@@ -109,28 +112,28 @@ func (s *orderedSink) missing() []int {
 
 func (s *orderedSink) ordered() bool { return true }
 
-func (s *orderedSink) put(i int, data []byte) error {
+func (s *orderedSink) put(i int, data []byte, free chan<- []byte) error {
 	if err := s.m.VerifyPiece(i, data); err != nil {
-		s.free <- data[:cap(data)]
+		free <- data[:cap(data)]
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i < s.next || s.held[i] != nil {
-		s.free <- data[:cap(data)]
+	if _, dup := s.held[i]; dup || i < s.next {
+		free <- data[:cap(data)]
 		return s.werr
 	}
-	s.held[i] = data
+	s.held[i] = heldPiece{data, free}
 	for s.werr == nil {
-		p, ok := s.held[s.next]
+		h, ok := s.held[s.next]
 		if !ok {
 			break
 		}
 		delete(s.held, s.next)
-		if _, err := s.w.Write(p); err != nil {
+		if _, err := s.w.Write(h.data); err != nil {
 			s.werr = fmt.Errorf("%w: write output: %v", ErrLocal, err)
 		}
-		s.free <- p[:cap(p)]
+		h.free <- h.data[:cap(h.data)]
 		s.next++
 	}
 	return s.werr
@@ -141,14 +144,17 @@ func (s *orderedSink) close() error  { return nil }
 
 func isCorrupt(err error) bool { return errors.Is(err, manifest.ErrCorruptPiece) }
 
-// checkWholeSHA256 checks --sha256 against the finished file, when given.
+// checkWholeSHA256 checks --sha256, when given, against the complete file
+// before it is published: the stream's running sum for stdout, FILE.part
+// otherwise. On a mismatch FILE.part stays (every piece matched the server's
+// manifest) and nothing appears at the final path.
 func (d *Download) checkWholeSHA256(res *Result) error {
 	if d.cfg.SHA256 == "" {
 		return nil
 	}
 	h := d.streamSum
 	if h == nil {
-		f, err := os.Open(d.cfg.Output)
+		f, err := os.Open(d.cfg.Output + store.PartSuffix)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrLocal, err)
 		}
@@ -159,8 +165,8 @@ func (d *Download) checkWholeSHA256(res *Result) error {
 		}
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(d.cfg.SHA256) {
-		return fmt.Errorf("%w: %s has SHA-256 %s, --sha256 wants %s (every piece matched the server's manifest: the manifest and --sha256 disagree)",
-			ErrVerify, d.outputName(), got, strings.ToLower(d.cfg.SHA256))
+		return fmt.Errorf("%w: SHA-256 is %s, --sha256 wants %s; every piece matched the server's manifest, so the manifest and --sha256 disagree (%s kept)",
+			ErrVerify, got, strings.ToLower(d.cfg.SHA256), d.outputName()+store.PartSuffix)
 	}
 	res.Verified = "merkle+sha256"
 	return nil

@@ -31,34 +31,58 @@ func (d *Download) runStream(ctx context.Context, in *info, m *manifest.Manifest
 	return d.streamPlain(ctx, in, res)
 }
 
-// getStream sends a GET (from byte off, if off > 0) and waits out 503s.
+// getStream sends a GET (from byte off, if off > 0) and waits out 503s. The
+// body it returns fails with errIdle if no byte arrives for IdleTimeout, so a
+// stalled server becomes a truncation to resume from, not a hang.
 func (d *Download) getStream(ctx context.Context, in *info, off int64, busyWaited *time.Duration) (*http.Response, error) {
-	for {
-		hdr := http.Header{}
-		if off > 0 {
-			hdr.Set("Range", fmt.Sprintf("bytes=%d-", off))
-			if v := ifRange(in.etag, in.lastModified); v != "" {
-				hdr.Set("If-Range", v)
-			}
-		}
-		resp, err := d.do(ctx, http.MethodGet, in.url, hdr, "stream")
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			return resp, nil
-		}
-		resp.Body.Close()
-		wait := retryAfter(resp.Header, time.Now())
-		if *busyWaited += wait; *busyWaited > d.cfg.MaxRetryAfter {
-			return nil, &StatusError{URL: in.url.String(), Code: resp.StatusCode,
-				Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
-		}
-		d.cfg.Logger.Info("server busy, waiting", "retry_after", wait)
-		if err := sleep(ctx, wait); err != nil {
-			return nil, err
+	hdr := http.Header{}
+	if off > 0 {
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-", off))
+		if v := ifRange(in.etag, in.lastModified); v != "" {
+			hdr.Set("If-Range", v)
 		}
 	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	resp, err := d.doPatiently(rctx, http.MethodGet, in.url, hdr, "stream", busyWaited)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = newIdleBody(rctx, resp.Body, d.cfg.IdleTimeout, cancel)
+	return resp, nil
+}
+
+// errIdle ends a body that stopped delivering.
+var errIdle = errors.New("no data for too long")
+
+// idleBody cancels its request when Read has waited longer than timeout.
+type idleBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	timer  *time.Timer
+	cancel context.CancelCauseFunc
+	d      time.Duration
+}
+
+func newIdleBody(ctx context.Context, rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc) *idleBody {
+	b := &idleBody{ReadCloser: rc, ctx: ctx, cancel: cancel, d: d}
+	b.timer = time.AfterFunc(d, func() { cancel(errIdle) })
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && errors.Is(context.Cause(b.ctx), errIdle) {
+		err = fmt.Errorf("%w (%w after %v)", err, errIdle, b.d)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	b.cancel(nil)
+	return b.ReadCloser.Close()
 }
 
 // streamPieces reads the whole file in one stream and puts it piece by piece
@@ -67,11 +91,10 @@ func (d *Download) getStream(ctx context.Context, in *info, off int64, busyWaite
 func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
 	free := make(chan []byte, 1)
 	free <- make([]byte, m.PieceSize)
-	sk, err := d.openSink(m, d.cfg.Continue, free)
+	sk, err := d.openSink(m, d.cfg.Continue)
 	if err != nil {
 		return err
 	}
-	defer sk.close()
 	res.PiecesResumed = m.NumPieces() - len(sk.missing())
 	d.phase.Store("downloading")
 	var busyWaited time.Duration
@@ -97,12 +120,7 @@ func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manif
 			return err
 		}
 	}
-	d.phase.Store("finishing")
-	if err := sk.finish(); err != nil {
-		return err
-	}
-	res.Verified = "merkle"
-	return d.checkWholeSHA256(res)
+	return d.finish(sk, res)
 }
 
 func (d *Download) streamPiecesOnce(ctx context.Context, in *info, m *manifest.Manifest, sk sink, free chan []byte, busyWaited *time.Duration) error {
@@ -132,9 +150,9 @@ func (d *Download) streamPiecesOnce(ctx context.Context, in *info, m *manifest.M
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: body ended after %d of %d bytes: %v", ErrProtocol, m.PieceOffset(i)+int64(k), m.Size, err)
+			return fmt.Errorf("%w: body ended after %d of %d bytes: %w", ErrProtocol, m.PieceOffset(i)+int64(k), m.Size, err)
 		}
-		if err := sk.put(i, data); err != nil {
+		if err := sk.put(i, data, free); err != nil {
 			return err
 		}
 		d.done.Store(m.PieceOffset(i) + int64(len(data)))
@@ -279,7 +297,7 @@ func (d *Download) streamPlainOnce(ctx context.Context, in *info, resp *http.Res
 		if errors.Is(err, ErrLocal) {
 			return false, err
 		}
-		return false, fmt.Errorf("%w: body ended at byte %d: %v", ErrProtocol, out.off, err)
+		return false, fmt.Errorf("%w: body ended at byte %d: %w", ErrProtocol, out.off, err)
 	}
 	if want := d.size.Load(); want >= 0 && out.off != want {
 		return false, fmt.Errorf("%w: body ended at byte %d of %d", ErrProtocol, out.off, want)
@@ -307,12 +325,19 @@ func (o *plainOut) open(in *info) error {
 	if resume {
 		if old, err := os.ReadFile(cfg.Output + metaSuffix); err == nil {
 			var pm partMeta
-			if json.Unmarshal(old, &pm) != nil || pm.ETag != meta.ETag || pm.LastModified != meta.LastModified {
+			if json.Unmarshal(old, &pm) != nil || pm.URL != meta.URL || pm.Size != meta.Size ||
+				pm.ETag != meta.ETag || pm.LastModified != meta.LastModified {
 				cfg.Logger.Warn("the file changed on the server since the partial download; starting over", "part", part)
 				resume = false
 			}
-		} else if _, err := os.Stat(part); err == nil {
-			cfg.Logger.Warn("resuming a part file with no record of its source; it cannot be checked against the server", "part", part)
+		} else {
+			// No record: the part file may come from a manifest download
+			// (preallocated, with holes) or another server. Resuming it
+			// could publish wrong bytes.
+			if _, err := os.Stat(part); err == nil {
+				cfg.Logger.Warn("part file has no record of its source; starting over", "part", part)
+			}
+			resume = false
 		}
 	}
 	flags := os.O_RDWR | os.O_CREATE
@@ -394,7 +419,11 @@ func (o *plainOut) commit() error {
 	}
 	f := o.f
 	o.f = nil
-	if err := store.Publish(f, o.d.cfg.Output); err != nil {
+	err := store.Publish(f, o.d.cfg.Output)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
 	}
 	os.Remove(o.d.cfg.Output + metaSuffix)

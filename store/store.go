@@ -192,7 +192,8 @@ func (s *File) ReadPiece(i int, buf []byte) ([]byte, error) {
 
 // Commit makes the complete file appear at its final path: it flushes the part
 // file to stable storage and renames it, so the final path only ever holds a
-// whole, verified file.
+// whole, verified file. The store stays open: pieces can still be read (and
+// served to peers) until Close.
 func (s *File) Commit() error {
 	if c := s.Count(); c != s.m.NumPieces() {
 		return fmt.Errorf("%w: have %d of %d", ErrIncomplete, c, s.m.NumPieces())
@@ -208,14 +209,12 @@ func (s *File) closeDirect() {
 	}
 }
 
-// Publish makes the finished part file f appear at final: fsync, close,
-// atomic rename, then fsync of the directory so the rename survives a crash.
+// Publish makes the finished part file f appear at final: fsync, atomic
+// rename, then fsync of the directory so the rename survives a crash. f stays
+// open (an open file survives its rename); the caller closes it.
 func Publish(f *os.File, final string) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("store: sync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("store: close: %w", err)
 	}
 	if err := os.Rename(f.Name(), final); err != nil {
 		return fmt.Errorf("store: %w", err)

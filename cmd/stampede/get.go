@@ -107,8 +107,12 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	res, err := d.Run(ctx)
 	stopProgress()
 	if err != nil {
-		if ctx.Err() != nil && output != "-" {
-			err = fmt.Errorf("interrupted; %s%s is kept: resume with -c", output, store.PartSuffix)
+		if ctx.Err() != nil {
+			msg := "interrupted"
+			if _, serr := os.Stat(output + store.PartSuffix); output != "-" && serr == nil {
+				msg += fmt.Sprintf("; %s%s is kept: resume with -c", output, store.PartSuffix)
+			}
+			return withCode(exitFailure, errors.New(msg))
 		}
 		return withCode(getExitCode(err), err)
 	}
@@ -159,6 +163,8 @@ func getExitCode(err error) int {
 		nerr net.Error
 		uerr *url.Error
 	)
+	// Order matters: a body cut by a connection reset is both a protocol
+	// error (truncated) and a network one, and the network is the cause.
 	switch {
 	case errors.Is(err, fetch.ErrUsage):
 		return exitUsage
@@ -168,12 +174,12 @@ func getExitCode(err error) int {
 		return exitVerify
 	case errors.Is(err, fetch.ErrChanged):
 		return exitChanged
-	case errors.Is(err, fetch.ErrProtocol):
-		return exitProtocol
 	case errors.As(err, &se):
 		return exitServer
-	case errors.As(err, &nerr), errors.As(err, &uerr), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &nerr), errors.As(err, &uerr):
 		return exitNetwork
+	case errors.Is(err, fetch.ErrProtocol), errors.Is(err, io.ErrUnexpectedEOF):
+		return exitProtocol
 	}
 	return exitFailure
 }
