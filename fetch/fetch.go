@@ -33,6 +33,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
 )
 
 // Error classes. Every error Run returns wraps at most one of them, or a
@@ -95,7 +96,10 @@ type Config struct {
 	// (default 60s); the stream is then resumed or retried.
 	IdleTimeout time.Duration
 	Client      *http.Client
-	Logger        *slog.Logger
+	Logger      *slog.Logger
+	// Swarm configures the peer side; by default a download whose manifest
+	// names trackers joins the swarm (not with Output "-").
+	Swarm SwarmConfig
 }
 
 func (c *Config) setDefaults() {
@@ -157,6 +161,8 @@ type Result struct {
 	PiecesRejected int   `json:"pieces_rejected"`
 	// OriginRequests counts requests to the origin by reason.
 	OriginRequests map[string]int `json:"origin_requests"`
+	// Swarm is the peer side's account, when the download joined a swarm.
+	Swarm *node.Stats `json:"swarm,omitempty"`
 }
 
 // Progress is a snapshot for display.
@@ -177,7 +183,8 @@ type Download struct {
 	done     atomic.Int64
 	received atomic.Int64
 
-	sk sink // opened once per download (see openSink)
+	sk        sink      // opened once per download (see openSink)
+	completed time.Time // when the file was published, if before Run ends (seeding)
 
 	// streamSum is the SHA-256 of the bytes written to stdout, kept when
 	// --sha256 must be checked without a file to read back.
@@ -293,20 +300,31 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 			d.size.Store(m.Size)
 		}
 	}
-	if m != nil && in.acceptRanges {
+	switch {
+	case m != nil && len(m.Trackers) > 0 && !d.cfg.Swarm.Disabled && d.cfg.Output != "-":
+		err = d.runSwarm(ctx, m, in, res)
+		if errors.Is(err, errNoRanges) {
+			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.url)
+			err = d.runStream(ctx, in, m, res)
+		}
+	case m != nil && in.acceptRanges:
 		err = d.runPieces(ctx, m, in, res)
 		if errors.Is(err, errNoRanges) {
 			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.url)
 			err = d.runStream(ctx, in, m, res)
 		}
-	} else {
+	default:
 		err = d.runStream(ctx, in, m, res)
 	}
 	if err != nil {
 		return nil, err
 	}
 	res.Size = d.size.Load()
-	res.Seconds = time.Since(start).Seconds()
+	end := time.Now()
+	if !d.completed.IsZero() {
+		end = d.completed // not counting the time spent seeding
+	}
+	res.Seconds = end.Sub(start).Seconds()
 	if res.Seconds > 0 {
 		res.RateBps = float64(res.Size) / res.Seconds
 	}
@@ -410,6 +428,24 @@ func (d *Download) do(ctx context.Context, method string, u *url.URL, hdr http.H
 	req.Header.Set("User-Agent", "stampede")
 	d.count(reason)
 	return d.cfg.Client.Do(req)
+}
+
+// Manifest fetches and validates the manifest of the file at rawURL, found
+// through the file's Link header.
+func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifest.Manifest, error) {
+	d, err := New(Config{URL: rawURL, Client: client, Output: "unused"})
+	if err != nil {
+		return nil, err
+	}
+	u, _ := ParseURL(rawURL)
+	in, err := d.probe(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	if in.manifestURL == nil {
+		return nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
+	}
+	return d.fetchManifest(ctx, in)
 }
 
 // doPatiently is do, waiting out 503 answers for their Retry-After until

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
@@ -44,12 +45,15 @@ func (v validators) String() string {
 type entry struct {
 	v    validators
 	m    *manifest.Manifest // m.ETag and m.LastModified are v's
-	body []byte             // m's JSON, as served
+	body []byte             // m's JSON, without trackers
 	sum  [sha256.Size]byte  // SHA-256 of the whole file
+	// published is the last body served with trackers (see bodyWith).
+	published atomic.Pointer[publishedBody]
 }
 
 func newEntry(v validators, m *manifest.Manifest, sum [sha256.Size]byte) (*entry, error) {
 	m.ETag, m.LastModified = v.etag, v.lastModified
+	m.Trackers = nil // filled in per request (trackers.go), never cached
 	body, err := m.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("origin: encode manifest: %w", err)

@@ -18,10 +18,11 @@ const (
 	kindManifest             // under ManifestPrefix
 	kindMetrics              // /metrics
 	kindOther                // directory indexes, bad methods, bad paths
+	kindTracker              // announces to the embedded tracker
 	numKinds
 )
 
-var kindNames = [numKinds]string{"file", "manifest", "metrics", "other"}
+var kindNames = [numKinds]string{"file", "manifest", "metrics", "other", "tracker"}
 
 // Where a manifest request found its manifest without computing it.
 const (

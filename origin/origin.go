@@ -18,6 +18,10 @@
 //     503 Service Unavailable with Retry-After. HEAD, 304 and manifests always
 //     pass.
 //   - /metrics is in the Prometheus text format.
+//   - With Config.Tracker, the tracker (package tracker) answers at
+//     /.well-known/stampede/tracker/announce, and every manifest served names
+//     it in its trackers, by the scheme and Host the request came with;
+//     Config.Trackers are named too. Its metrics join /metrics.
 //
 // A manifest is computed once per version of a file (its path and
 // validators), hashing the merkle tree and the whole-file SHA-256 at once,
@@ -27,7 +31,8 @@
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
 // every request goes through: accounting, shaping, admission), overload.go
 // (the overload policy), dir.go (serving a directory), upstream.go (fronting a
-// web server), cache.go (the manifest cache), metrics.go.
+// web server), cache.go (the manifest cache), trackers.go (trackers in
+// manifests), metrics.go.
 package origin
 
 import (
@@ -48,6 +53,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 // ManifestPrefix is the path under which a file's manifest is found: the
@@ -97,6 +103,15 @@ type Config struct {
 	// Warm hashes every file under Dir in the background from New on, so
 	// that first requests do not wait for a hash. Default off.
 	Warm bool
+
+	// Tracker, if set, is served at tracker.WellKnownPath and named first
+	// in the trackers of every manifest served, as
+	// SCHEME://HOST/.well-known/stampede/tracker/announce with the scheme and
+	// Host of the manifest request. Its metrics join /metrics.
+	Tracker *tracker.Tracker
+	// Trackers are announce URLs (http or https) named in the trackers of
+	// every manifest served, after Tracker's.
+	Trackers []string
 
 	// Transport makes the requests to Upstream. Default: a clone of
 	// http.DefaultTransport keeping more idle connections per host.
@@ -161,6 +176,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 {
 		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests and ShutdownGrace must not be negative")
+	}
+	if err := checkTrackerURLs(cfg.Trackers); err != nil {
+		return nil, err
 	}
 	if cfg.MaxTransfers == 0 {
 		cfg.MaxTransfers = DefaultMaxTransfers
@@ -271,7 +289,21 @@ func (s *Server) routes() http.Handler {
 	} else {
 		mux.Handle("/", s.route(kindFile, s.serveProxy))
 	}
-	return mux
+	t := s.cfg.Tracker
+	if t == nil {
+		return mux
+	}
+	// The tracker takes every method at its path (it answers 405 itself),
+	// which a ServeMux pattern could not express beside "GET /" and "/":
+	// neither a file nor the upstream answers there.
+	announce := s.route(kindTracker, func(w *respWriter, r *http.Request) { t.ServeHTTP(w, r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == tracker.WellKnownPath {
+			announce.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // route adapts serve to http.Handler, passing it the response writer that
@@ -301,14 +333,19 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		s.manifestError(w, r, err)
 		return
 	}
+	body, err := e.bodyWith(s.trackersFor(r))
+	if err != nil {
+		s.manifestError(w, r, err)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", ManifestContentType)
 	h.Set("Stampede-Root", e.m.Root.String())
 	// The file may change at any time: clients and caches must revalidate.
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Length", strconv.Itoa(len(e.body)))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method != http.MethodHead {
-		w.Write(e.body)
+		w.Write(body)
 	}
 }
 
@@ -346,6 +383,9 @@ func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	s.metrics.write(w, s.gate.activeCount(), s.cfg.MaxTransfers, s.cfg.Rate)
+	if s.cfg.Tracker != nil {
+		s.cfg.Tracker.WriteMetrics(w)
+	}
 }
 
 // Serve answers requests on ln until ctx is done, then stops accepting,

@@ -75,10 +75,14 @@ type Corrupt struct {
 }
 
 // Rejected: the peer refused a request (choked, does not have it, busy), or
-// the request was lost. The piece is free to be asked elsewhere.
+// the request was lost. The piece is free to be asked elsewhere. Reason is
+// one of the Reject reasons as the peer sent it ("" if unknown or lost):
+// only RejectDontHave counts against the peer, RejectChoked waits for
+// Unchoked, anything else backs off from the peer for a second.
 type Rejected struct {
-	Peer  PeerID
-	Piece int
+	Peer   PeerID
+	Piece  int
+	Reason string
 }
 
 // OriginResult: a FetchOrigin finished. OK means the piece is verified and
@@ -179,12 +183,22 @@ type Serve struct {
 	Piece int
 }
 
-// Reject: refuse Peer's request for Piece.
+// Reject: refuse Peer's request for Piece. Reason is one of the Reject
+// reasons below; the runtime sends it to the peer (which reports it as
+// Rejected.Reason).
 type Reject struct {
 	Peer   PeerID
 	Piece  int
 	Reason string
 }
+
+// Reject reasons, for the Reject action and the Rejected event.
+const (
+	RejectChoked   = "choked"    // the requester is choked
+	RejectDontHave = "dont-have" // the piece is not there
+	RejectTab      = "tab"       // strict tit-for-tat: the requester's tab is full
+	RejectBusy     = "busy"      // the upload queue is full (runtime)
+)
 
 // Connect: dial Addr.
 type Connect struct{ Addr string }

@@ -55,6 +55,8 @@ func init() {
 		{"get", "URL [-o FILE]", "download a file in verified pieces (wget/curl-like)", runGet},
 		{"serve", "DIR | --upstream URL", "serve files with manifests, as an origin that stays calm under load", runServe},
 		{"manifest", "FILE", "compute and print a file's manifest (or just its root)", runManifest},
+		{"tracker", "[--listen HOST:PORT]", "run only a tracker, for origins that name it with --tracker", runTracker},
+		{"seed", "FILE --url URL", "seed a local copy of a file to its swarm", runSeed},
 		{"help", "[COMMAND]", "show help for stampede or a command", runHelp},
 		{"version", "", "print the version", runVersion},
 	}

@@ -38,6 +38,10 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		sum      string
 		parallel int
 		retries  int
+		noSwarm  bool
+		listen   string
+		upStr    string
+		seedTime time.Duration
 	)
 	fs.StringVar(&output, "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
 	fs.StringVar(&output, "output", "", "same as -o")
@@ -54,12 +58,20 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
 	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
 	fs.IntVar(&retries, "retries", 5, "tries per piece after an error, a truncated or a corrupt body")
+	fs.BoolVar(&noSwarm, "no-swarm", false, "fetch from the server only, as a plain HTTP client (no peers)")
+	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
+	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
+	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave at once; -1s: until interrupted)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one URL, got %d arguments (run 'stampede help get')", len(pos))
+	}
+	upRate, err := units.ParseRate(upStr)
+	if err != nil {
+		return usageErrorf("--max-upload-rate: %v", err)
 	}
 	rate, err := units.ParseRate(rateStr)
 	if err != nil {
@@ -92,6 +104,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
 		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retriesConfig(retries),
 		Logger: log,
+		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: seedTime},
 	})
 	if err != nil {
 		return withCode(exitUsage, err)

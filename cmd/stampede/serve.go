@@ -9,6 +9,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/units"
 	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 func runServe(ctx context.Context, e *env, args []string) error {
@@ -17,7 +18,9 @@ origin stampede downloaders get the most of: ranges and validators, a manifest o
 every file at /.well-known/stampede/manifest/PATH (computed once, cached on disk,
 never stale), Repr-Digest on full responses, and metrics at /metrics. Past
 --max-transfers concurrent downloads it answers 503 with Retry-After rather than
-slow everyone down.`)
+slow everyone down. It runs a tracker at /.well-known/stampede/tracker/announce
+and names it in every manifest, unless told to name others (--tracker) or none
+(--no-tracker).`)
 	listen := fs.String("listen", ":8080", "listen on `HOST:PORT`")
 	upstream := fs.String("upstream", "", "front the web server at `URL` instead of serving a DIR")
 	rate := fs.String("rate", "0", "cap the egress of file bodies, e.g. 8Mbit, 100MB (0: unlimited)")
@@ -25,6 +28,9 @@ slow everyone down.`)
 	retryAfter := fs.Duration("retry-after", 0, "Retry-After to send with a 503, e.g. 10s (0: estimated from the load)")
 	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR` (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
+	var trackers stringsFlag
+	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
+	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	quiet := fs.Bool("q", false, "log only warnings and errors")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -72,6 +78,20 @@ slow everyone down.`)
 	if *warm && cfg.Dir == "" {
 		return usageErrorf("--warm needs a DIR")
 	}
+	switch {
+	case *noTracker && len(trackers) > 0:
+		return usageErrorf("give --tracker URL or --no-tracker, not both")
+	case len(trackers) > 0:
+		for _, t := range trackers {
+			u, err := url.Parse(t)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return usageErrorf("--tracker %q: want an http:// or https:// announce URL", t)
+			}
+		}
+		cfg.Trackers = trackers
+	case !*noTracker:
+		cfg.Tracker = tracker.New(tracker.Config{Logger: cfg.Logger})
+	}
 
 	srv, err := origin.New(cfg)
 	if err != nil {
@@ -86,6 +106,9 @@ slow everyone down.`)
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)
+	if cfg.Tracker != nil {
+		fmt.Fprintf(e.stderr, "tracker on http://%s%s\n", addr, tracker.WellKnownPath)
+	}
 	if e.ready != nil {
 		e.ready(addr)
 	}

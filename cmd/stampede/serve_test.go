@@ -7,9 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 func TestServeFlagErrors(t *testing.T) {
@@ -35,6 +40,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--retry-after", "soon"},
 		{dir, "--no-such-flag"},
 		{dir, "--cache-dir", filepath.Join(dir, "cache")}, // never write into DIR
+		{dir, "--tracker", "udp://tracker.example:6969"},
+		{dir, "--tracker", "tracker.example/announce"},
+		{dir, "--tracker", "http://tracker.example/announce", "--no-tracker"},
 	} {
 		var stderr bytes.Buffer
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr,
@@ -121,9 +129,79 @@ func TestServeHelp(t *testing.T) {
 	if code := run(t.Context(), []string{"help", "serve"}, e); code != exitOK {
 		t.Fatalf("help serve: exit %d", code)
 	}
-	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm"} {
+	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm", "-tracker", "-no-tracker"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
+		}
+	}
+}
+
+// serveManifest fetches and decodes the manifest of path from the origin at base.
+func serveManifest(t *testing.T, base, path string) *manifest.Manifest {
+	t.Helper()
+	res, err := http.Get(base + origin.ManifestPrefix + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %s", res.Status)
+	}
+	m, err := manifest.Decode(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestServeRunsTracker(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f.bin", randomBytes(100_000, 7))
+	base := startServe(t, dir)
+	m := serveManifest(t, base, "/f.bin")
+	announceURL := base + tracker.WellKnownPath
+	if len(m.Trackers) != 1 || m.Trackers[0] != announceURL {
+		t.Fatalf("manifest trackers %q, want [%s]", m.Trackers, announceURL)
+	}
+	var last *tracker.AnnounceResponse
+	for port := range uint16(2) {
+		a := tracker.AnnounceRequest{Root: m.Root, Size: m.Size, ID: tracker.NewPeerID(), Port: 7000 + port, Left: m.Size, Event: tracker.EventStarted}
+		res, err := tracker.Announce(t.Context(), nil, m.Trackers[0], a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res
+	}
+	if last.SwarmSize != 2 || len(last.Peers) != 1 || last.Peers[0].Addr.Port() != 7000 {
+		t.Errorf("second peer got %+v", last)
+	}
+	if got := metric(t, base, "stampede_tracker_peers"); got != 2 {
+		t.Errorf("stampede_tracker_peers = %v, want 2", got)
+	}
+}
+
+func TestServeTrackerFlags(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f.bin", randomBytes(10_000, 8))
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--no-tracker"}, nil},
+		{[]string{"--tracker", "http://t.example/announce", "--tracker", "https://u.example/a?k=1"},
+			[]string{"http://t.example/announce", "https://u.example/a?k=1"}},
+	} {
+		base := startServe(t, append([]string{dir}, tc.args...)...)
+		if m := serveManifest(t, base, "/f.bin"); !slices.Equal(m.Trackers, tc.want) {
+			t.Errorf("%q: trackers %q, want %q", tc.args, m.Trackers, tc.want)
+		}
+		res, err := http.Get(base + tracker.WellKnownPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound {
+			t.Errorf("%q: the tracker path answers %s, want 404", tc.args, res.Status)
 		}
 	}
 }

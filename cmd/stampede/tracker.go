@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+// trackerShutdownGrace is how long announces in flight get to finish once
+// the tracker is told to stop: they take microseconds.
+const trackerShutdownGrace = 2 * time.Second
+
+func runTracker(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "tracker", "[--listen HOST:PORT]", `Run only a tracker: peers downloading the same file announce themselves to it
+and get a handful of others back, with an estimate of the swarm's size. Announces
+go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
+/metrics. Name it in manifests with 'stampede serve --tracker URL'.`)
+	listen := fs.String("listen", ":6969", "listen on `HOST:PORT`")
+	interval := fs.Duration("interval", tracker.DefaultInterval, "time between a peer's periodic announces (whole seconds)")
+	maxPeers := fs.Int("max-peers", tracker.DefaultMaxPeersPerSwarm, "peers kept per swarm (the swarm-size estimate counts beyond them)")
+	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
+	quiet := fs.Bool("q", false, "log only warnings and errors")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usageErrorf("tracker takes no arguments, got %q", pos)
+	case *interval < time.Second:
+		return usageErrorf("--interval must be at least 1s, got %v", *interval)
+	case *maxPeers < 1:
+		return usageErrorf("--max-peers must be at least 1, got %d", *maxPeers)
+	case *maxSwarms < 1:
+		return usageErrorf("--max-swarms must be at least 1, got %d", *maxSwarms)
+	}
+	log := e.logger(*quiet)
+	tr := tracker.New(tracker.Config{
+		Interval:         *interval,
+		MaxPeersPerSwarm: *maxPeers,
+		MaxSwarms:        *maxSwarms,
+		Logger:           log,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/announce", tr)
+	mux.Handle(tracker.WellKnownPath, tr)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		tr.WriteMetrics(w)
+	})
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	fmt.Fprintf(e.stderr, "tracker on http://%s/announce\n", addr)
+	if e.ready != nil {
+		e.ready(addr)
+	}
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), trackerShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	<-errc // http.ErrServerClosed
+	return nil
+}

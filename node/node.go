@@ -1,0 +1,597 @@
+// Package node is one stampede peer in a swarm: the runtime around the pure
+// scheduler of package swarm. It owns the listener, the connections (package
+// wire over any net.Conn), the tracker announces and the origin fetches, turns
+// everything that happens into swarm events, and carries out the actions the
+// scheduler returns.
+//
+// One goroutine (Run's loop) owns the scheduler; each connection has a reader
+// and a writer goroutine and talks to the loop through channels. A connection
+// that stalls or misbehaves costs only itself: its send queue is bounded and a
+// full queue closes that connection (counted), never blocks the loop.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/pieceset"
+	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+// OriginFetcher fetches piece i from the origin and stores it (verified);
+// reason is why the scheduler chose the origin (counted by the origin). It
+// returns the origin's Retry-After when it answered 503, and an error when
+// the piece could not be had.
+type OriginFetcher func(ctx context.Context, piece int, reason string) (busy time.Duration, err error)
+
+// Config describes one peer. Zero values take the documented defaults.
+type Config struct {
+	Manifest *manifest.Manifest
+	Store    *store.File
+	// Origin fetches from the origin; nil for a pure seeder.
+	Origin OriginFetcher
+	// Trackers are announce URLs (the manifest's, usually).
+	Trackers []string
+	// Listener accepts peers; nil means listen on ListenAddr.
+	Listener   net.Listener
+	ListenAddr string // default ":0"
+	// Dial connects to a peer (default: net.Dialer with a 5s timeout).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// HTTPClient talks to the tracker (default: a client with 10s timeout).
+	HTTPClient *http.Client
+	// DownloadLimit and UploadLimit shape peer traffic (nil: unlimited).
+	// DownloadLimit is shared with origin fetches by the caller.
+	DownloadLimit, UploadLimit *ratelimit.Limiter
+	// SeedTime is how long to keep serving after completion (0: leave at
+	// once; negative: until ctx ends).
+	SeedTime time.Duration
+	// OnPiece is called (on the loop goroutine) after each piece stored.
+	OnPiece func(piece int)
+	// OnComplete is called once when every piece is stored, before seeding:
+	// the caller publishes the file there. An error ends Run with it.
+	OnComplete func() error
+	// StallTimeout ends Run with ErrStalled when no piece arrived for this
+	// long while pieces are missing (default 3m).
+	StallTimeout time.Duration
+	// Swarm tunes the scheduler; its NumPieces, PieceLen and Seed are set here.
+	Swarm  swarm.Config
+	Logger *slog.Logger
+}
+
+// ErrStalled: no piece arrived for Config.StallTimeout.
+var ErrStalled = errors.New("node: no progress from peers or origin")
+
+// FatalError wraps an origin error that must end the download (the file
+// changed, the disk is full, the file is gone) rather than be retried.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+// Stats are counters for --json and tests.
+type Stats struct {
+	BytesFromPeers int64          `json:"bytes_from_peers"`
+	BytesToPeers   int64          `json:"bytes_to_peers"`
+	PiecesFromPeer int            `json:"pieces_from_peers"`
+	OriginFetches  map[string]int `json:"origin_fetches"`
+	PeersSeen      int            `json:"peers_seen"`
+	PeersBanned    int            `json:"peers_banned"`
+	QueueDrops     int64          `json:"send_queue_drops"`
+}
+
+// Node is one running peer.
+type Node struct {
+	cfg    Config
+	m      *manifest.Manifest
+	geom   wire.Geometry
+	log    *slog.Logger
+	id     wire.PeerID
+	ln     net.Listener
+	events chan swarm.Event
+	joins  chan join  // handshaken connections for the loop to register
+	fatal  chan error // a FatalError from an origin fetch ends Run
+	sched  *swarm.Scheduler
+
+	nextID atomic.Uint64
+	wg     sync.WaitGroup // connection and helper goroutines
+
+	// Owned by the loop goroutine.
+	peers    map[swarm.PeerID]*peerConn
+	byPeerID map[wire.PeerID]swarm.PeerID
+	complete  bool
+	doneErr   error     // from OnComplete
+	lastPiece time.Time // when a piece last arrived
+
+	bytesFromPeers, bytesToPeers, queueDrops atomic.Int64
+
+	mu       sync.Mutex // guards the following
+	origin   map[string]int
+	fromPeer int
+	seen     int
+	banned   int
+	interval time.Duration // the tracker's announce interval
+}
+
+// New checks cfg and prepares a node.
+func New(cfg Config) (*Node, error) {
+	if cfg.Manifest == nil || cfg.Store == nil {
+		return nil, errors.New("node: Manifest and Store are required")
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = ":0"
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 3 * time.Minute
+	}
+	n := &Node{
+		cfg:      cfg,
+		m:        cfg.Manifest,
+		log:      cfg.Logger,
+		events:   make(chan swarm.Event, 1024),
+		joins:    make(chan join),
+		fatal:    make(chan error, 1),
+		peers:    map[swarm.PeerID]*peerConn{},
+		byPeerID: map[wire.PeerID]swarm.PeerID{},
+		origin:   map[string]int{},
+		interval: 15 * time.Second,
+	}
+	n.id = wire.NewPeerID()
+	g, err := wire.NewGeometry(cfg.Manifest.Size, cfg.Manifest.PieceSize)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.geom = g
+	return n, nil
+}
+
+// Addr is the listening address once Run has started listening.
+func (n *Node) Addr() net.Addr {
+	if n.ln == nil {
+		return nil
+	}
+	return n.ln.Addr()
+}
+
+// Stats returns a snapshot of the counters.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o := make(map[string]int, len(n.origin))
+	for k, v := range n.origin {
+		o[k] = v
+	}
+	return Stats{
+		BytesFromPeers: n.bytesFromPeers.Load(), BytesToPeers: n.bytesToPeers.Load(),
+		PiecesFromPeer: n.fromPeer, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
+		QueueDrops: n.queueDrops.Load(),
+	}
+}
+
+// have rebuilds the set of pieces present in the store.
+func (n *Node) have() *pieceset.Set {
+	s := pieceset.New(n.m.NumPieces())
+	for i := range n.m.NumPieces() {
+		if n.cfg.Store.Has(i) {
+			s.Add(i)
+		}
+	}
+	return s
+}
+
+// Run takes part in the swarm until the file is complete and SeedTime has
+// passed, or ctx ends. It returns nil once complete (the store is committed
+// by the caller) and ctx's error if cancelled before.
+func (n *Node) Run(ctx context.Context) error {
+	if n.cfg.Listener != nil {
+		n.ln = n.cfg.Listener
+	} else {
+		ln, err := net.Listen("tcp", n.cfg.ListenAddr)
+		if err != nil {
+			return fmt.Errorf("node: listen: %w", err)
+		}
+		n.ln = ln
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		n.ln.Close()
+		for _, p := range n.peers {
+			p.close()
+		}
+		n.wg.Wait()
+	}()
+	n.wg.Go(func() { n.acceptLoop(ctx) })
+
+	scfg := n.cfg.Swarm
+	scfg.NumPieces = n.m.NumPieces()
+	scfg.PieceLen = func(i int) int64 { return n.m.PieceLen(i) }
+	if scfg.Seed == 0 {
+		scfg.Seed = uint64(n.id[0])<<56 | uint64(n.id[1])<<48 | uint64(n.id[2])<<40 | uint64(n.id[3])<<32 | uint64(n.id[4])<<24
+	}
+	now := time.Now()
+	n.sched = swarm.New(scfg, n.have(), now)
+	n.apply(ctx, n.sched.Start(now))
+
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	announce := time.NewTimer(n.interval)
+	defer announce.Stop()
+	var seedDone <-chan time.Time
+	n.lastPiece = time.Now()
+	for {
+		if n.doneErr != nil {
+			n.leave()
+			return n.doneErr
+		}
+		if !n.complete && time.Since(n.lastPiece) > n.cfg.StallTimeout {
+			n.leave()
+			return fmt.Errorf("%w for %v", ErrStalled, n.cfg.StallTimeout)
+		}
+		if n.complete && seedDone == nil {
+			if n.cfg.SeedTime == 0 {
+				n.leave()
+				return nil
+			}
+			if n.cfg.SeedTime > 0 {
+				seedDone = time.After(n.cfg.SeedTime)
+			}
+		}
+		var ev swarm.Event
+		select {
+		case <-ctx.Done():
+			n.leave()
+			if n.complete {
+				return nil
+			}
+			return ctx.Err()
+		case <-seedDone:
+			n.leave()
+			return nil
+		case err := <-n.fatal:
+			n.leave()
+			return err
+		case <-announce.C:
+			n.askTracker(ctx, "")
+			n.mu.Lock()
+			announce.Reset(n.interval)
+			n.mu.Unlock()
+			continue
+		case j := <-n.joins:
+			if ev = n.register(ctx, j); ev == nil {
+				continue
+			}
+		case <-tick.C:
+			ev = swarm.Tick{}
+		case ev = <-n.events:
+		}
+		n.observe(ev)
+		n.apply(ctx, n.sched.Step(ev, time.Now()))
+	}
+}
+
+// register adopts a handshaken connection, unless it duplicates one we have.
+func (n *Node) register(ctx context.Context, j join) swarm.Event {
+	p := j.p
+	if _, dup := n.byPeerID[p.peerID]; dup {
+		p.c.Close()
+		return nil
+	}
+	n.peers[p.id] = p
+	n.byPeerID[p.peerID] = p.id
+	n.mu.Lock()
+	n.seen++
+	n.mu.Unlock()
+	p.start(ctx)
+	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
+}
+
+// observe updates the runtime's own books before the scheduler sees ev.
+func (n *Node) observe(ev swarm.Event) {
+	switch ev := ev.(type) {
+	case swarm.PeerDown:
+		if p := n.peers[ev.Peer]; p != nil {
+			delete(n.peers, ev.Peer)
+			if n.byPeerID[p.peerID] == ev.Peer {
+				delete(n.byPeerID, p.peerID)
+			}
+			p.close()
+		}
+	case swarm.Received:
+		n.mu.Lock()
+		n.fromPeer++
+		n.mu.Unlock()
+		n.stored(ev.Piece)
+	case swarm.OriginResult:
+		if ev.OK {
+			n.stored(ev.Piece)
+		}
+	}
+}
+
+func (n *Node) stored(piece int) {
+	n.lastPiece = time.Now()
+	if n.cfg.OnPiece != nil {
+		n.cfg.OnPiece(piece)
+	}
+}
+
+// apply carries out the scheduler's actions.
+func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
+	for _, a := range acts {
+		switch a := a.(type) {
+		case swarm.Request:
+			if p := n.peers[a.Peer]; p != nil {
+				p.request(a.Piece, n.m.PieceLen(a.Piece))
+			}
+		case swarm.Cancel:
+			if p := n.peers[a.Peer]; p != nil {
+				p.cancel(a.Piece, n.m.PieceLen(a.Piece))
+			}
+		case swarm.FetchOrigin:
+			n.fetchOrigin(ctx, a)
+		case swarm.Announce:
+			for _, p := range n.peers {
+				p.sendControl(&wire.Have{Piece: uint32(a.Piece)})
+			}
+		case swarm.AnnounceStart:
+			for _, p := range n.peers {
+				p.sendControl(&wire.Start{Piece: uint32(a.Piece)})
+			}
+		case swarm.Choke:
+			if p := n.peers[a.Peer]; p != nil {
+				p.sendControl(&wire.Choke{})
+			}
+		case swarm.Unchoke:
+			if p := n.peers[a.Peer]; p != nil {
+				p.sendControl(&wire.Unchoke{})
+			}
+		case swarm.Serve:
+			if p := n.peers[a.Peer]; p != nil {
+				p.serve(a.Piece)
+			}
+		case swarm.Reject:
+			if p := n.peers[a.Peer]; p != nil {
+				p.sendControl(&wire.Reject{Piece: uint32(a.Piece), Length: uint32(n.m.PieceLen(a.Piece)), Reason: rejectReason(a.Reason)})
+			}
+		case swarm.Connect:
+			n.connect(ctx, a.Addr)
+		case swarm.Disconnect:
+			if p := n.peers[a.Peer]; p != nil {
+				if a.Ban {
+					n.mu.Lock()
+					n.banned++
+					n.mu.Unlock()
+				}
+				p.sendControl(&wire.Goodbye{Text: a.Reason})
+				p.closeAfterFlush()
+			}
+		case swarm.AskTracker:
+			n.askTracker(ctx, a.Why)
+		case swarm.Recommend:
+			if p := n.peers[a.Peer]; p != nil {
+				p.sendControl(recommendation(a.Addrs))
+			}
+		case swarm.Complete:
+			if n.complete {
+				continue
+			}
+			n.complete = true
+			if n.cfg.OnComplete != nil {
+				if err := n.cfg.OnComplete(); err != nil {
+					n.doneErr = err
+					continue
+				}
+			}
+			n.askTracker(ctx, "completed")
+		}
+	}
+}
+
+func rejectReason(s string) wire.RejectReason {
+	switch s {
+	case "choked":
+		return wire.RejectChoked
+	case "don't have", "dont-have", "not-have":
+		return wire.RejectDontHave
+	case "busy":
+		return wire.RejectBusy
+	}
+	return wire.RejectOther
+}
+
+func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
+	n.mu.Lock()
+	n.origin[a.Reason]++
+	n.mu.Unlock()
+	if n.cfg.Origin == nil {
+		n.post(ctx, swarm.OriginResult{Piece: a.Piece, OK: false})
+		return
+	}
+	n.wg.Go(func() {
+		busy, err := n.cfg.Origin(ctx, a.Piece, a.Reason)
+		if fe, ok := errors.AsType[*FatalError](err); ok {
+			select {
+			case n.fatal <- fe.Err:
+			default:
+			}
+			return
+		}
+		if err != nil && busy == 0 {
+			n.log.Info("origin fetch failed", "piece", a.Piece, "err", err)
+		}
+		n.post(ctx, swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy})
+	})
+}
+
+// post delivers an event to the loop unless the node is shutting down.
+func (n *Node) post(ctx context.Context, ev swarm.Event) {
+	select {
+	case n.events <- ev:
+	case <-ctx.Done():
+	}
+}
+
+// askTracker announces to every tracker in the background; answers come
+// back as TrackerPeers events.
+func (n *Node) askTracker(ctx context.Context, why string) {
+	if len(n.cfg.Trackers) == 0 {
+		if why == "join" || why == "refill" || why == "repair" {
+			n.post(ctx, swarm.TrackerPeers{})
+		}
+		return
+	}
+	event := tracker.EventNone
+	switch why {
+	case "join":
+		event = tracker.EventStarted
+	case "completed":
+		event = tracker.EventCompleted
+	}
+	left := n.m.Size
+	if n.complete {
+		left = 0
+	}
+	port := 0
+	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
+		port = ta.Port
+	}
+	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Port: uint16(port), Left: left, Event: event, NumWant: 30}
+	for _, url := range n.cfg.Trackers {
+		n.wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			resp, err := tracker.Announce(actx, n.cfg.HTTPClient, url, req)
+			if err != nil {
+				n.log.Info("tracker announce failed", "tracker", url, "err", err)
+				n.post(ctx, swarm.TrackerPeers{}) // no news: the scheduler decides
+				return
+			}
+			addrs := make([]string, 0, len(resp.Peers))
+			for _, p := range resp.Peers {
+				addrs = append(addrs, p.Addr.String())
+			}
+			if resp.Interval > 0 {
+				n.setInterval(resp.Interval)
+			}
+			n.post(ctx, swarm.TrackerPeers{Addrs: addrs, SwarmSize: resp.SwarmSize})
+		})
+	}
+}
+
+// setInterval records the tracker's announce interval (from tracker
+// goroutines; the loop reads it under mu).
+func (n *Node) setInterval(d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d >= time.Second {
+		n.interval = d
+	}
+}
+
+// leave says goodbye to every peer and the tracker (best effort, bounded).
+func (n *Node) leave() {
+	for _, p := range n.peers {
+		p.sendControl(&wire.Goodbye{Text: "leaving"})
+		p.closeAfterFlush()
+	}
+	if len(n.cfg.Trackers) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Event: tracker.EventStopped}
+	for _, url := range n.cfg.Trackers {
+		tracker.Announce(ctx, n.cfg.HTTPClient, url, req)
+	}
+}
+
+func (n *Node) acceptLoop(ctx context.Context) {
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			return
+		}
+		n.wg.Go(func() { n.handshake(ctx, c, false, "") })
+	}
+}
+
+func (n *Node) connect(ctx context.Context, addr string) {
+	n.wg.Go(func() {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := n.cfg.Dial(dctx, addr)
+		if err != nil {
+			n.post(ctx, swarm.DialFailed{Addr: addr})
+			return
+		}
+		if !n.handshake(ctx, c, true, addr) {
+			n.post(ctx, swarm.DialFailed{Addr: addr})
+		}
+	})
+}
+
+// handshake exchanges handshakes and, when they agree, registers the peer
+// with the loop through a peerUp message.
+func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr string) bool {
+	port := 0
+	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
+		port = ta.Port
+	}
+	var caps wire.Caps
+	if n.cfg.Store.Count() == n.m.NumPieces() {
+		caps |= wire.CapSeed
+	}
+	mine := wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(port)}
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	theirs, err := wire.Exchange(hctx, c, mine)
+	cancel()
+	if err != nil || theirs.PeerID == n.id {
+		c.Close()
+		return false
+	}
+	if !outbound {
+		addr = ""
+		if theirs.ListenPort != 0 {
+			if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+				addr = net.JoinHostPort(host, strconv.Itoa(int(theirs.ListenPort)))
+			}
+		}
+	}
+	id := swarm.PeerID(n.nextID.Add(1))
+	p := newPeerConn(n, id, c, theirs.PeerID, addr)
+	select {
+	case n.joins <- join{p: p, outbound: outbound}:
+	case <-ctx.Done():
+		c.Close()
+		return false
+	}
+	return true
+}
+
+type join struct {
+	p        *peerConn
+	outbound bool
+}

@@ -1,0 +1,369 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+// Queue bounds and timers of one connection.
+const (
+	// ctrlQueue bounds the control messages waiting to be written. A peer
+	// that does not read fast enough to drain it is dropped (policy:
+	// disconnect, counted in Stats.QueueDrops): it is stalled, and waiting for
+	// it would stall the loop.
+	ctrlQueue = 512
+	// uploadQueue bounds the pieces waiting to be sent to one peer; past it
+	// requests are rejected as busy.
+	uploadQueue = 16
+)
+
+// peerConn is one connection's runtime: a reader goroutine turning frames
+// into swarm events, and a writer goroutine sending control messages first
+// and piece data second.
+type peerConn struct {
+	n      *Node
+	id     swarm.PeerID
+	c      net.Conn
+	peerID wire.PeerID
+	addr   string // reachable address, "" if none
+
+	ctrl    chan wire.Message
+	uploads chan int
+	done    chan struct{}
+	once    sync.Once
+
+	mu        sync.Mutex // guards the following
+	wanted    map[int]*assembly
+	cancelled map[int]bool // pieces whose late DATA is dropped quietly
+	dropUp    map[int]bool // uploads the peer cancelled
+}
+
+// assembly is a requested piece being filled by DATA frames.
+type assembly struct {
+	buf []byte
+	got int
+}
+
+// closeNow is queued to make the writer flush and close.
+type closeNow struct{ wire.KeepAlive }
+
+func newPeerConn(n *Node, id swarm.PeerID, c net.Conn, peerID wire.PeerID, addr string) *peerConn {
+	return &peerConn{
+		n: n, id: id, c: c, peerID: peerID, addr: addr,
+		ctrl:      make(chan wire.Message, ctrlQueue),
+		uploads:   make(chan int, uploadQueue),
+		done:      make(chan struct{}),
+		wanted:    map[int]*assembly{},
+		cancelled: map[int]bool{},
+		dropUp:    map[int]bool{},
+	}
+}
+
+// start runs the connection's goroutines. The reader posts PeerDown when
+// the connection ends, whoever ended it.
+func (p *peerConn) start(ctx context.Context) {
+	p.n.wg.Go(func() {
+		err := p.readLoop(ctx)
+		p.close()
+		reason := "closed"
+		if err != nil {
+			reason = err.Error()
+		}
+		p.n.post(ctx, swarm.PeerDown{Peer: p.id, Reason: reason})
+	})
+	p.n.wg.Go(func() {
+		if err := p.writeLoop(ctx); err != nil {
+			p.n.log.Debug("peer write", "peer", p.addr, "err", err)
+		}
+		p.close()
+	})
+}
+
+func (p *peerConn) close() {
+	p.once.Do(func() {
+		close(p.done)
+		p.c.Close()
+	})
+}
+
+// closeAfterFlush lets queued control messages (a GOODBYE) go out first.
+func (p *peerConn) closeAfterFlush() {
+	select {
+	case p.ctrl <- &closeNow{}:
+	default:
+		p.close()
+	}
+}
+
+// sendControl queues a control message; a full queue drops the peer.
+func (p *peerConn) sendControl(m wire.Message) {
+	select {
+	case p.ctrl <- m:
+	case <-p.done:
+	default:
+		p.n.queueDrops.Add(1)
+		p.n.log.Info("peer not reading its messages; dropping it", "peer", p.addr)
+		p.close()
+	}
+}
+
+func (p *peerConn) request(piece int, length int64) {
+	p.mu.Lock()
+	if p.wanted[piece] == nil {
+		p.wanted[piece] = &assembly{buf: make([]byte, length)}
+	}
+	delete(p.cancelled, piece)
+	p.mu.Unlock()
+	p.sendControl(&wire.Request{Piece: uint32(piece), Length: uint32(length)})
+}
+
+func (p *peerConn) cancel(piece int, length int64) {
+	p.mu.Lock()
+	delete(p.wanted, piece)
+	p.cancelled[piece] = true
+	p.mu.Unlock()
+	p.sendControl(&wire.Cancel{Piece: uint32(piece), Length: uint32(length)})
+}
+
+// serve queues piece for upload, or rejects it as busy.
+func (p *peerConn) serve(piece int) {
+	p.mu.Lock()
+	delete(p.dropUp, piece)
+	p.mu.Unlock()
+	select {
+	case p.uploads <- piece:
+	default:
+		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectBusy})
+	}
+}
+
+func (p *peerConn) readLoop(ctx context.Context) error {
+	m := p.n.m
+	src := p.n.cfg.DownloadLimit.Reader(ctx, deadlineReader{p.c})
+	r := wire.NewReader(bufio.NewReaderSize(src, 64<<10), p.n.geom)
+	for {
+		msg, err := r.Read()
+		if err != nil {
+			return err
+		}
+		var ev swarm.Event
+		switch msg := msg.(type) {
+		case *wire.KeepAlive:
+		case *wire.HaveSet:
+			ev = swarm.HaveSet{Peer: p.id, Set: msg.Set}
+		case *wire.Have:
+			ev = swarm.Have{Peer: p.id, Piece: int(msg.Piece)}
+		case *wire.Start:
+			ev = swarm.Started{Peer: p.id, Piece: int(msg.Piece)}
+		case *wire.Choke:
+			ev = swarm.Choked{Peer: p.id}
+		case *wire.Unchoke:
+			ev = swarm.Unchoked{Peer: p.id}
+		case *wire.Request:
+			if msg.Offset != 0 || int64(msg.Length) != m.PieceLen(int(msg.Piece)) {
+				// This version serves whole pieces only.
+				p.sendControl(&wire.Reject{Piece: msg.Piece, Offset: msg.Offset, Length: msg.Length, Reason: wire.RejectOther})
+				continue
+			}
+			ev = swarm.PeerRequest{Peer: p.id, Piece: int(msg.Piece)}
+		case *wire.Cancel:
+			p.mu.Lock()
+			p.dropUp[int(msg.Piece)] = true
+			p.mu.Unlock()
+		case *wire.Reject:
+			p.mu.Lock()
+			_, was := p.wanted[int(msg.Piece)]
+			delete(p.wanted, int(msg.Piece))
+			p.mu.Unlock()
+			if was {
+				ev = swarm.Rejected{Peer: p.id, Piece: int(msg.Piece)}
+			}
+		case *wire.Data:
+			ev, err = p.data(msg)
+			if err != nil {
+				return err
+			}
+		case *wire.Recommend:
+			addrs := make([]string, 0, len(msg.Peers))
+			for _, r := range msg.Peers {
+				addrs = append(addrs, r.Addr.String())
+			}
+			ev = swarm.Recommended{Peer: p.id, Addrs: addrs}
+		case *wire.Goodbye:
+			return fmt.Errorf("goodbye: %s", msg.Text)
+		}
+		if ev != nil {
+			p.n.post(ctx, ev)
+		}
+	}
+}
+
+// data files a DATA frame into its piece; a piece complete is verified and
+// stored here, on the connection's goroutine, so hashing never blocks the
+// loop. DATA nobody asked for is a protocol violation.
+func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
+	piece := int(d.Piece)
+	p.mu.Lock()
+	a := p.wanted[piece]
+	if a == nil {
+		late := p.cancelled[piece]
+		p.mu.Unlock()
+		if late {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("unrequested data for piece %d", piece)
+	}
+	if int(d.Offset) != a.got || a.got+len(d.Bytes) > len(a.buf) {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("piece %d: data at offset %d, expected %d", piece, d.Offset, a.got)
+	}
+	a.got += copy(a.buf[a.got:], d.Bytes)
+	full := a.got == len(a.buf)
+	if full {
+		delete(p.wanted, piece)
+	}
+	p.mu.Unlock()
+	p.n.bytesFromPeers.Add(int64(len(d.Bytes)))
+	if !full {
+		return nil, nil
+	}
+	if err := p.n.cfg.Store.WritePiece(piece, a.buf); err != nil {
+		if errors.Is(err, manifest.ErrCorruptPiece) {
+			return swarm.Corrupt{Peer: p.id, Piece: piece}, nil
+		}
+		return nil, fmt.Errorf("store piece %d: %w", piece, err)
+	}
+	return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(len(a.buf))}, nil
+}
+
+// keepAliveAfter is how long the writer stays silent before a KEEPALIVE;
+// idleTimeout is how long the reader waits for anything.
+const (
+	keepAliveAfter = 30 * time.Second
+	idleTimeout    = 120 * time.Second
+)
+
+type deadlineReader struct{ c net.Conn }
+
+func (r deadlineReader) Read(b []byte) (int, error) {
+	r.c.SetReadDeadline(time.Now().Add(idleTimeout))
+	return r.c.Read(b)
+}
+
+func (p *peerConn) writeLoop(ctx context.Context) error {
+	w := wire.NewWriter(p.c, p.n.geom)
+	// Our have-set first, then whatever the loop queues.
+	if err := w.WriteMessage(&wire.HaveSet{Set: p.n.have()}); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	buf := make([]byte, p.n.m.PieceSize)
+	idle := time.NewTimer(keepAliveAfter)
+	defer idle.Stop()
+	// control writes m; it reports done when m asks the writer to stop.
+	control := func(m wire.Message) (done bool, err error) {
+		if _, ok := m.(*closeNow); ok {
+			return true, w.Flush()
+		}
+		if err := w.WriteMessage(m); err != nil {
+			return false, err
+		}
+		if len(p.ctrl) == 0 {
+			return false, w.Flush()
+		}
+		return false, nil
+	}
+	for {
+		// Control messages go before piece data.
+		select {
+		case m := <-p.ctrl:
+			if done, err := control(m); done || err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		select {
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case m := <-p.ctrl:
+			if done, err := control(m); done || err != nil {
+				return err
+			}
+		case piece := <-p.uploads:
+			if err := p.upload(ctx, w, piece, buf); err != nil {
+				return err
+			}
+		case <-idle.C:
+			if err := w.WriteMessage(&wire.KeepAlive{}); err != nil {
+				return err
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+		idle.Reset(keepAliveAfter)
+	}
+}
+
+// upload sends one piece as DATA frames, shaped by the upload limit. The
+// store verifies the piece as it reads it, so a piece damaged on our disk is
+// never passed on.
+func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte) error {
+	p.mu.Lock()
+	skip := p.dropUp[piece]
+	delete(p.dropUp, piece)
+	p.mu.Unlock()
+	if skip {
+		return nil
+	}
+	data, err := p.n.cfg.Store.ReadPiece(piece, buf)
+	if err != nil {
+		p.n.log.Warn("cannot serve a piece", "piece", piece, "err", err)
+		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})
+		return nil
+	}
+	for off := 0; off < len(data); off += wire.MaxData {
+		chunk := data[off:min(len(data), off+wire.MaxData)]
+		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
+			return err
+		}
+		if err := w.WriteData(uint32(piece), uint32(off), chunk); err != nil {
+			return err
+		}
+		p.n.bytesToPeers.Add(int64(len(chunk)))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	p.n.post(ctx, swarm.Uploaded{Peer: p.id, Piece: piece, Bytes: int64(len(data))})
+	return nil
+}
+
+// recommendation turns addresses into a RECOMMEND message, skipping any that
+// are not ip:port.
+func recommendation(addrs []string) *wire.Recommend {
+	r := &wire.Recommend{}
+	for _, a := range addrs {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			continue
+		}
+		r.Peers = append(r.Peers, wire.Recommendation{Addr: ap})
+	}
+	return r
+}

@@ -1,0 +1,198 @@
+package swarm
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Reciprocation. Every ChokeInterval a round picks whom to serve among the
+// peers interested in us (they lack a piece we have):
+//
+//   - while downloading, the UploadSlots peers that sent us most over the
+//     last RateWindow (tit-for-tat); once complete, the ones we sent most to
+//     (the fastest downloaders);
+//   - plus OptimisticSlots more, rotated every OptimisticInterval, taken
+//     from those unchoked longest ago (never first), so newcomers and slow
+//     peers get their turn;
+//   - when there are no more interested peers than slots, all of them.
+//
+// Between rounds, a slot that frees up (an unchoked peer lost interest or
+// left) goes at once to the interested peer waiting longest, so spare upload
+// capacity is never idle. Under StrictTFT (while downloading) every
+// interested peer is unchoked and the tab decides each request instead.
+
+// interested reports whether p lacks a piece we have. Until its HaveSet
+// arrives we do not know (for at most TrackerWait, in case the runtime
+// sends none for an empty peer).
+func (s *Scheduler) interested(p *peer) bool {
+	return p.wants > 0 && (p.gotSet || s.now.Sub(p.upAt) >= s.cfg.TrackerWait)
+}
+
+func (s *Scheduler) slots() int { return s.cfg.UploadSlots + s.cfg.OptimisticSlots }
+
+func (s *Scheduler) strict() bool { return s.cfg.StrictTFT && !s.have.Complete() }
+
+func (s *Scheduler) reciprocate() {
+	if s.now.Before(s.nextChoke) {
+		s.fillSlots()
+		return
+	}
+	s.nextChoke = s.now.Add(s.cfg.ChokeInterval)
+	var cands []*peer
+	for _, p := range s.order {
+		if s.interested(p) {
+			cands = append(cands, p)
+		}
+	}
+	chosen := make(map[PeerID]bool, len(cands))
+	optimistic := make(map[PeerID]bool)
+	if s.strict() || len(cands) <= s.slots() {
+		for _, p := range cands {
+			chosen[p.id] = true
+		}
+	} else {
+		// Shuffle first so equal rates (often all zero at the start) are
+		// broken at random, then rank.
+		s.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		seeding := s.have.Complete()
+		score := func(p *peer) int64 {
+			if seeding {
+				return p.up.sum(s.now)
+			}
+			return p.down.sum(s.now)
+		}
+		slices.SortStableFunc(cands, func(a, b *peer) int { return cmp.Compare(score(b), score(a)) })
+		for _, p := range cands[:s.cfg.UploadSlots] {
+			chosen[p.id] = true
+		}
+		rest := cands[s.cfg.UploadSlots:]
+		if rotate := !s.now.Before(s.nextOptimistic); rotate {
+			s.nextOptimistic = s.now.Add(s.cfg.OptimisticInterval)
+		} else {
+			for _, p := range rest {
+				if p.optimistic && len(optimistic) < s.cfg.OptimisticSlots {
+					optimistic[p.id] = true
+				}
+			}
+		}
+		slices.SortStableFunc(rest, s.longestWaiting)
+		for _, p := range rest {
+			if len(optimistic) < s.cfg.OptimisticSlots {
+				optimistic[p.id] = true
+			}
+		}
+		for id := range optimistic {
+			chosen[id] = true
+		}
+	}
+	for _, p := range s.order {
+		p.optimistic = optimistic[p.id]
+		switch {
+		case chosen[p.id] && p.amChoking:
+			s.unchoke(p)
+		case chosen[p.id]:
+			p.lastUnchoked = s.now
+		case !p.amChoking:
+			p.amChoking = true
+			s.emit(Choke{Peer: p.id})
+		}
+	}
+}
+
+// longestWaiting orders peers by when we last unchoked them, never first.
+func (s *Scheduler) longestWaiting(a, b *peer) int {
+	if c := a.lastUnchoked.Compare(b.lastUnchoked); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+func (s *Scheduler) unchoke(p *peer) {
+	p.amChoking = false
+	p.lastUnchoked = s.now
+	s.emit(Unchoke{Peer: p.id})
+}
+
+// spareSlot reports whether one more interested peer may be unchoked.
+func (s *Scheduler) spareSlot() bool {
+	return s.strict() || s.unchokedInterested() < s.slots()
+}
+
+func (s *Scheduler) unchokedInterested() int {
+	n := 0
+	for _, p := range s.order {
+		if !p.amChoking && s.interested(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// fillSlots gives free upload slots to interested choked peers, longest
+// waiting first.
+func (s *Scheduler) fillSlots() {
+	free := s.slots() - s.unchokedInterested()
+	if s.strict() {
+		free = len(s.order)
+	}
+	if free <= 0 {
+		return
+	}
+	var waiting []*peer
+	for _, p := range s.order {
+		if p.amChoking && s.interested(p) {
+			waiting = append(waiting, p)
+		}
+	}
+	slices.SortStableFunc(waiting, s.longestWaiting)
+	for _, p := range waiting[:min(free, len(waiting))] {
+		s.unchoke(p)
+	}
+}
+
+func (s *Scheduler) onPeerRequest(e PeerRequest) {
+	p := s.peers[e.Peer]
+	if p == nil {
+		return
+	}
+	refuse := func(reason string) {
+		s.stats.Refused++
+		s.emit(Reject{Peer: p.id, Piece: e.Piece, Reason: reason})
+	}
+	if !s.valid(e.Piece) || !s.have.Has(e.Piece) {
+		refuse(RejectDontHave)
+		return
+	}
+	if s.strict() {
+		// Flashback's strict tit-for-tat: what we committed to send it
+		// minus what it sent us must stay below the tab.
+		if p.served-p.downTotal >= s.cfg.TFTTab {
+			refuse(RejectTab)
+			return
+		}
+	} else if p.amChoking {
+		if !s.spareSlot() {
+			refuse(RejectChoked)
+			return
+		}
+		s.unchoke(p)
+	}
+	p.served += s.pieceLen(e.Piece)
+	s.stats.Served++
+	s.emit(Serve{Peer: p.id, Piece: e.Piece})
+}
+
+func (s *Scheduler) onUploaded(e Uploaded) {
+	p := s.peers[e.Peer]
+	b := e.Bytes
+	if b <= 0 && s.valid(e.Piece) {
+		b = s.pieceLen(e.Piece)
+	}
+	s.stats.BytesUp += b
+	if p == nil {
+		return
+	}
+	p.upTotal += b
+	p.up.add(s.now, b)
+	s.traded(p.addr)
+}

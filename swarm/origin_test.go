@@ -1,0 +1,119 @@
+package swarm
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// lonelyScheduler returns a scheduler that knows no peers, with a tracker
+// answer of swarm size n, and a file large enough not to run out of pieces;
+// and the origin fetches it started on that answer.
+func lonelyScheduler(n, pieces int, seed uint64) (*Scheduler, []int) {
+	s := New(Config{NumPieces: pieces, Seed: seed}, nil, t0)
+	s.Start(t0)
+	return s, fetches(s.Step(TrackerPeers{SwarmSize: n}, t0))
+}
+
+func fetches(acts []Action) []int {
+	var out []int
+	for _, a := range acts {
+		if f, ok := a.(FetchOrigin); ok {
+			out = append(out, f.Piece)
+		}
+	}
+	return out
+}
+
+// runSlices ticks s at every slice boundary for slices slices, answering
+// every origin fetch at the next boundary, and returns in how many slices
+// it fetched from the origin.
+func runSlices(s *Scheduler, pending []int, slices int) int {
+	used := 0
+	now := t0
+	for range slices {
+		now = now.Add(s.cfg.OriginSlice)
+		var acts []Action
+		for _, p := range pending {
+			acts = append(acts, s.Step(OriginResult{Piece: p, OK: true}, now)...)
+		}
+		acts = append(acts, s.Step(Tick{}, now)...)
+		if pending = fetches(acts); len(pending) > 0 {
+			used++
+		}
+	}
+	return used
+}
+
+// TestOriginShare: with n = 100 and k = 3, a peer with something to fetch
+// uses the origin in about k/n of the slices (Slurpie's backoff).
+func TestOriginShare(t *testing.T) {
+	const slices = 10000
+	for _, tc := range []struct {
+		n    int
+		seed uint64
+	}{{100, 1}, {100, 2}, {30, 3}, {1000, 4}} {
+		s, pending := lonelyScheduler(tc.n, 1<<13, tc.seed)
+		// The first slice was drawn when the tracker answered: count from
+		// the next one.
+		used := runSlices(s, pending, slices)
+		p := float64(s.cfg.OriginK) / float64(tc.n)
+		got := float64(used) / slices
+		sd := math.Sqrt(p * (1 - p) / slices)
+		t.Logf("n=%d: used the origin in %d of %d slices (%.4f, want %.4f ± %.4f)", tc.n, used, slices, got, p, 4*sd)
+		if math.Abs(got-p) > 4*sd {
+			t.Errorf("n=%d: origin share %.4f, want %.4f ± %.4f", tc.n, got, p, 4*sd)
+		}
+		if st := s.Stats(); st.OriginSlicesUsed != used || st.OriginSlicesWon < used {
+			t.Errorf("stats: used %d won %d, counted %d", st.OriginSlicesUsed, st.OriginSlicesWon, used)
+		}
+	}
+}
+
+// TestOriginHolders: across a population of n peers, about k hold the
+// origin in any slice, whatever n is.
+func TestOriginHolders(t *testing.T) {
+	const slices = 200
+	for _, n := range []int{10, 100, 1000} {
+		total, none := 0, 0
+		peers := make([]*Scheduler, n)
+		for i := range peers {
+			peers[i], _ = lonelyScheduler(n, 64, uint64(i+1)*7919)
+		}
+		now := t0
+		for range slices {
+			now = now.Add(time.Second)
+			holders := 0
+			for _, s := range peers {
+				s.Step(Tick{}, now)
+				if s.holding {
+					holders++
+				}
+			}
+			total += holders
+			if holders == 0 {
+				none++
+			}
+		}
+		mean := float64(total) / slices
+		t.Logf("n=%d: %.2f peers hold the origin per slice on average; none in %d%% of slices", n, mean, 100*none/slices)
+		if mean < 2.4 || mean > 3.6 {
+			t.Errorf("n=%d: mean holders %.2f, want about 3", n, mean)
+		}
+	}
+}
+
+// TestOriginLoneFullPipeline: alone (n = 1), every slice is ours and the
+// pipeline is always full.
+func TestOriginLoneFullPipeline(t *testing.T) {
+	s, pending := lonelyScheduler(1, 1<<10, 1)
+	if len(pending) != s.cfg.OriginPipeline {
+		t.Errorf("%d origin fetches on the tracker's answer, want %d", len(pending), s.cfg.OriginPipeline)
+	}
+	if used := runSlices(s, pending, 100); used != 100 {
+		t.Errorf("alone, used the origin in %d of 100 slices", used)
+	}
+	if len(s.originReqs) != s.cfg.OriginPipeline {
+		t.Errorf("%d origin fetches in flight, want %d", len(s.originReqs), s.cfg.OriginPipeline)
+	}
+}

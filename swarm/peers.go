@@ -1,0 +1,494 @@
+package swarm
+
+import (
+	"slices"
+	"time"
+
+	"github.com/stampede-dev/stampede/pieceset"
+)
+
+// peer is one connection as the scheduler sees it.
+type peer struct {
+	id       PeerID
+	addr     string
+	outbound bool
+	upAt     time.Time
+
+	has    *pieceset.Set
+	gotSet bool // its HaveSet arrived
+	offers int  // pieces it has that we lack: worth asking
+	wants  int  // pieces we have that it lacks: it is interested in us
+
+	// Download side.
+	unchokedUs   bool
+	reqs         []outReq // oldest first
+	backoffUntil time.Time
+	probation    bool    // timed out since its last delivery: depth 1
+	timeouts     int     // timeouts since its last delivery
+	lies         int     // "dont-have" rejects of pieces it advertised
+	rate         float64 // delivery rate, bytes/s (EWMA)
+	lat          time.Duration
+	idleRTT      time.Duration // fastest round trip before the first rate sample
+	samples      int
+	lastRecv     time.Time
+	claimed      []int // pieces it claimed with START (may be stale)
+	avoid        []int // pieces it failed to deliver lately
+	pickFailed   int   // Scheduler.gen when pick last found nothing
+
+	// Upload side.
+	amChoking    bool
+	optimistic   bool
+	lastUnchoked time.Time
+	served       int64 // bytes we committed to send it (Serve)
+
+	down, up           rateWin
+	downTotal, upTotal int64
+}
+
+type outReq struct {
+	piece int
+	sent  time.Time
+	ahead int // requests to this peer outstanding when it was sent
+}
+
+func (p *peer) findReq(i int) int {
+	for k, r := range p.reqs {
+		if r.piece == i {
+			return k
+		}
+	}
+	return -1
+}
+
+// addrInfo is what we know about an address.
+type addrInfo struct {
+	banned    bool
+	connected int // connections with this address
+	dialing   bool
+	dialAt    time.Time
+	failures  int
+	retryAt   time.Time
+}
+
+const (
+	maxKnown     = 256 // candidate addresses remembered
+	maxRecent    = 32  // addresses in the recently-traded list
+	recommendMax = 8   // addresses per Recommend
+	dialTimeout  = 30 * time.Second
+)
+
+func (s *Scheduler) onPeerUp(e PeerUp) {
+	if _, dup := s.peers[e.Peer]; dup {
+		return
+	}
+	a := s.addrs[e.Addr]
+	if e.Addr != "" && a != nil {
+		if a.dialing {
+			a.dialing = false
+			s.dialing--
+		}
+		if a.banned {
+			s.emit(Disconnect{Peer: e.Peer, Reason: "banned", Ban: true})
+			return
+		}
+	}
+	p := &peer{
+		id: e.Peer, addr: e.Addr, outbound: e.Outbound, upAt: s.now,
+		has: pieceset.New(len(s.pieces)), amChoking: true,
+		wants: s.have.Count(),
+	}
+	p.down.init(s.cfg.RateWindow)
+	p.up.init(s.cfg.RateWindow)
+	s.peers[e.Peer] = p
+	k, _ := slices.BinarySearchFunc(s.order, p.id, byID)
+	s.order = slices.Insert(s.order, k, p)
+	if e.Addr != "" {
+		s.addrInfo(e.Addr).connected++
+	}
+	if rec := s.recommendations(e.Addr); len(rec) > 0 {
+		s.emit(Recommend{Peer: e.Peer, Addrs: rec})
+	}
+}
+
+func (s *Scheduler) onPeerDown(e PeerDown) {
+	if p := s.peers[e.Peer]; p != nil {
+		s.removePeer(p)
+	}
+}
+
+// disconnect drops a peer now; events that still arrive for it are ignored
+// (except Received, whose piece the runtime has stored).
+func (s *Scheduler) disconnect(p *peer, reason string, ban bool) {
+	s.emit(Disconnect{Peer: p.id, Reason: reason, Ban: ban})
+	if ban && p.addr != "" {
+		a := s.addrInfo(p.addr)
+		if !a.banned {
+			a.banned = true
+			s.stats.Banned++
+		}
+	}
+	s.removePeer(p)
+}
+
+func (s *Scheduler) removePeer(p *peer) {
+	for len(p.reqs) > 0 {
+		s.dropReq(p, len(p.reqs)-1)
+	}
+	for i := range p.has.All() {
+		s.lose(i)
+	}
+	for _, i := range p.claimed {
+		s.unclaim(p.id, i)
+	}
+	if p.addr != "" {
+		if a := s.addrs[p.addr]; a != nil {
+			a.connected = max(a.connected-1, 0)
+			// Do not redial at once a peer that just went away.
+			a.retryAt = s.now.Add(s.cfg.DialBackoff)
+		}
+	}
+	delete(s.peers, p.id)
+	if k, ok := slices.BinarySearchFunc(s.order, p.id, byID); ok {
+		s.order = slices.Delete(s.order, k, k+1)
+	}
+}
+
+func (s *Scheduler) onHaveSet(e HaveSet) {
+	p := s.peers[e.Peer]
+	if p == nil {
+		return
+	}
+	if e.Set == nil || e.Set.Len() != len(s.pieces) {
+		s.stats.Invalid++
+		s.disconnect(p, "bad-haveset", false)
+		return
+	}
+	for i := range p.has.All() {
+		s.lose(i)
+	}
+	p.has, p.gotSet, p.pickFailed = e.Set.Clone(), true, 0
+	p.offers, p.wants = 0, s.have.Count()
+	for i := range p.has.All() {
+		s.pieces[i].avail++
+		s.unclaim(p.id, i)
+		if s.have.Has(i) {
+			p.wants--
+		} else {
+			p.offers++
+		}
+	}
+}
+
+// lose records that one peer fewer has piece i. When none is left, the
+// piece's stall clock restarts: it can only stall again once a peer has it.
+func (s *Scheduler) lose(i int) {
+	ps := &s.pieces[i]
+	ps.avail--
+	if ps.avail == 0 && !ps.origin {
+		ps.firstReq = time.Time{}
+	}
+}
+
+func (s *Scheduler) onHave(e Have) {
+	p := s.peers[e.Peer]
+	if p == nil {
+		return
+	}
+	if !s.valid(e.Piece) {
+		s.stats.Invalid++
+		return
+	}
+	s.unclaim(p.id, e.Piece)
+	if !p.has.Add(e.Piece) {
+		return
+	}
+	p.pickFailed = 0
+	s.pieces[e.Piece].avail++
+	if s.have.Has(e.Piece) {
+		p.wants--
+	} else {
+		p.offers++
+	}
+}
+
+func (s *Scheduler) onStarted(e Started) {
+	p := s.peers[e.Peer]
+	if p == nil {
+		return
+	}
+	if !s.valid(e.Piece) {
+		s.stats.Invalid++
+		return
+	}
+	if s.have.Has(e.Piece) || p.has.Has(e.Piece) {
+		return
+	}
+	until := s.now.Add(s.cfg.StartTimeout)
+	ps := &s.pieces[e.Piece]
+	for k := range ps.claims {
+		if ps.claims[k].peer == p.id {
+			ps.claims[k].until = until
+			return
+		}
+	}
+	ps.claims = append(ps.claims, claim{peer: p.id, until: until})
+	// Forget stale entries now and then so the list stays short.
+	if len(p.claimed) >= 64 {
+		p.claimed = slices.DeleteFunc(p.claimed, func(i int) bool { return !s.claimedBy(p.id, i) })
+	}
+	p.claimed = append(p.claimed, e.Piece)
+}
+
+func (s *Scheduler) claimedBy(id PeerID, i int) bool {
+	for _, c := range s.pieces[i].claims {
+		if c.peer == id && c.until.After(s.now) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scheduler) unclaim(id PeerID, i int) {
+	ps := &s.pieces[i]
+	ps.claims = slices.DeleteFunc(ps.claims, func(c claim) bool { return c.peer == id })
+}
+
+// claimed reports whether another peer holds a live START claim on piece i.
+func (s *Scheduler) claimed(i int) bool {
+	for _, c := range s.pieces[i].claims {
+		if c.until.After(s.now) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scheduler) onCorrupt(e Corrupt) {
+	s.stats.Corrupt++
+	p := s.peers[e.Peer]
+	if p == nil {
+		return
+	}
+	if s.valid(e.Piece) {
+		if k := p.findReq(e.Piece); k >= 0 {
+			s.dropReq(p, k)
+		}
+	}
+	s.disconnect(p, "corrupt", true)
+}
+
+func (s *Scheduler) addrInfo(addr string) *addrInfo {
+	a := s.addrs[addr]
+	if a == nil {
+		a = &addrInfo{}
+		s.addrs[addr] = a
+	}
+	return a
+}
+
+// learn adds candidate addresses: recommended ones go first (a neighbour
+// traded with them recently, so they are likely alive and useful), tracker
+// ones last.
+func (s *Scheduler) learn(addrs []string, recommended bool) {
+	var fresh []string
+	for _, addr := range addrs {
+		if addr == "" || slices.Contains(fresh, addr) {
+			continue
+		}
+		if a := s.addrs[addr]; a != nil && a.banned {
+			continue
+		}
+		s.addrInfo(addr)
+		if k := slices.Index(s.known, addr); k >= 0 {
+			if !recommended {
+				continue
+			}
+			s.known = slices.Delete(s.known, k, k+1)
+		}
+		fresh = append(fresh, addr)
+	}
+	if recommended {
+		s.known = append(fresh, s.known...)
+	} else {
+		s.known = append(s.known, fresh...)
+	}
+	// Forget the oldest idle candidates past maxKnown (banned addresses stay
+	// in s.addrs so they are never dialed again).
+	for k := len(s.known) - 1; len(s.known) > maxKnown && k >= 0; k-- {
+		a := s.addrs[s.known[k]]
+		if a.connected > 0 || a.dialing {
+			continue
+		}
+		if !a.banned {
+			delete(s.addrs, s.known[k])
+		}
+		s.known = slices.Delete(s.known, k, k+1)
+	}
+}
+
+func (s *Scheduler) onDialFailed(e DialFailed) {
+	a := s.addrs[e.Addr]
+	if a == nil {
+		return
+	}
+	s.stats.DialFailures++
+	if a.dialing {
+		a.dialing = false
+		s.dialing--
+	}
+	a.failures++
+	a.retryAt = s.now.Add(s.cfg.DialBackoff << min(a.failures-1, 6))
+}
+
+// dialable reports whether addr may be dialed now.
+func (s *Scheduler) dialable(addr string) bool {
+	a := s.addrs[addr]
+	return a != nil && !a.banned && a.connected == 0 && !a.dialing && !s.now.Before(a.retryAt)
+}
+
+// managePeers keeps the peer set between MinPeers and MaxPeers: expire
+// dials, drop complete peers once we are complete, evict when above
+// MaxPeers, dial candidates up to WantPeers while downloading.
+func (s *Scheduler) managePeers() {
+	for _, addr := range s.known {
+		if a := s.addrs[addr]; a != nil && a.dialing && s.now.Sub(a.dialAt) >= dialTimeout {
+			s.onDialFailed(DialFailed{Addr: addr})
+		}
+	}
+	if s.have.Complete() {
+		// Two complete peers have nothing to trade.
+		for _, p := range slices.Clone(s.order) {
+			if p.has.Complete() {
+				s.disconnect(p, "both-complete", false)
+			}
+		}
+	}
+	for len(s.order) > s.cfg.MaxPeers {
+		s.stats.Evicted++
+		s.disconnect(s.leastUseful(false), "too-many-peers", false)
+	}
+	for _, addr := range s.known {
+		// A complete peer serves those who come; it does not go looking.
+		if s.have.Complete() || len(s.order)+s.dialing >= s.cfg.WantPeers {
+			break
+		}
+		if s.dialable(addr) {
+			a := s.addrs[addr]
+			a.dialing, a.dialAt = true, s.now
+			s.dialing++
+			s.stats.Dials++
+			s.emit(Connect{Addr: addr})
+		}
+	}
+}
+
+// leastUseful picks the peer to drop: past its grace period (unless all
+// are new), it sent us least lately, has least we need, took least from us.
+// With idleOnly it only considers peers with nothing to trade either way.
+func (s *Scheduler) leastUseful(idleOnly bool) *peer {
+	var best *peer
+	better := func(a, b *peer) bool { // a less useful than b
+		ga, gb := s.now.Sub(a.upAt) < s.cfg.PeerGrace, s.now.Sub(b.upAt) < s.cfg.PeerGrace
+		if ga != gb {
+			return gb
+		}
+		if da, db := a.down.sum(s.now), b.down.sum(s.now); da != db {
+			return da < db
+		}
+		if a.offers != b.offers {
+			return a.offers < b.offers
+		}
+		if ua, ub := a.up.sum(s.now), b.up.sum(s.now); ua != ub {
+			return ua < ub
+		}
+		return a.id > b.id
+	}
+	for _, p := range s.order {
+		if idleOnly && (p.offers > 0 || p.wants > 0 || len(p.reqs) > 0) {
+			continue
+		}
+		if best == nil || better(p, best) {
+			best = p
+		}
+	}
+	return best
+}
+
+// askForPeers asks the tracker for a refill when too few peers are left and
+// no candidate is left to dial, and for repair when no new piece has come for
+// RepairAfter (Flashback's partition repair: the tracker's peers are, by
+// definition, in the main swarm). Repair also drops one idle peer, if we are
+// at WantPeers, to make room.
+func (s *Scheduler) askForPeers() {
+	if s.have.Complete() || !s.trackerKnown() {
+		return
+	}
+	if s.now.Sub(s.lastProgress) >= s.cfg.RepairAfter && s.now.Sub(s.lastRepair) >= s.cfg.RepairAfter {
+		s.lastRepair = s.now
+		s.askTracker("repair")
+		if len(s.order) >= s.cfg.WantPeers {
+			if p := s.leastUseful(true); p != nil {
+				s.disconnect(p, "repair", false)
+			}
+		}
+		return
+	}
+	// A refill is worth it only if the tracker knows peers we lack.
+	if len(s.order) >= s.cfg.MinPeers || s.dialing > 0 || s.swarmSize <= len(s.order)+1 ||
+		s.now.Sub(s.lastAsk) < s.cfg.RefillEvery {
+		return
+	}
+	for _, addr := range s.known {
+		if s.dialable(addr) {
+			return
+		}
+	}
+	s.askTracker("refill")
+}
+
+func (s *Scheduler) askTracker(why string) {
+	s.lastAsk = s.now
+	s.stats.TrackerAsks[why]++
+	s.emit(AskTracker{Why: why})
+}
+
+func (s *Scheduler) trackerKnown() bool {
+	return s.trackerAnswered || s.now.Sub(s.startAt) >= s.cfg.TrackerWait
+}
+
+// traded moves addr to the front of the recently-traded list (Flashback's
+// roulette cache: recommended peers are alive and have data).
+func (s *Scheduler) traded(addr string) {
+	if addr == "" {
+		return
+	}
+	if len(s.recent) > 0 && s.recent[0] == addr {
+		return
+	}
+	if k := slices.Index(s.recent, addr); k >= 0 {
+		s.recent = slices.Delete(s.recent, k, k+1)
+	}
+	s.recent = slices.Insert(s.recent, 0, addr)
+	if len(s.recent) > maxRecent {
+		s.recent = s.recent[:maxRecent]
+	}
+}
+
+// recommendations returns up to recommendMax addresses recently traded with,
+// most recent first, without the peer's own address and banned ones.
+func (s *Scheduler) recommendations(exclude string) []string {
+	var out []string
+	for _, addr := range s.recent {
+		if len(out) == recommendMax {
+			break
+		}
+		if addr == exclude {
+			continue
+		}
+		if a := s.addrs[addr]; a != nil && a.banned {
+			continue
+		}
+		out = append(out, addr)
+	}
+	return out
+}

@@ -1,0 +1,482 @@
+// Package swarm is the pure scheduler of a stampede peer: given what happened
+// (a peer connected, announced a piece, delivered one, the origin answered,
+// time passed) it decides what to do next (request this piece from that peer,
+// fetch that one from the origin, unchoke, serve, connect, ask the tracker).
+//
+// It follows raft's Step/Ready shape: a Scheduler is a plain struct with no
+// I/O, no goroutines, no clock and no global randomness. The runtime (one
+// goroutine per swarm) feeds it Events with the time they happened and carries
+// out the Actions it returns, in order. Given the same Config (including Seed)
+// and the same events at the same times, it returns the same actions, which
+// is what the scenario scripts under testdata/scenarios pin down.
+//
+// The ideas come from the seed papers:
+//
+//   - Slurpie: the origin is protected by coordinated randomized backoff.
+//     Time is cut into slices of Config.OriginSlice; in each slice a peer
+//     holds the origin with probability k/n (n: the swarm size estimate), so
+//     about k peers use it at once however large the crowd, and only when the
+//     peers it knows have nothing more to give it. This also solves the
+//     last-block problem: when everyone lacks the same pieces, only about k
+//     go to the origin and the rest get the pieces from them.
+//   - Tekel's work stealing: a peer announces START for a piece it begins to
+//     fetch; others pick something else while they have a choice, and never
+//     fetch a START-claimed piece from the origin.
+//   - Flashback (Roulette): strict tit-for-tat with a small tab as an option,
+//     recommending recently traded neighbours to newcomers, and partition
+//     repair when no new data has arrived for a while.
+//   - BitTorrent: rarest first, endgame, choking with optimistic unchokes.
+//
+// # Contract with the runtime
+//
+// Call Start once, then Step for every event (Step calls Start itself if
+// needed). Send Tick every 100-250 ms. A connection starts choked in both
+// directions, as in BitTorrent: the scheduler requests from a peer only after
+// Unchoked, and the runtime must send UNCHOKE to a peer when it gets an
+// Unchoke action (the scheduler emits one as soon as the peer can use a free
+// upload slot). After PeerUp the runtime sends our have-set to the peer; after
+// Announce it sends HAVE to every peer. The periodic tracker announce
+// (AskTracker "interval") is the runtime's job, since it knows the tracker's
+// interval; the scheduler asks on join, refill and repair. A piece that
+// arrives (Received) is accounted for even if it was not requested or the
+// peer is already gone, since the runtime has stored it.
+package swarm
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"time"
+
+	"github.com/stampede-dev/stampede/pieceset"
+)
+
+// DefaultPieceLen is the length of every piece when Config.PieceLen is nil.
+const DefaultPieceLen = 256 << 10
+
+// Config tunes a Scheduler. Zero fields take the documented defaults.
+type Config struct {
+	// NumPieces is the number of pieces of the file; 0 is an empty file,
+	// complete from the start.
+	NumPieces int
+	// PieceLen returns the length of piece i in bytes (the last piece may be
+	// shorter). Default: DefaultPieceLen for every piece.
+	PieceLen func(i int) int64
+
+	// MinPeers: below it the scheduler asks the tracker for more (4).
+	MinPeers int
+	// MaxPeers: above it the least useful peer is disconnected (24).
+	MaxPeers int
+	// WantPeers: the scheduler dials until it has this many, leaving room for
+	// inbound connections up to MaxPeers ((MinPeers+MaxPeers)/2).
+	WantPeers int
+
+	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
+	// any time (3).
+	OriginK int
+	// OriginSlice is the length of one origin time slice, τ in Slurpie (1 s).
+	OriginSlice time.Duration
+	// OriginPipeline is the number of origin fetches kept in flight while we
+	// hold a slice (2).
+	OriginPipeline int
+	// StartTimeout is how long another peer's START claim keeps us off a
+	// piece (10 s). Our own claims are re-announced every StartTimeout/2
+	// while the fetch lasts.
+	StartTimeout time.Duration
+	// QuietRequests: announce START only for origin fetches, not when a
+	// piece is first requested from a peer (false: announce both, which keeps
+	// neighbours from fetching a piece from the origin that is already on
+	// its way into the neighbourhood).
+	QuietRequests bool
+	// TrackerWait: if the tracker has not answered this long after Start,
+	// act as if it had given nobody (3 s).
+	TrackerWait time.Duration
+
+	// UploadSlots is the number of regular unchoked peers (8).
+	UploadSlots int
+	// OptimisticSlots is the number of optimistic unchokes (2; negative: none).
+	OptimisticSlots int
+	// OptimisticInterval is how often the optimistic unchokes rotate (5 s).
+	OptimisticInterval time.Duration
+	// ChokeInterval is the reciprocation round (2 s).
+	ChokeInterval time.Duration
+	// RateWindow is the window over which transfer rates are ranked (20 s).
+	RateWindow time.Duration
+	// StrictTFT serves a peer only while what we sent it minus what it sent
+	// us is below TFTTab, regardless of choking (Flashback). A complete peer
+	// (seeding) falls back to the choking rules.
+	StrictTFT bool
+	// TFTTab is the tab a peer may run up under StrictTFT (2 pieces).
+	TFTTab int64
+
+	// RepairAfter: when no new piece arrived for this long while pieces are
+	// missing, ask the tracker for fresh peers (5 s).
+	RepairAfter time.Duration
+	// RefillEvery is the least time between two "refill" tracker asks (5 s).
+	RefillEvery time.Duration
+	// DialBackoff is the wait before redialing an address that failed,
+	// doubled per failure up to 64× (5 s).
+	DialBackoff time.Duration
+	// PeerGrace protects a new connection from eviction for this long (10 s).
+	PeerGrace time.Duration
+
+	// RequestTimeout is the deadline of a request to a peer that has not
+	// delivered yet while no peer has (10 s). Once a peer has delivered, its
+	// deadline is four times its expected piece time (latency plus the
+	// transfer of the piece and of those queued ahead of it), at least
+	// MinRequestTimeout and at most 8×RequestTimeout. A peer without samples
+	// gets four times the median piece time of the peers that have (times
+	// the queue ahead), at most RequestTimeout.
+	RequestTimeout time.Duration
+	// MinRequestTimeout is the smallest request deadline (500 ms).
+	MinRequestTimeout time.Duration
+	// MaxDepth caps the per-peer request pipeline (16).
+	MaxDepth int
+	// EndgameMax is the most requests in flight for one piece in endgame,
+	// the origin fetch included (2).
+	EndgameMax int
+	// Strikes: a peer is dropped after this many timeouts in a row, or this
+	// many "dont-have" rejects of pieces it advertised (3).
+	Strikes int
+	// StallAfter: a piece peers have that has not arrived this long after we
+	// first asked for it may be fetched from the origin (reason "stalled"),
+	// one at a time and still only in a slice we hold (4×RequestTimeout).
+	StallAfter time.Duration
+
+	// Seed seeds the scheduler's PCG: ties, the origin draw, eviction.
+	Seed uint64
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.PieceLen == nil {
+		c.PieceLen = func(int) int64 { return DefaultPieceLen }
+	}
+	def(&c.MinPeers, 4)
+	def(&c.MaxPeers, 24)
+	c.MaxPeers = max(c.MaxPeers, c.MinPeers)
+	def(&c.WantPeers, (c.MinPeers+c.MaxPeers)/2)
+	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
+	def(&c.OriginK, 3)
+	defD(&c.OriginSlice, time.Second)
+	def(&c.OriginPipeline, 2)
+	defD(&c.StartTimeout, 10*time.Second)
+	defD(&c.TrackerWait, 3*time.Second)
+	def(&c.UploadSlots, 8)
+	switch {
+	case c.OptimisticSlots == 0:
+		c.OptimisticSlots = 2
+	case c.OptimisticSlots < 0:
+		c.OptimisticSlots = 0
+	}
+	defD(&c.OptimisticInterval, 5*time.Second)
+	defD(&c.ChokeInterval, 2*time.Second)
+	defD(&c.RateWindow, 20*time.Second)
+	if c.TFTTab <= 0 {
+		c.TFTTab = 2 * DefaultPieceLen
+		if c.NumPieces > 0 {
+			c.TFTTab = 2 * c.PieceLen(0)
+		}
+	}
+	defD(&c.RepairAfter, 5*time.Second)
+	defD(&c.RefillEvery, 5*time.Second)
+	defD(&c.DialBackoff, 5*time.Second)
+	defD(&c.PeerGrace, 10*time.Second)
+	defD(&c.RequestTimeout, 10*time.Second)
+	defD(&c.MinRequestTimeout, 500*time.Millisecond)
+	def(&c.MaxDepth, 16)
+	def(&c.EndgameMax, 2)
+	def(&c.Strikes, 3)
+	defD(&c.StallAfter, 4*c.RequestTimeout)
+	return c
+}
+
+// Stats are the scheduler's counters, named by outcome.
+type Stats struct {
+	Pieces, Have int
+	Complete     bool
+	Peers        int // connected now
+
+	// OriginFetches counts FetchOrigin actions by reason.
+	OriginFetches                        map[string]int
+	OriginOK, OriginErrors, OriginBusy   int
+	OriginSlicesDrawn, OriginSlicesWon   int
+	OriginSlicesUsed                     int // won slices in which we fetched
+	Requests, Cancels, Timeouts, Rejects int
+	Received, Duplicates, Unrequested    int // pieces from peers
+	Corrupt                              int
+	Served, Refused                      int // upload side
+	BytesDown, BytesUp                   int64
+	Dials, DialFailures, Evicted, Banned int
+	TrackerAsks                          map[string]int
+	Invalid                              int // events naming bad pieces or sets
+
+	PerPeer []PeerStats // sorted by ID
+}
+
+// PeerStats describes one connected peer.
+type PeerStats struct {
+	ID                  PeerID
+	Addr                string
+	Down, Up            int64 // bytes received from / uploaded to it
+	InFlight, Depth     int   // requests outstanding, pipeline size
+	Rate                float64
+	Latency             time.Duration
+	Unchoked, UnchokeUs bool
+}
+
+// Scheduler is one peer's decision core for one file. It is not safe for
+// concurrent use: one goroutine owns it.
+type Scheduler struct {
+	cfg    Config
+	rng    *rand.Rand
+	have   *pieceset.Set
+	avgLen float64
+	now    time.Time
+	out    []Action
+
+	started, completeSent bool
+	startAt, lastProgress time.Time
+
+	pieces []pieceState
+	peers  map[PeerID]*peer
+	order  []*peer // connected peers by ID: decisions never range over maps
+
+	addrs   map[string]*addrInfo
+	known   []string // candidate addresses, best first
+	recent  []string // addresses recently traded with, most recent first
+	dialing int
+
+	trackerAnswered           bool
+	swarmSize                 int
+	lastAsk, lastRepair       time.Time
+	nextChoke, nextOptimistic time.Time
+	nextSlice, busyUntil      time.Time
+	holding, sliceUsed        bool
+	originReqs                []int // origin fetches in flight
+	stalledInUse              int
+	gen                       int // bumped when a piece becomes requestable again
+
+	stats Stats
+}
+
+// pieceState is what the scheduler knows about one piece beyond have/not.
+type pieceState struct {
+	avail    int       // connected peers that have it
+	reqs     int       // peer requests in flight
+	origin   bool      // origin fetch in flight
+	stalled  bool      // that origin fetch has reason "stalled"
+	restart  bool      // was in flight and lost: finish it first
+	firstReq time.Time // first time we asked anyone for it
+	started  time.Time // when we last announced START for it
+	retry    time.Time // no origin fetch before (after an origin error)
+	claims   []claim   // other peers' START claims
+}
+
+type claim struct {
+	peer  PeerID
+	until time.Time
+}
+
+// New returns a scheduler for a file of cfg.NumPieces pieces of which we
+// already have have (nil: none; it is copied).
+func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
+	cfg = cfg.withDefaults()
+	n := max(cfg.NumPieces, 0)
+	s := &Scheduler{
+		cfg:    cfg,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5354414d50454445)),
+		pieces: make([]pieceState, n),
+		peers:  make(map[PeerID]*peer),
+		addrs:  make(map[string]*addrInfo),
+		now:    now,
+		gen:    1,
+	}
+	if have != nil && have.Len() == n {
+		s.have = have.Clone()
+	} else {
+		s.have = pieceset.New(n)
+	}
+	var total int64
+	for i := range n {
+		total += cfg.PieceLen(i)
+	}
+	s.avgLen = DefaultPieceLen
+	if n > 0 && total > 0 {
+		s.avgLen = float64(total) / float64(n)
+	}
+	s.stats.OriginFetches = make(map[string]int)
+	s.stats.TrackerAsks = make(map[string]int)
+	return s
+}
+
+// Start returns the initial actions: AskTracker "join", and Complete at once
+// if nothing is missing (an empty file or a finished resume).
+func (s *Scheduler) Start(now time.Time) []Action {
+	s.start(now)
+	return s.flush()
+}
+
+func (s *Scheduler) start(now time.Time) {
+	if s.started {
+		return
+	}
+	s.started = true
+	s.now, s.startAt, s.lastProgress = now, now, now
+	s.nextChoke = now.Add(s.cfg.ChokeInterval)
+	s.askTracker("join")
+	s.checkComplete()
+}
+
+// Step applies one event that happened at now and returns what to do.
+func (s *Scheduler) Step(ev Event, now time.Time) []Action {
+	s.start(now)
+	if now.After(s.now) {
+		s.now = now
+	}
+	switch e := ev.(type) {
+	case Tick:
+	case PeerUp:
+		s.onPeerUp(e)
+	case PeerDown:
+		s.onPeerDown(e)
+	case HaveSet:
+		s.onHaveSet(e)
+	case Have:
+		s.onHave(e)
+	case Started:
+		s.onStarted(e)
+	case Choked:
+		s.onChoked(e)
+	case Unchoked:
+		if p := s.peers[e.Peer]; p != nil {
+			p.unchokedUs = true
+		}
+	case Received:
+		s.onReceived(e)
+	case Corrupt:
+		s.onCorrupt(e)
+	case Rejected:
+		s.onRejected(e)
+	case OriginResult:
+		s.onOriginResult(e)
+	case PeerRequest:
+		s.onPeerRequest(e)
+	case Uploaded:
+		s.onUploaded(e)
+	case Recommended:
+		if p := s.peers[e.Peer]; p != nil {
+			s.learn(e.Addrs, true)
+		}
+	case TrackerPeers:
+		s.trackerAnswered = true
+		s.swarmSize = e.SwarmSize
+		s.learn(e.Addrs, false)
+	case DialFailed:
+		s.onDialFailed(e)
+	}
+	s.schedule()
+	if _, ok := ev.(Tick); ok {
+		s.reannounce()
+	}
+	return s.flush()
+}
+
+// schedule makes the time- and state-driven decisions after every event.
+func (s *Scheduler) schedule() {
+	s.checkTimeouts()
+	s.managePeers()
+	s.reciprocate()
+	s.fillRequests()
+	s.useOrigin()
+	s.askForPeers()
+}
+
+func (s *Scheduler) emit(a Action) { s.out = append(s.out, a) }
+
+func (s *Scheduler) flush() []Action {
+	out := s.out
+	s.out = nil
+	return out
+}
+
+// Have returns the pieces we have (a copy).
+func (s *Scheduler) Have() *pieceset.Set { return s.have.Clone() }
+
+// Complete reports whether every piece is in.
+func (s *Scheduler) Complete() bool { return s.have.Complete() }
+
+// Config returns the configuration in use, defaults filled in.
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// Stats returns a snapshot of the counters.
+func (s *Scheduler) Stats() Stats {
+	st := s.stats
+	st.Pieces, st.Have, st.Complete = s.have.Len(), s.have.Count(), s.have.Complete()
+	st.Peers = len(s.order)
+	st.OriginFetches = cloneMap(s.stats.OriginFetches)
+	st.TrackerAsks = cloneMap(s.stats.TrackerAsks)
+	st.PerPeer = nil
+	for _, p := range s.order {
+		st.PerPeer = append(st.PerPeer, PeerStats{
+			ID: p.id, Addr: p.addr, Down: p.downTotal, Up: p.upTotal,
+			InFlight: len(p.reqs), Depth: s.depth(p), Rate: p.rate, Latency: p.lat,
+			Unchoked: !p.amChoking, UnchokeUs: p.unchokedUs,
+		})
+	}
+	return st
+}
+
+func cloneMap(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func (s *Scheduler) valid(i int) bool { return i >= 0 && i < len(s.pieces) }
+
+func (s *Scheduler) pieceLen(i int) int64 { return s.cfg.PieceLen(i) }
+
+// addPiece records a stored piece: announce it, cancel duplicates in flight,
+// update interest, and complete when it was the last.
+func (s *Scheduler) addPiece(i int) {
+	if !s.have.Add(i) {
+		return
+	}
+	s.lastProgress = s.now
+	ps := &s.pieces[i]
+	ps.restart, ps.claims = false, nil
+	s.emit(Announce{Piece: i})
+	for _, p := range s.order {
+		if k := p.findReq(i); k >= 0 {
+			s.emit(Cancel{Peer: p.id, Piece: i})
+			s.stats.Cancels++
+			s.dropReq(p, k)
+		}
+		if p.has.Has(i) {
+			p.offers--
+		} else {
+			p.wants++
+		}
+	}
+	s.checkComplete()
+}
+
+func (s *Scheduler) checkComplete() {
+	if s.have.Complete() && !s.completeSent {
+		s.completeSent = true
+		s.emit(Complete{})
+	}
+}
+
+func byID(p *peer, id PeerID) int { return cmp.Compare(p.id, id) }

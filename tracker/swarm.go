@@ -1,0 +1,349 @@
+package tracker
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+)
+
+// The state of one swarm, and the decisions taken on it: which peers an
+// announce gets back and how large the swarm is. It is pure: no clock, no
+// locks, no I/O; the Tracker serializes the calls and passes the time in.
+
+// minAnnounceGap is the shortest time between two announces of one peer that
+// are both acted on; one sooner is answered from the cached peer list.
+const minAnnounceGap = time.Second
+
+// arrivalRing is how many of the latest arrivals a swarm remembers. A new
+// peer is the one most likely to lack pieces others have and to have pieces
+// others lack soon, and the one nobody knows yet: handing it out spreads
+// it into the swarm within an interval.
+const arrivalRing = 16
+
+// expiryIntervals is how many intervals a peer stays after its last
+// announce: it may miss two and still be listed.
+const expiryIntervals = 3
+
+// Why a peer left a swarm's table, for the metrics.
+const (
+	removedStopped = iota
+	removedExpired
+	removedTableFull
+	numRemoved
+)
+
+var removedNames = [numRemoved]string{"stopped", "expired", "table_full"}
+
+// announce is an AnnounceRequest as the swarm sees it: with the address the
+// request came from and the keyed hash of the peer's id.
+type announce struct {
+	AnnounceRequest
+	addr netip.AddrPort // the request's IP, the announced port
+	hash uint64
+}
+
+// result is what an announce decided.
+type result struct {
+	swarmSize, complete int
+	peers               []Peer
+	rateLimited         bool
+	removed             [numRemoved]int
+}
+
+// swarm is the bounded state of one swarm: a table of its most recently seen
+// peers, a ring of its latest arrivals, and a window counting every peer
+// heard from whether or not the table still holds it.
+type swarm struct {
+	interval time.Duration
+	peers    table
+	win      *window
+	rng      *rand.Rand
+
+	arrivals  [arrivalRing]PeerID
+	nArrivals int // ever recorded; the latest is arrivals[(nArrivals-1)%arrivalRing]
+
+	// overflowAt is the last time a live peer was pushed out of the full
+	// table. For expiryIntervals after it, the table is not the whole swarm
+	// and the window's count is used; zero: never.
+	overflowAt time.Time
+
+	// cache is a peer list picked for nobody in particular, handed (minus
+	// the asker) to announces that come too soon after the asker's last.
+	cache   []Peer
+	cacheAt time.Time // zero: no cache
+
+	// Scratch space for pick, kept to spare the allocations.
+	cand   []int32
+	chosen []bool
+}
+
+func newSwarm(interval time.Duration, capacity int, seed uint64, now time.Time) *swarm {
+	return &swarm{
+		interval: interval,
+		peers:    newTable(capacity),
+		win:      newWindow(interval, now),
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+}
+
+// announce applies a at time now and returns the answer.
+func (s *swarm) announce(a announce, now time.Time) result {
+	var res result
+	res.removed[removedExpired] = s.expire(now)
+	i, known := s.peers.find(a.ID)
+	switch {
+	case a.Event == EventStopped:
+		// Peers learn each other's ids: only the address a peer announced
+		// from may take it out.
+		if known && s.peers.rows[i].addr.Addr() == a.addr.Addr() {
+			s.peers.remove(i)
+			s.win.stop(now)
+			res.removed[removedStopped]++
+		}
+		res.swarmSize, res.complete = s.size(now)
+		res.peers = []Peer{}
+		return res
+	case known && now.Sub(s.peers.rows[i].seen) < minAnnounceGap &&
+		(a.Event != EventCompleted || s.peers.rows[i].complete):
+		res.rateLimited = true
+		res.peers = s.cached(a.ID, a.NumWant, now)
+		res.swarmSize, res.complete = s.size(now)
+		return res
+	}
+
+	complete := a.Left == 0
+	if known {
+		// A peer whose address changed has moved (a new network): the
+		// latest announce is where it can be reached.
+		s.peers.update(i, a.addr, complete, now)
+	} else {
+		if s.peers.full() {
+			s.peers.remove(s.peers.tail)
+			s.overflowAt = now
+			res.removed[removedTableFull]++
+		}
+		s.peers.insert(peerRow{id: a.ID, addr: a.addr, complete: complete, seen: now})
+	}
+	if a.Event == EventStarted {
+		s.arrivals[s.nArrivals%arrivalRing] = a.ID
+		s.nArrivals++
+	}
+	s.win.add(a.hash, now)
+	res.peers = s.pick(&a.ID, a.NumWant)
+	res.swarmSize, res.complete = s.size(now)
+	return res
+}
+
+// expire removes the peers not heard from for expiryIntervals and returns
+// how many.
+func (s *swarm) expire(now time.Time) int {
+	n := 0
+	for s.peers.tail >= 0 && now.Sub(s.peers.rows[s.peers.tail].seen) >= expiryIntervals*s.interval {
+		s.peers.remove(s.peers.tail)
+		n++
+	}
+	return n
+}
+
+// size estimates the peers in the swarm and how many of them are seeds.
+// While the table holds every live peer it counts them exactly; otherwise
+// the window counts, and the seeds are the table's share of seeds scaled
+// up: the table holds the peers seen last, and seeds announce as often as
+// anyone, so it is a fair sample.
+func (s *swarm) size(now time.Time) (n, complete int) {
+	n, complete = s.peers.len(), s.peers.seeds
+	if s.overflowAt.IsZero() || now.Sub(s.overflowAt) >= expiryIntervals*s.interval || n == 0 {
+		return n, complete
+	}
+	est := max(n, int(math.Round(s.win.estimate(now))))
+	return est, int(math.Round(float64(est) * float64(complete) / float64(n)))
+}
+
+// pick chooses up to want peers others may connect to, never the asker
+// (nil: no one is left out): seeds first, then the latest arrivals, then
+// others at random. Seeds, when more than wanted, are also taken at
+// random, so that the load spreads over all of them.
+func (s *swarm) pick(asker *PeerID, want int) []Peer {
+	out := make([]Peer, 0, min(want, s.peers.len()))
+	rows := s.peers.rows
+	if cap(s.chosen) < len(rows) {
+		s.chosen = make([]bool, len(rows), s.peers.capacity)
+	}
+	s.chosen = s.chosen[:len(rows)]
+	clear(s.chosen)
+	eligible := func(i int32) bool {
+		p := &rows[i]
+		return !s.chosen[i] && p.addr.Port() != 0 && (asker == nil || p.id != *asker)
+	}
+	take := func(i int32) {
+		s.chosen[i] = true
+		out = append(out, rows[i].peer())
+	}
+	takeRandom := func(cand []int32) {
+		for j := 0; len(out) < want && j < len(cand); j++ {
+			r := j + s.rng.IntN(len(cand)-j)
+			cand[j], cand[r] = cand[r], cand[j]
+			take(cand[j])
+		}
+	}
+
+	s.cand = s.cand[:0]
+	for i := range int32(len(rows)) {
+		if rows[i].complete && eligible(i) {
+			s.cand = append(s.cand, i)
+		}
+	}
+	takeRandom(s.cand)
+	for k := 0; k < min(s.nArrivals, arrivalRing) && len(out) < want; k++ {
+		id := s.arrivals[(s.nArrivals-1-k)%arrivalRing]
+		if i, ok := s.peers.find(id); ok && eligible(i) {
+			take(i)
+		}
+	}
+	if len(out) < want {
+		s.cand = s.cand[:0]
+		for i := range int32(len(rows)) {
+			if eligible(i) {
+				s.cand = append(s.cand, i)
+			}
+		}
+		takeRandom(s.cand)
+	}
+	return out
+}
+
+// cached returns the peer list for an announce that came too soon: the
+// swarm's cached list, refreshed at most once per minAnnounceGap, without
+// the asker.
+func (s *swarm) cached(asker PeerID, want int, now time.Time) []Peer {
+	if s.cacheAt.IsZero() || now.Sub(s.cacheAt) >= minAnnounceGap || now.Before(s.cacheAt) {
+		s.cache = s.pick(nil, MaxNumWant+1)
+		s.cacheAt = now
+	}
+	out := make([]Peer, 0, min(want, len(s.cache)))
+	for _, p := range s.cache {
+		if len(out) == want {
+			break
+		}
+		if p.ID != asker {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// peerRow is one row of a swarm's table.
+type peerRow struct {
+	id       PeerID
+	addr     netip.AddrPort // port 0: cannot accept connections
+	complete bool
+	seen     time.Time // of the last announce acted on
+	// prev and next link the rows from the most to the least recently
+	// seen; -1 ends the list.
+	prev, next int32
+}
+
+func (p *peerRow) peer() Peer { return Peer{Addr: p.addr, ID: p.id, Complete: p.complete} }
+
+// table is a fixed-capacity set of peers, by id, in the order they were
+// last seen, so that both expiry and eviction take from the tail.
+type table struct {
+	capacity   int
+	rows       []peerRow
+	index      map[PeerID]int32
+	head, tail int32
+	seeds      int // rows with complete set
+}
+
+func newTable(capacity int) table {
+	return table{capacity: capacity, index: make(map[PeerID]int32), head: -1, tail: -1}
+}
+
+func (t *table) len() int   { return len(t.rows) }
+func (t *table) full() bool { return len(t.rows) >= t.capacity }
+
+func (t *table) find(id PeerID) (int32, bool) {
+	i, ok := t.index[id]
+	return i, ok
+}
+
+// insert adds p, which must be new, as the most recently seen. The table
+// must not be full.
+func (t *table) insert(p peerRow) {
+	i := int32(len(t.rows))
+	t.rows = append(t.rows, p)
+	t.index[p.id] = i
+	if p.complete {
+		t.seeds++
+	}
+	t.pushFront(i)
+}
+
+// update records an announce of the peer in row i.
+func (t *table) update(i int32, addr netip.AddrPort, complete bool, now time.Time) {
+	p := &t.rows[i]
+	if p.complete != complete {
+		if complete {
+			t.seeds++
+		} else {
+			t.seeds--
+		}
+	}
+	p.addr, p.complete, p.seen = addr, complete, now
+	t.unlink(i)
+	t.pushFront(i)
+}
+
+// remove deletes row i, moving the last row into its place.
+func (t *table) remove(i int32) {
+	t.unlink(i)
+	if t.rows[i].complete {
+		t.seeds--
+	}
+	delete(t.index, t.rows[i].id)
+	last := int32(len(t.rows) - 1)
+	if i != last {
+		t.rows[i] = t.rows[last]
+		p := &t.rows[i]
+		t.index[p.id] = i
+		if p.prev >= 0 {
+			t.rows[p.prev].next = i
+		} else {
+			t.head = i
+		}
+		if p.next >= 0 {
+			t.rows[p.next].prev = i
+		} else {
+			t.tail = i
+		}
+	}
+	t.rows[last] = peerRow{}
+	t.rows = t.rows[:last]
+}
+
+func (t *table) unlink(i int32) {
+	p := &t.rows[i]
+	if p.prev >= 0 {
+		t.rows[p.prev].next = p.next
+	} else {
+		t.head = p.next
+	}
+	if p.next >= 0 {
+		t.rows[p.next].prev = p.prev
+	} else {
+		t.tail = p.prev
+	}
+	p.prev, p.next = -1, -1
+}
+
+func (t *table) pushFront(i int32) {
+	p := &t.rows[i]
+	p.prev, p.next = -1, t.head
+	if t.head >= 0 {
+		t.rows[t.head].prev = i
+	} else {
+		t.tail = i
+	}
+	t.head = i
+}

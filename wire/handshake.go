@@ -1,0 +1,298 @@
+package wire
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Magic opens every handshake.
+const Magic = "STMP"
+
+// HandshakeLen is the handshake's fixed size, in every version:
+//
+//	offset size field
+//	     0    4 magic "STMP"
+//	     4    1 version: the highest the sender speaks
+//	     5    1 reserved: 0 when sent, ignored when read
+//	     6    2 capabilities (u16 bitmask)
+//	     8   32 root: the manifest's merkle root
+//	    40    8 size: the file size (u64); identity is root and size
+//	    48   16 peer ID, random per process
+//	    64    2 listen port (u16), 0 if not reachable
+const HandshakeLen = 66
+
+// Caps is the capability bitmask of a handshake. Bits this version does not
+// define are ignored (and kept, so a later version can read them).
+type Caps uint16
+
+const (
+	// CapSeed: the sender has the whole file (its HAVESET will be full).
+	CapSeed Caps = 1 << 0
+	// CapStrictTFT: the sender is in strict tit-for-tat mode: it serves
+	// peers in proportion to what they serve it. Informational in version 1.
+	CapStrictTFT Caps = 1 << 1
+)
+
+// Has reports whether every bit of c2 is set in c.
+func (c Caps) Has(c2 Caps) bool { return c&c2 == c2 }
+
+// PeerID identifies one stampede process for the life of the process. It
+// tells a peer that it dialed itself and which two connections join the
+// same pair of peers.
+type PeerID [16]byte
+
+// NewPeerID returns a random PeerID.
+func NewPeerID() PeerID {
+	var id PeerID
+	rand.Read(id[:]) // never fails (crypto/rand crashes the process instead)
+	return id
+}
+
+func (id PeerID) String() string { return hex.EncodeToString(id[:]) }
+
+// Handshake is the first thing each side sends, both at once.
+type Handshake struct {
+	// Version is the highest version the sender speaks. MarshalBinary
+	// always writes this package's Version; ReadHandshake reports the
+	// peer's.
+	Version    uint8
+	Caps       Caps
+	Root       [32]byte
+	Size       uint64
+	PeerID     PeerID
+	ListenPort uint16 // 0: not reachable
+}
+
+// Handshake errors. Exchange wraps them; test with errors.Is.
+var (
+	ErrNotStampede = errors.New("wire: not a stampede peer")
+	ErrVersion     = errors.New("wire: no common protocol version")
+	ErrWrongSwarm  = errors.New("wire: wrong swarm")
+	ErrSelf        = errors.New("wire: connected to ourselves")
+)
+
+// AppendBinary appends the handshake's HandshakeLen bytes to b, with this
+// package's Version.
+func (h Handshake) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, Magic...)
+	b = append(b, Version, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(h.Caps))
+	b = append(b, h.Root[:]...)
+	b = binary.BigEndian.AppendUint64(b, h.Size)
+	b = append(b, h.PeerID[:]...)
+	return binary.BigEndian.AppendUint16(b, h.ListenPort), nil
+}
+
+// MarshalBinary returns the handshake's HandshakeLen bytes, with this
+// package's Version. It never fails.
+func (h Handshake) MarshalBinary() ([]byte, error) {
+	return h.AppendBinary(make([]byte, 0, HandshakeLen))
+}
+
+// ReadHandshake reads exactly HandshakeLen bytes (no more, so frames can be
+// read from r next) and decodes them. It checks the magic (ErrNotStampede)
+// and the version (ErrVersion for 0; a higher one is fine: the session
+// speaks Version). Whether the handshake fits ours is Exchange's business.
+func ReadHandshake(r io.Reader) (Handshake, error) {
+	var b [HandshakeLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) && string(b[:4]) != Magic {
+			return Handshake{}, fmt.Errorf("%w: short handshake", ErrNotStampede)
+		}
+		return Handshake{}, fmt.Errorf("wire: reading the handshake: %w", err)
+	}
+	if string(b[:4]) != Magic {
+		return Handshake{}, fmt.Errorf("%w: magic %q", ErrNotStampede, b[:4])
+	}
+	h := Handshake{
+		Version:    b[4],
+		Caps:       Caps(binary.BigEndian.Uint16(b[6:])),
+		Root:       [32]byte(b[8:40]),
+		Size:       binary.BigEndian.Uint64(b[40:]),
+		PeerID:     PeerID(b[48:64]),
+		ListenPort: binary.BigEndian.Uint16(b[64:]),
+	}
+	if h.Version < 1 {
+		return h, fmt.Errorf("%w: the peer speaks version %d, we speak 1 to %d", ErrVersion, h.Version, Version)
+	}
+	return h, nil
+}
+
+// deadliner is what Exchange needs to bound and cancel I/O: net.Conn has it.
+type deadliner interface {
+	SetDeadline(time.Time) error
+}
+
+// Exchange performs the handshake on a fresh connection: it sends mine and
+// reads the peer's at the same time, within ctx and HandshakeTimeout. It
+// then checks the peer's handshake against ours: the same root and size
+// (else ErrWrongSwarm), a different peer ID (else ErrSelf), a supported
+// version (else ErrVersion), and on a mismatch says GOODBYE (best effort,
+// within about a second) before returning. The caller closes rw after any
+// error; on success frames follow, with rw's deadline cleared.
+//
+// It returns the peer's handshake even with an error, when it was read. If
+// rw cannot set deadlines (net.Conn can), a cancelled or timed-out Exchange
+// returns at once and leaves its I/O blocked until the caller closes rw.
+func Exchange(ctx context.Context, rw io.ReadWriter, mine Handshake) (Handshake, error) {
+	deadline := time.Now().Add(HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	dl, _ := rw.(deadliner)
+	stop := func() bool { return ctx.Err() == nil }
+	if dl != nil {
+		if err := dl.SetDeadline(deadline); err != nil {
+			return Handshake{}, fmt.Errorf("wire: handshake: %w", err)
+		}
+		stop = context.AfterFunc(ctx, func() { dl.SetDeadline(longAgo) })
+		defer stop()
+	}
+
+	theirs, err := exchange(ctx, rw, dl, deadline, mine)
+	bye := &Goodbye{}
+	switch {
+	case errors.Is(err, ErrVersion):
+		bye.Reason, bye.Text = GoodbyeVersion, fmt.Sprintf("I speak versions 1 to %d", Version)
+	case err != nil:
+		return theirs, err
+	case theirs.Root != mine.Root || theirs.Size != mine.Size:
+		bye.Reason, bye.Text = GoodbyeWrongSwarm, fmt.Sprintf("I am in the swarm of root %x… size %d", mine.Root[:8], mine.Size)
+		err = fmt.Errorf("%w: the peer has root %x… size %d, we have root %x… size %d",
+			ErrWrongSwarm, theirs.Root[:8], theirs.Size, mine.Root[:8], mine.Size)
+	case theirs.PeerID == mine.PeerID:
+		bye.Reason, bye.Text = GoodbyeSelf, "you are me"
+		err = fmt.Errorf("%w (peer ID %v)", ErrSelf, mine.PeerID)
+	default:
+		if !stop() {
+			return theirs, fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
+		}
+		if dl != nil {
+			if err := dl.SetDeadline(time.Time{}); err != nil {
+				return theirs, fmt.Errorf("wire: handshake: %w", err)
+			}
+		}
+		return theirs, nil
+	}
+	if ctx.Err() == nil {
+		if said := sayGoodbye(ctx, rw, dl, deadline, bye); said != nil {
+			err = fmt.Errorf("%w; the peer said %v: %q", err, said.Reason, said.Text)
+		}
+	}
+	return theirs, err
+}
+
+// longAgo is a deadline in the past: it cuts blocked I/O short.
+var longAgo = time.Unix(1, 0)
+
+// exchange writes mine and reads theirs concurrently. When one side fails it
+// cuts the other short, except on ErrVersion, where ours must still go out
+// so the GOODBYE that follows is understood.
+func exchange(ctx context.Context, rw io.ReadWriter, dl deadliner, deadline time.Time, mine Handshake) (Handshake, error) {
+	out, _ := mine.MarshalBinary()
+	type read struct {
+		h   Handshake
+		err error
+	}
+	wc, rc := make(chan error, 1), make(chan read, 1)
+	go func() {
+		_, err := rw.Write(out)
+		wc <- err
+	}()
+	go func() {
+		h, err := ReadHandshake(rw)
+		rc <- read{h, err}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+
+	done := ctx.Done()
+	var (
+		theirs       Handshake
+		werr, rerr   error
+		wrote, heard bool
+	)
+	for !wrote || !heard {
+		select {
+		case werr = <-wc:
+			wrote = true
+			if werr != nil {
+				werr = fmt.Errorf("wire: sending the handshake: %w", werr)
+			}
+		case r := <-rc:
+			heard, theirs, rerr = true, r.h, r.err
+		case <-done:
+			if dl == nil {
+				return theirs, fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
+			}
+			done = nil // the AfterFunc cuts the I/O short: collect it
+			continue
+		case <-timer.C:
+			if dl == nil {
+				return theirs, fmt.Errorf("wire: handshake: no answer within %v", HandshakeTimeout)
+			}
+			continue // the deadline cuts the I/O short: collect it
+		}
+		failed := (werr != nil && !heard) || (rerr != nil && !errors.Is(rerr, ErrVersion) && !wrote)
+		if failed {
+			if dl == nil {
+				return theirs, errors.Join(werr, rerr)
+			}
+			dl.SetDeadline(longAgo)
+		}
+	}
+	if ctx.Err() != nil {
+		return theirs, fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
+	}
+	if rerr != nil {
+		return theirs, rerr
+	}
+	return theirs, werr
+}
+
+// sayGoodbye sends bye and, at the same time, reads what the peer sends
+// first in case it is a GOODBYE too (which it returns): both sides of a
+// mismatch say GOODBYE at once, and over an unbuffered stream (net.Pipe)
+// neither write completes unless the other side reads.
+func sayGoodbye(ctx context.Context, rw io.ReadWriter, dl deadliner, deadline time.Time, bye *Goodbye) *Goodbye {
+	if len(bye.Text) > MaxGoodbyeText {
+		bye.Text = strings.ToValidUTF8(bye.Text[:MaxGoodbyeText], "")
+	}
+	frame, err := AppendFrame(nil, bye)
+	if err != nil {
+		return nil
+	}
+	wc := make(chan struct{})
+	go func() {
+		defer close(wc)
+		rw.Write(frame)
+	}()
+	if dl == nil {
+		// Nothing could cut a read short: only send, for a moment.
+		t := time.NewTimer(goodbyeGrace)
+		defer t.Stop()
+		select {
+		case <-wc:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	if grace := time.Now().Add(goodbyeGrace); grace.Before(deadline) {
+		deadline = grace
+	}
+	dl.SetDeadline(deadline)
+	var said *Goodbye
+	if m, err := NewReader(rw, Geometry{}).Read(); err == nil {
+		said, _ = m.(*Goodbye)
+	}
+	<-wc
+	return said
+}
