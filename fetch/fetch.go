@@ -426,6 +426,10 @@ func (d *Download) do(ctx context.Context, method string, u *url.URL, hdr http.H
 		req.Header[k] = v
 	}
 	req.Header.Set("User-Agent", "stampede")
+	if method == http.MethodGet && reason != "manifest" {
+		// The origin counts its file requests by why they were made.
+		req.Header.Set("Stampede-Reason", reason)
+	}
 	d.count(reason)
 	return d.cfg.Client.Do(req)
 }

@@ -64,15 +64,34 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Etag", v.etag)
 	h.Add("Link", linkHeader((&url.URL{Path: ManifestPrefix + "/" + name}).EscapedPath()))
-	w.onFull = func(h http.Header) { s.addDirDigest(r.Context(), h, name, v) }
+	w.onFull = func(h http.Header) { s.addDirDigest(r.Context(), h, name, v, fi.Size()) }
 	// ServeContent sets Last-Modified from fi.ModTime() exactly as
 	// fileValidators formats it.
 	http.ServeContent(w, r, path.Base(name), fi.ModTime(), f)
 }
 
+// syncDigestMax is the largest file whose digest a full response waits for
+// when it is not cached yet (hashing 64 MiB takes tens of milliseconds).
+// Larger files are hashed in the background and their first full responses
+// go out without Repr-Digest rather than hold the client (and a transfer
+// slot) for seconds.
+const syncDigestMax = 64 << 20
+
 // addDirDigest adds Repr-Digest to a full response, computing the file's
-// manifest and digest first if need be.
-func (s *Server) addDirDigest(ctx context.Context, h http.Header, name string, v validators) {
+// manifest and digest first if it is small or cached.
+func (s *Server) addDirDigest(ctx context.Context, h http.Header, name string, v validators, size int64) {
+	if size > syncDigestMax {
+		if e, _ := s.cache.lookup(s.dirKey+name, v); e != nil {
+			h.Set("Repr-Digest", e.reprDigest())
+			return
+		}
+		s.bg.spawn(func(ctx context.Context) {
+			if _, err := s.dirEntry(ctx, name, v); err != nil && ctx.Err() == nil {
+				s.log.Warn("hashing a file failed", "file", name, "err", err)
+			}
+		})
+		return
+	}
 	e, err := s.dirEntry(ctx, name, v)
 	switch {
 	case err != nil && ctx.Err() != nil:

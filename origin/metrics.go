@@ -43,6 +43,28 @@ const (
 
 var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
 
+// ReasonHeader is the request header in which a stampede client says why it
+// asks the origin for a file's bytes (see fetch and swarm): the origin counts
+// its file requests by it.
+const ReasonHeader = "Stampede-Reason"
+
+// reasonNames are the reasons counted; anything else counts as "other" (a
+// header must not grow the metrics without bound).
+var reasonNames = [...]string{"none", "piece", "retry-late", "retry-error", "stream",
+	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "other"}
+
+func reasonIndex(h string) int {
+	if h == "" {
+		return 0
+	}
+	for i, r := range reasonNames {
+		if r == h {
+			return i
+		}
+	}
+	return len(reasonNames) - 1
+}
+
 // metrics are the origin's counters, each named by the question it answers.
 type metrics struct {
 	bytesSent         atomic.Int64
@@ -52,6 +74,7 @@ type metrics struct {
 	manifestHits      [numHits]atomic.Int64
 	manifestFailures  atomic.Int64 // computations that failed
 	upstreamRequests  [numUpstream]atomic.Int64
+	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by ReasonHeader
 
 	mu        sync.Mutex // guards responses
 	responses map[int]int64
@@ -85,6 +108,11 @@ func (m *metrics) write(w io.Writer, active, maxTransfers int, rate int64) error
 	family("stampede_origin_requests_total", "counter", "Requests answered, by what they asked for.")
 	for k := range numKinds {
 		sample("stampede_origin_requests_total", `kind="`+kindNames[k]+`"`, m.requests[k].Load())
+	}
+
+	family("stampede_origin_file_requests_total", "counter", "File requests by the reason the client gave in the Stampede-Reason header (\"none\": no header, e.g. curl).")
+	for i, r := range reasonNames {
+		sample("stampede_origin_file_requests_total", `reason="`+r+`"`, m.fileReasons[i].Load())
 	}
 
 	family("stampede_origin_responses_total", "counter", "Responses by status code.")

@@ -88,6 +88,12 @@ func (s *Server) target(in *url.URL) *url.URL {
 type rwKey struct{}
 
 func (s *Server) serveProxy(w *respWriter, r *http.Request) {
+	// Already full: turn a GET away before it costs the upstream a request
+	// (the crowd must not pass through to the server we protect).
+	if r.Method == http.MethodGet && s.gate.activeCount() >= s.cfg.MaxTransfers && !w.admit(http.StatusOK, -1) {
+		w.reject()
+		return
+	}
 	s.metrics.upstreamRequests[upstreamProxy].Add(1)
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rwKey{}, w)))
 }
@@ -109,8 +115,8 @@ func (s *Server) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	v := responseValidators(res.Header, res.ContentLength)
-	if !v.known() {
-		return nil // no manifest to point at
+	if !v.known() || !identity(res.Header) || (res.StatusCode == http.StatusOK && res.ContentLength < 0) {
+		return nil // no manifest we could build to point at
 	}
 	mp := ManifestPrefix + w.req.URL.EscapedPath()
 	if q := w.req.URL.RawQuery; q != "" {

@@ -177,6 +177,9 @@ func (w *respWriter) finish() {
 		status = http.StatusOK
 	}
 	w.s.metrics.requests[w.kind].Add(1)
+	if w.kind == kindFile && w.req.Method == http.MethodGet {
+		w.s.metrics.fileReasons[reasonIndex(w.req.Header.Get(ReasonHeader))].Add(1)
+	}
 	w.s.metrics.countResponse(status)
 	if w.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		w.s.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
