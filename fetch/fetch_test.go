@@ -26,8 +26,8 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // get runs one download of s's file into a temp dir and returns the result,
-// the error and the output path.
-func get(t *testing.T, s *testServer, mod func(*Config)) (*Result, error, string) {
+// the output path and the error.
+func get(t *testing.T, s *testServer, mod func(*Config)) (*Result, string, error) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
 	cfg := Config{URL: s.url(), Output: out, Logger: testLogger(t), InitialDeadline: 2 * time.Second}
@@ -39,7 +39,7 @@ func get(t *testing.T, s *testServer, mod func(*Config)) (*Result, error, string
 		t.Fatal(err)
 	}
 	res, err := d.Run(t.Context())
-	return res, err, cfg.Output
+	return res, cfg.Output, err
 }
 
 func mustEqualFile(t *testing.T, path string, want []byte) {
@@ -68,7 +68,7 @@ func TestGetSizes(t *testing.T) {
 		t.Run(strings.ReplaceAll(time.Duration(n).String(), "ns", "B"), func(t *testing.T) {
 			data := randomData(n, uint64(n))
 			s := newTestServer(t, data)
-			res, err, out := get(t, s, nil)
+			res, out, err := get(t, s, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +94,7 @@ func TestCorruptPieceRetried(t *testing.T) {
 		serveRange(w, r, data, func(b []byte) []byte { b[100] ^= 1; return b }, nil)
 		return true
 	})
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestCorruptPieceFailsNamingIt(t *testing.T) {
 		serveRange(w, r, data, func(b []byte) []byte { b[0] ^= 0x80; return b }, nil)
 		return true
 	})
-	_, err, out := get(t, s, func(c *Config) { c.Retries = 2 })
+	_, out, err := get(t, s, func(c *Config) { c.Retries = 2 })
 	if !errors.Is(err, ErrVerify) || !strings.Contains(err.Error(), "piece 7 ") {
 		t.Fatalf("err = %v, want ErrVerify naming piece 7", err)
 	}
@@ -136,7 +136,7 @@ func TestTruncatedBodyRetried(t *testing.T) {
 		serveRange(w, r, data, func(b []byte) []byte { return b[:len(b)/2] }, nil)
 		panic(http.ErrAbortHandler)
 	})
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestWrongContentRange(t *testing.T) {
 		serveRange(w, r, data, nil, func(string) string { return "bytes 0-16383/102400" })
 		return true
 	})
-	_, err, out := get(t, s, func(c *Config) { c.Retries = 1 })
+	_, out, err := get(t, s, func(c *Config) { c.Retries = 1 })
 	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "Content-Range") {
 		t.Fatalf("err = %v, want a protocol error about Content-Range", err)
 	}
@@ -174,7 +174,7 @@ func TestFileChangedMidDownload(t *testing.T) {
 		}
 		return false
 	})
-	_, err, out := get(t, s, func(c *Config) { c.MaxParallel = 2 })
+	_, out, err := get(t, s, func(c *Config) { c.MaxParallel = 2 })
 	if !errors.Is(err, ErrChanged) {
 		t.Fatalf("err = %v, want ErrChanged", err)
 	}
@@ -185,7 +185,7 @@ func TestNoRangeSupportFallsBackToStream(t *testing.T) {
 	data := randomData(500<<10, 7)
 	s := newTestServer(t, data)
 	s.noRange = true
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestServerRangeIgnoredAfterProbeFallsBack(t *testing.T) {
 		http.ServeContent(w, r, "file", time.Unix(1e9, 0), bytes.NewReader(data))
 		return true
 	})
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestPlainServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, data)
 			s.noManifest, s.reprDigest = true, tc.reprDigest
-			res, err, out := get(t, s, func(c *Config) { c.SHA256 = tc.sha256 })
+			res, out, err := get(t, s, func(c *Config) { c.SHA256 = tc.sha256 })
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -268,7 +268,7 @@ func TestPlainServerTruncationResumes(t *testing.T) {
 		w.Write(data[:100000])
 		panic(http.ErrAbortHandler)
 	})
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestRetryAfter503(t *testing.T) {
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 		return true
 	})
-	_, err, out := get(t, s, nil)
+	_, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestRetryAfter503GivesUp(t *testing.T) {
 		return true
 	})
 	start := time.Now()
-	_, err, _ := get(t, s, func(c *Config) { c.MaxRetryAfter = 2 * time.Second })
+	_, _, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 2 * time.Second })
 	if se, ok := errors.AsType[*StatusError](err); !ok || se.Code != http.StatusServiceUnavailable {
 		t.Fatalf("err = %v, want a 503 StatusError", err)
 	}
@@ -339,7 +339,7 @@ func TestStalledPieceAskedAgain(t *testing.T) {
 		}
 		return true
 	})
-	res, err, out := get(t, s, func(c *Config) { c.InitialDeadline = 300 * time.Millisecond })
+	res, out, err := get(t, s, func(c *Config) { c.InitialDeadline = 300 * time.Millisecond })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestStdoutInOrder(t *testing.T) {
 		return false
 	})
 	var buf bytes.Buffer
-	res, err, _ := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MemoryBudget = 8 * manifest.BlockSize })
+	res, _, err := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MemoryBudget = 8 * manifest.BlockSize })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestBadManifestRejected(t *testing.T) {
 	data := randomData(100<<10, 16)
 	s := newTestServer(t, data)
 	s.m.Pieces[1][0] ^= 1 // the piece layer no longer hashes to the root
-	_, err, out := get(t, s, nil)
+	_, out, err := get(t, s, nil)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("err = %v, want ErrProtocol", err)
 	}
@@ -486,7 +486,7 @@ func TestStdoutFallbackDoesNotRepeat(t *testing.T) {
 		return true
 	})
 	var buf bytes.Buffer
-	_, err, _ := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MaxParallel = 1 })
+	_, _, err := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MaxParallel = 1 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestStdoutFallbackDoesNotRepeat(t *testing.T) {
 
 func TestSHA256MismatchNotPublished(t *testing.T) {
 	s := newTestServer(t, randomData(100<<10, 18))
-	_, err, out := get(t, s, func(c *Config) { c.SHA256 = strings.Repeat("0", 64) })
+	_, out, err := get(t, s, func(c *Config) { c.SHA256 = strings.Repeat("0", 64) })
 	if !errors.Is(err, ErrVerify) {
 		t.Fatalf("err = %v, want ErrVerify", err)
 	}
@@ -513,7 +513,7 @@ func TestPlainResumeWithoutRecordStartsOver(t *testing.T) {
 	if err := os.WriteFile(out+store.PartSuffix, make([]byte, len(data)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err, _ := get(t, s, func(c *Config) { c.Output = out; c.Continue = true })
+	_, _, err := get(t, s, func(c *Config) { c.Output = out; c.Continue = true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestManifestLinkedButMissing(t *testing.T) {
 		}
 		s.serve(w, r)
 	})
-	res, err, out := get(t, s, nil)
+	res, out, err := get(t, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +559,7 @@ func TestStalledStreamResumes(t *testing.T) {
 		<-r.Context().Done() // stall until the client gives up
 		return true
 	})
-	res, err, out := get(t, s, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	res, out, err := get(t, s, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
 	if err != nil {
 		t.Fatal(err)
 	}

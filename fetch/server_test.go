@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,5 +158,3 @@ func randomData(n int, seed uint64) []byte {
 	}
 	return b
 }
-
-func isHead(r *http.Request) bool { return strings.EqualFold(r.Method, http.MethodHead) }

@@ -49,21 +49,29 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	// checks of status, validators and Content-Range, then the store
 	// verifies the bytes.
 	var (
-		bufs         = sync.Pool{New: func() any { return make([]byte, m.PieceSize) }}
-		once         sync.Once
-		finishErr    error
+		bufs       = make(chan []byte, 8) // piece buffers for origin fetches, reused
+		once       sync.Once
+		finishErr  error
 		mu         sync.Mutex // guards the following
 		busyWaited time.Duration
 		corrupt    = map[int]int{}
 	)
 	fetchOrigin := func(ctx context.Context, piece int, reason string) (time.Duration, error) {
+		var buf []byte
+		select {
+		case buf = <-bufs:
+		default:
+			buf = make([]byte, m.PieceSize)
+		}
 		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: bufs.Get().([]byte)}
+		a := &attempt{piece: piece, start: time.Now(), buf: buf}
 		err := d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+reason)
-		if !a.handedOff {
-			bufs.Put(a.buf)
-		} else {
-			bufs.Put(<-free)
+		if a.handedOff {
+			buf = <-free
+		}
+		select {
+		case bufs <- buf:
+		default:
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -109,8 +109,8 @@ type Node struct {
 	wg     sync.WaitGroup // connection and helper goroutines
 
 	// Owned by the loop goroutine.
-	peers    map[swarm.PeerID]*peerConn
-	byPeerID map[wire.PeerID]swarm.PeerID
+	peers     map[swarm.PeerID]*peerConn
+	byPeerID  map[wire.PeerID]swarm.PeerID
 	complete  bool
 	doneErr   error     // from OnComplete
 	lastPiece time.Time // when a piece last arrived

@@ -75,11 +75,7 @@ func (p *peerConn) start(ctx context.Context) {
 	p.n.wg.Go(func() {
 		err := p.readLoop(ctx)
 		p.close()
-		reason := "closed"
-		if err != nil {
-			reason = err.Error()
-		}
-		p.n.post(ctx, swarm.PeerDown{Peer: p.id, Reason: reason})
+		p.n.post(ctx, swarm.PeerDown{Peer: p.id, Reason: err.Error()})
 	})
 	p.n.wg.Go(func() {
 		if err := p.writeLoop(ctx); err != nil {
