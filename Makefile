@@ -19,13 +19,18 @@ test:
 
 lint:
 	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	test -z "$$(gofmt -l .)"
 
-# Throughput and memory figures reported in docs/benchmarks.md.
+# Throughput and memory figures, and the testbed's standard scenarios
+# (bench/scenarios: stampede, plain HTTP and aria2 side by side), reported in
+# docs/benchmarks.md. The netns scenarios (flash20, flash50) need root and are
+# skipped without it; see docs/testbed.md. Reports go to bench/out.
+BENCH_SCENARIOS ?= ci staggered poisson pool flash20 flash50
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=3x ./manifest
 	./scripts/bench-get.sh
+	./bin/stampede bench --skip-unavailable --out bench/out --doc docs/benchmarks.md $(BENCH_SCENARIOS)
 
 fuzz:
 	for f in $$(grep -ho '^func Fuzz[A-Za-z]*' -r --include='*_test.go' . | sed 's/func //' | sort -u); do \
