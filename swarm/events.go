@@ -112,7 +112,8 @@ type Recommended struct {
 	Addrs []string
 }
 
-// TrackerPeers: the tracker answered. SwarmSize is its estimate of n.
+// TrackerPeers: the tracker answered. SwarmSize is its estimate of n (0: no
+// estimate, e.g. a failed announce; the scheduler keeps its previous one).
 type TrackerPeers struct {
 	Addrs     []string
 	SwarmSize int

@@ -10,9 +10,9 @@ import "slices"
 //     peers of the swarm hold it at any moment, however large n is; a lone
 //     downloader (n = 1) always does. The first draw waits for the tracker's
 //     answer (or TrackerWait), so a flash crowd does not all start with
-//     n = 1, and origin use waits while we are still learning what our
-//     neighbours have (a dial in progress, a HaveSet not yet in; at most
-//     TrackerWait each).
+//     n = 1, and after each tracker answer origin use waits while we are
+//     still learning what the new neighbours have (a dial in progress, a
+//     HaveSet not yet in), for at most TrackerWait.
 //   - Holding a slice, we fetch only pieces no connected peer has, nobody
 //     claims with START, and we are not fetching already. Peers come first
 //     (Slurpie): while they still have pieces for us we keep one origin
@@ -55,21 +55,20 @@ func (s *Scheduler) useOrigin() {
 	}
 }
 
-// settling reports whether we are still learning what our neighbours have:
-// a dial in progress or a connection whose HaveSet has not come, for at most
-// TrackerWait each. The origin waits, since they may have what we would
-// fetch.
+// settling reports whether we are still learning what the neighbours the
+// tracker just gave us have: within TrackerWait of its answer, a dial in
+// progress or a connection whose HaveSet has not come. The origin waits,
+// since they may have what we would fetch; bounded, so dead addresses
+// cannot keep us off the origin.
 func (s *Scheduler) settling() bool {
-	for _, p := range s.order {
-		if !p.gotSet && s.now.Sub(p.upAt) < s.cfg.TrackerWait {
-			return true
-		}
-	}
-	if s.dialing == 0 {
+	if !s.trackerAnswered || s.now.Sub(s.trackerAt) >= s.cfg.TrackerWait {
 		return false
 	}
-	for _, addr := range s.known {
-		if a := s.addrs[addr]; a.dialing && s.now.Sub(a.dialAt) < s.cfg.TrackerWait {
+	if s.dialing > 0 {
+		return true
+	}
+	for _, p := range s.order {
+		if !p.gotSet {
 			return true
 		}
 	}

@@ -74,7 +74,6 @@ type simFetch struct {
 
 type sim struct {
 	cfg      simConfig
-	t        *testing.T
 	rng      *rand.Rand
 	round    int
 	t0       time.Time
@@ -84,12 +83,10 @@ type sim struct {
 	fetches  []simFetch
 	res      simResult
 	inFlight int
-	trace    func(*sim)
-	onFetch  func(*sim, *simNode, FetchOrigin)
 }
 
-func newSim(t *testing.T, cfg simConfig) *sim {
-	sm := &sim{cfg: cfg, t: t, rng: rand.New(rand.NewPCG(cfg.seed, 99)), t0: t0, byAddr: map[string]*simNode{}, msgs: map[int][]func(){}}
+func newSim(cfg simConfig) *sim {
+	sm := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, 99)), t0: t0, byAddr: map[string]*simNode{}, msgs: map[int][]func(){}}
 	for i := range cfg.nodes {
 		n := &simNode{idx: i, addr: fmt.Sprintf("n%d", i), byAddr: map[string]PeerID{}, byID: map[PeerID]string{}, doneAt: -1}
 		sm.nodes = append(sm.nodes, n)
@@ -139,9 +136,6 @@ func (sm *sim) act(n *simNode, a Action) {
 			dst.queue = slices.DeleteFunc(dst.queue, func(u simUpload) bool { return u.to == n.addr && u.piece == a.Piece })
 		})
 	case FetchOrigin:
-		if sm.onFetch != nil {
-			sm.onFetch(sm, n, a)
-		}
 		sm.res.originFetches++
 		sm.inFlight++
 		sm.res.maxOriginInFlight = max(sm.res.maxOriginInFlight, sm.inFlight)
@@ -318,9 +312,6 @@ func (sm *sim) run(maxRounds int) simResult {
 				n.left = true
 			}
 		}
-		if sm.trace != nil {
-			sm.trace(sm)
-		}
 		if all && sm.round > 0 {
 			break
 		}
@@ -339,34 +330,57 @@ func (sm *sim) run(maxRounds int) simResult {
 	return sm.res
 }
 
-// TestSimFlashCrowd is the key property: a flash crowd of N peers that all
-// start at once with an empty file finishes, and the origin serves each piece
-// about once (at most 1.5× the number of pieces in all).
+// simCases are the swarms of TestSimFlashCrowd and BenchmarkSim.
+var simCases = []struct {
+	name string
+	cfg  simConfig
+}{
+	{"N=20/flash", simConfig{nodes: 20, pieces: 100, up: 1, originDelay: 3, leaveAfter: -1, seed: 1}},
+	{"N=50/flash", simConfig{nodes: 50, pieces: 100, up: 1, originDelay: 3, leaveAfter: -1, seed: 1}},
+	{"N=50/flash/leave-2s", simConfig{nodes: 50, pieces: 100, up: 1, originDelay: 3, leaveAfter: 20, seed: 2}},
+	{"N=50/join-every-300ms/leave-2s", simConfig{nodes: 50, pieces: 100, up: 1, originDelay: 3, joinEvery: 3, leaveAfter: 20, seed: 3}},
+}
+
+// TestSimFlashCrowd is the key property: a crowd of N peers that start with
+// an empty file all finish, and the origin serves each piece about once: at
+// most 1.5× the number of pieces in all, however many peers.
+//
+// The model: 100 pieces; a peer uploads one piece per 100 ms round (its
+// upload is the bottleneck: the whole swarm moves at most N pieces a round);
+// an origin fetch takes 3 rounds; latency is one round.
 func TestSimFlashCrowd(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		nodes int
-		leave int
-	}{
-		{"N=20", 20, -1},
-		{"N=50", 50, -1},
-		{"N=50/leave-after-2s", 50, 20},
-	} {
+	t.Parallel()
+	for _, tc := range simCases {
 		t.Run(tc.name, func(t *testing.T) {
-			const pieces = 100
-			sm := newSim(t, simConfig{
-				nodes: tc.nodes, pieces: pieces, up: 1, originDelay: 3, leaveAfter: tc.leave, seed: 1,
-			})
-			res := sm.run(3000)
-			t.Logf("%s: %d/%d done, origin fetches %d (%.2f× pieces, at most %d at once), last done at round %d, mean %.1f rounds, peer duplicates %d",
-				tc.name, res.done, tc.nodes, res.originFetches, float64(res.originFetches)/pieces, res.maxOriginInFlight,
-				res.rounds, res.meanDone, res.peerDuplicates)
-			if res.done != tc.nodes {
-				t.Fatalf("only %d of %d nodes finished", res.done, tc.nodes)
+			t.Parallel()
+			res := newSim(tc.cfg).run(5000)
+			n, pieces := tc.cfg.nodes, tc.cfg.pieces
+			t.Logf("%s: %d/%d done; origin fetches %d = %.2f× the pieces (at most %d at once); "+
+				"last done at round %d, %.1f rounds per peer on average; %d duplicate pieces between peers",
+				tc.name, res.done, n, res.originFetches, float64(res.originFetches)/float64(pieces),
+				res.maxOriginInFlight, res.rounds, res.meanDone, res.peerDuplicates)
+			if res.done != n {
+				t.Fatalf("only %d of %d peers finished", res.done, n)
 			}
 			if limit := pieces * 3 / 2; res.originFetches > limit {
 				t.Errorf("origin fetches = %d, want <= %d", res.originFetches, limit)
 			}
+		})
+	}
+}
+
+// BenchmarkSim reports the swarm figures of the simulation (run with
+// -benchtime=1x): origin fetches per piece and rounds to finish.
+func BenchmarkSim(b *testing.B) {
+	for _, tc := range simCases {
+		b.Run(tc.name, func(b *testing.B) {
+			var res simResult
+			for range b.N {
+				res = newSim(tc.cfg).run(5000)
+			}
+			b.ReportMetric(float64(res.originFetches)/float64(tc.cfg.pieces), "origin/piece")
+			b.ReportMetric(float64(res.rounds), "rounds")
+			b.ReportMetric(res.meanDone, "mean-rounds")
 		})
 	}
 }
@@ -379,7 +393,7 @@ func TestSimLastPiece(t *testing.T) {
 	t.Parallel()
 	const pieces = 20
 	for seed := uint64(1); seed <= 5; seed++ {
-		sm := newSim(t, simConfig{
+		sm := newSim(simConfig{
 			nodes: 50, pieces: pieces, up: 1, originDelay: 3, leaveAfter: -1, seed: seed,
 			initial: func(int) []int {
 				out := make([]int, pieces-1)

@@ -4,42 +4,59 @@
 // fetch that one from the origin, unchoke, serve, connect, ask the tracker).
 //
 // It follows raft's Step/Ready shape: a Scheduler is a plain struct with no
-// I/O, no goroutines, no clock and no global randomness. The runtime (one
-// goroutine per swarm) feeds it Events with the time they happened and carries
-// out the Actions it returns, in order. Given the same Config (including Seed)
-// and the same events at the same times, it returns the same actions, which
-// is what the scenario scripts under testdata/scenarios pin down.
+// I/O, no goroutines, no clock and no global randomness (a PCG seeded from
+// Config.Seed). The runtime (package node: one goroutine per swarm) feeds it
+// Events with the time they happened and carries out the Actions it
+// returns, in order. Given the same Config and the same events at the same
+// times, it returns the same actions, which is what the scenario scripts
+// under testdata/scenarios pin down.
 //
 // The ideas come from the seed papers:
 //
 //   - Slurpie: the origin is protected by coordinated randomized backoff.
 //     Time is cut into slices of Config.OriginSlice; in each slice a peer
 //     holds the origin with probability k/n (n: the swarm size estimate), so
-//     about k peers use it at once however large the crowd, and only when the
-//     peers it knows have nothing more to give it. This also solves the
-//     last-block problem: when everyone lacks the same pieces, only about k
-//     go to the origin and the rest get the pieces from them.
+//     about k peers use it at once however large the crowd; and peers come
+//     first. This also solves the last-block problem: when everyone lacks
+//     the same pieces, only about k go to the origin and the rest get the
+//     pieces from them (origin.go).
 //   - Tekel's work stealing: a peer announces START for a piece it begins to
 //     fetch; others pick something else while they have a choice, and never
-//     fetch a START-claimed piece from the origin.
-//   - Flashback (Roulette): strict tit-for-tat with a small tab as an option,
-//     recommending recently traded neighbours to newcomers, and partition
-//     repair when no new data has arrived for a while.
-//   - BitTorrent: rarest first, endgame, choking with optimistic unchokes.
+//     fetch a START-claimed piece from the origin (pick.go).
+//   - Flashback (Roulette): strict tit-for-tat with a small tab as an option
+//     (choke.go), recommending recently traded neighbours to newcomers, and
+//     partition repair when no new data has arrived for a while (peers.go).
+//   - BitTorrent: rarest first, endgame, choking with optimistic unchokes;
+//     the request pipeline sized to each peer's bandwidth-delay product
+//     (rate.go).
 //
 // # Contract with the runtime
 //
-// Call Start once, then Step for every event (Step calls Start itself if
-// needed). Send Tick every 100-250 ms. A connection starts choked in both
-// directions, as in BitTorrent: the scheduler requests from a peer only after
-// Unchoked, and the runtime must send UNCHOKE to a peer when it gets an
-// Unchoke action (the scheduler emits one as soon as the peer can use a free
-// upload slot). After PeerUp the runtime sends our have-set to the peer; after
-// Announce it sends HAVE to every peer. The periodic tracker announce
-// (AskTracker "interval") is the runtime's job, since it knows the tracker's
-// interval; the scheduler asks on join, refill and repair. A piece that
-// arrives (Received) is accounted for even if it was not requested or the
-// peer is already gone, since the runtime has stored it.
+//   - Call Start once, then Step for every event (Step calls Start itself if
+//     needed). Send Tick every 100-250 ms: deadlines, choking rounds and
+//     origin slices advance on events, and Tick is the event when nothing
+//     else happens.
+//   - A connection starts choked both ways, as in BitTorrent: the scheduler
+//     requests from a peer only after Unchoked, and emits Unchoke for a peer
+//     as soon as it may use an upload slot. After Choke, drop the uploads
+//     queued for that peer: it voids its requests when it sees CHOKE (no
+//     CANCEL comes).
+//   - After PeerUp send our have-set to the peer; after Announce send HAVE
+//     to every peer, after AnnounceStart START.
+//   - For an outbound connection, PeerUp.Addr must be the Connect.Addr; a
+//     Connect that ends without PeerUp (refused, failed handshake, duplicate
+//     of a connection we have) must be reported as DialFailed, or the
+//     address counts as being dialed for 30 s.
+//   - Rejected.Reason carries the peer's reason (RejectChoked,
+//     RejectDontHave, RejectBusy, or "" when unknown).
+//   - TrackerPeers.SwarmSize 0 means "no estimate" (a failed announce): the
+//     scheduler keeps its previous one.
+//   - Disconnect removes the peer from the scheduler at once; later events
+//     for it are ignored, except Received (the runtime stored the piece, so
+//     it counts).
+//   - The periodic tracker announce (AskTracker "interval") is the runtime's
+//     job, since it knows the tracker's interval; the scheduler asks on
+//     "join", "refill" and "repair".
 package swarm
 
 import (
@@ -256,6 +273,7 @@ type Scheduler struct {
 	dialing int
 
 	trackerAnswered           bool
+	trackerAt                 time.Time // last TrackerPeers
 	swarmSize                 int
 	lastAsk, lastRepair       time.Time
 	nextChoke, nextOptimistic time.Time
@@ -287,7 +305,8 @@ type claim struct {
 }
 
 // New returns a scheduler for a file of cfg.NumPieces pieces of which we
-// already have have (nil: none; it is copied).
+// already have have (copied; nil, or a set of another length, counts as
+// none). Nothing happens until Start.
 func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
 	cfg = cfg.withDefaults()
 	n := max(cfg.NumPieces, 0)
@@ -377,8 +396,10 @@ func (s *Scheduler) Step(ev Event, now time.Time) []Action {
 			s.learn(e.Addrs, true)
 		}
 	case TrackerPeers:
-		s.trackerAnswered = true
-		s.swarmSize = e.SwarmSize
+		s.trackerAnswered, s.trackerAt = true, now
+		if e.SwarmSize > 0 { // 0: no estimate (a failed announce); keep ours
+			s.swarmSize = e.SwarmSize
+		}
 		s.learn(e.Addrs, false)
 	case DialFailed:
 		s.onDialFailed(e)
