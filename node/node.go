@@ -11,13 +11,16 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +93,10 @@ type Stats struct {
 	PeersSeen      int            `json:"peers_seen"`
 	PeersBanned    int            `json:"peers_banned"`
 	QueueDrops     int64          `json:"send_queue_drops"`
+	// RequestTimeouts counts peers that missed a request's deadline: their
+	// requests were taken back and asked elsewhere (the scheduler's count,
+	// refreshed every tick).
+	RequestTimeouts int `json:"request_timeouts"`
 }
 
 // Node is one running peer.
@@ -109,6 +116,7 @@ type Node struct {
 	wg     sync.WaitGroup // connection and helper goroutines
 
 	// Owned by the loop goroutine.
+	batch     []swarm.Event
 	peers     map[swarm.PeerID]*peerConn
 	byPeerID  map[wire.PeerID]swarm.PeerID
 	complete  bool
@@ -122,6 +130,7 @@ type Node struct {
 	fromPeer int
 	seen     int
 	banned   int
+	timeouts int           // the scheduler's Stats.Timeouts
 	interval time.Duration // the tracker's announce interval
 }
 
@@ -186,7 +195,7 @@ func (n *Node) Stats() Stats {
 	return Stats{
 		BytesFromPeers: n.bytesFromPeers.Load(), BytesToPeers: n.bytesToPeers.Load(),
 		PiecesFromPeer: n.fromPeer, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
-		QueueDrops: n.queueDrops.Load(),
+		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.timeouts,
 	}
 }
 
@@ -285,19 +294,58 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 			ev = swarm.Tick{}
+			n.schedStats()
 		case ev = <-n.events:
 		}
-		n.observe(ev)
-		n.apply(ctx, n.sched.Step(ev, time.Now()))
+		// Hand the scheduler everything already waiting in one batch: a
+		// busy swarm sends bursts of HAVE and START, and deciding once per
+		// burst instead of once per frame saves most of the CPU.
+		batch := append(n.batch[:0], ev)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case e := <-n.events:
+				batch = append(batch, e)
+			default:
+				break drain
+			}
+		}
+		for _, e := range batch {
+			n.observe(e)
+		}
+		acts := n.sched.StepAll(batch, time.Now())
+		if traceOn {
+			n.trace(ev, acts)
+		}
+		n.apply(ctx, acts)
+		n.batch = batch
 	}
 }
 
-// register adopts a handshaken connection, unless it duplicates one we have.
+// maxBatch bounds the events handed to the scheduler at once, so a flood
+// cannot delay its decisions for long.
+const maxBatch = 256
+
+// register adopts a handshaken connection. Of two connections joining the
+// same two peers, both keep the one dialed by the peer with the smaller ID
+// (docs/protocol.md, section 3), so that when they dial each other at once
+// they drop the same one rather than one each. A dial that ends as the
+// dropped duplicate is reported to the scheduler as failed, since it waits
+// for the outcome of every Connect.
 func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	p := j.p
-	if _, dup := n.byPeerID[p.peerID]; dup {
-		p.c.Close()
-		return nil
+	if oldID, dup := n.byPeerID[p.peerID]; dup {
+		old := n.peers[oldID]
+		if old == nil || !n.keepNew(p, j.outbound, old) {
+			p.c.Close()
+			if j.outbound {
+				return swarm.DialFailed{Addr: p.addr}
+			}
+			return nil
+		}
+		// The old one goes; its reader reports PeerDown.
+		old.sendControl(&wire.Goodbye{Reason: wire.GoodbyeDuplicate, Text: "duplicate connection"})
+		old.closeAfterFlush()
 	}
 	n.peers[p.id] = p
 	n.byPeerID[p.peerID] = p.id
@@ -306,6 +354,22 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.mu.Unlock()
 	p.start(ctx)
 	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
+}
+
+// keepNew reports whether p, a new connection to the same peer as old,
+// replaces it: p was dialed by the peer with the smaller ID and old was not.
+func (n *Node) keepNew(p *peerConn, outbound bool, old *peerConn) bool {
+	smaller := n.id
+	if bytes.Compare(p.peerID[:], n.id[:]) < 0 {
+		smaller = p.peerID
+	}
+	dialer := func(outbound bool) wire.PeerID {
+		if outbound {
+			return n.id
+		}
+		return p.peerID
+	}
+	return dialer(outbound) == smaller && dialer(old.outbound) != smaller
 }
 
 // observe updates the runtime's own books before the scheduler sees ev.
@@ -511,8 +575,18 @@ func (n *Node) setInterval(d time.Duration) {
 	}
 }
 
+// schedStats copies the scheduler's counters that Stats reports (on the
+// loop goroutine, which owns the scheduler).
+func (n *Node) schedStats() {
+	st := n.sched.Stats()
+	n.mu.Lock()
+	n.timeouts = st.Timeouts
+	n.mu.Unlock()
+}
+
 // leave says goodbye to every peer and the tracker (best effort, bounded).
 func (n *Node) leave() {
+	n.schedStats()
 	for _, p := range n.peers {
 		p.sendControl(&wire.Goodbye{Text: "leaving"})
 		p.closeAfterFlush()
@@ -582,6 +656,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 	}
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)
+	p.outbound = outbound
 	select {
 	case n.joins <- join{p: p, outbound: outbound}:
 	case <-ctx.Done():
@@ -594,4 +669,20 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 type join struct {
 	p        *peerConn
 	outbound bool
+}
+
+var traceOn = os.Getenv("NODE_TRACE") != ""
+
+func (n *Node) trace(ev swarm.Event, acts []swarm.Action) {
+	_, tick := ev.(swarm.Tick)
+	if tick && len(acts) == 0 {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "TRACE %s %x ev=%T%+v acts=", time.Now().Format("15:04:05.000"), n.id[:2], ev, ev)
+	for _, a := range acts {
+		fmt.Fprintf(&b, "%T%+v ", a, a)
+	}
+	b.WriteString("\n")
+	os.Stderr.WriteString(b.String())
 }

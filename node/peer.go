@@ -31,11 +31,12 @@ const (
 // into swarm events, and a writer goroutine sending control messages first
 // and piece data second.
 type peerConn struct {
-	n      *Node
-	id     swarm.PeerID
-	c      net.Conn
-	peerID wire.PeerID
-	addr   string // reachable address, "" if none
+	n        *Node
+	id       swarm.PeerID
+	c        net.Conn
+	peerID   wire.PeerID
+	addr     string // reachable address, "" if none
+	outbound bool   // we dialed it
 
 	ctrl    chan wire.Message
 	uploads chan int
@@ -92,8 +93,11 @@ func (p *peerConn) close() {
 	})
 }
 
-// closeAfterFlush lets queued control messages (a GOODBYE) go out first.
+// closeAfterFlush lets queued control messages (a GOODBYE) go out first,
+// for at most closeGrace: a peer that does not read must not keep the
+// connection (its goroutines, its buffers) open by blocking our writer.
 func (p *peerConn) closeAfterFlush() {
+	p.c.SetWriteDeadline(time.Now().Add(closeGrace))
 	select {
 	case p.ctrl <- &closeNow{}:
 	default:
@@ -118,7 +122,6 @@ func (p *peerConn) request(piece int, length int64) {
 	if p.wanted[piece] == nil {
 		p.wanted[piece] = &assembly{buf: make([]byte, length)}
 	}
-	delete(p.cancelled, piece)
 	p.mu.Unlock()
 	p.sendControl(&wire.Request{Piece: uint32(piece), Length: uint32(length)})
 }
@@ -182,7 +185,7 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			delete(p.wanted, int(msg.Piece))
 			p.mu.Unlock()
 			if was {
-				ev = swarm.Rejected{Peer: p.id, Piece: int(msg.Piece)}
+				ev = swarm.Rejected{Peer: p.id, Piece: int(msg.Piece), Reason: rejectedWhy(msg.Reason)}
 			}
 		case *wire.Data:
 			ev, err = p.data(msg)
@@ -204,6 +207,21 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 	}
 }
 
+// rejectedWhy names a REJECT's reason for the scheduler, which treats each
+// differently: "choked" waits for UNCHOKE, "dont-have" counts against a peer
+// that advertised the piece, anything else backs off for a moment.
+func rejectedWhy(r wire.RejectReason) string {
+	switch r {
+	case wire.RejectChoked:
+		return swarm.RejectChoked
+	case wire.RejectDontHave:
+		return swarm.RejectDontHave
+	case wire.RejectBusy:
+		return swarm.RejectBusy
+	}
+	return ""
+}
+
 // data files a DATA frame into its piece; a piece complete is verified and
 // stored here, on the connection's goroutine, so hashing never blocks the
 // loop. DATA nobody asked for is a protocol violation.
@@ -211,8 +229,10 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	piece := int(d.Piece)
 	p.mu.Lock()
 	a := p.wanted[piece]
+	// Once we cancelled a request for the piece, the rest of its answer may
+	// still come, even after we asked for the piece again: it is dropped.
+	late := p.cancelled[piece]
 	if a == nil {
-		late := p.cancelled[piece]
 		p.mu.Unlock()
 		if late {
 			return nil, nil
@@ -221,6 +241,9 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	}
 	if int(d.Offset) != a.got || a.got+len(d.Bytes) > len(a.buf) {
 		p.mu.Unlock()
+		if late {
+			return nil, nil
+		}
 		return nil, fmt.Errorf("piece %d: data at offset %d, expected %d", piece, d.Offset, a.got)
 	}
 	a.got += copy(a.buf[a.got:], d.Bytes)
@@ -241,6 +264,9 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	}
 	return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(len(a.buf))}, nil
 }
+
+// closeGrace bounds the flush of what is queued for a peer we are leaving.
+const closeGrace = 2 * time.Second
 
 // keepAliveAfter is how long the writer stays silent before a KEEPALIVE;
 // idleTimeout is how long the reader waits for anything.

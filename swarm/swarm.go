@@ -357,10 +357,34 @@ func (s *Scheduler) start(now time.Time) {
 
 // Step applies one event that happened at now and returns what to do.
 func (s *Scheduler) Step(ev Event, now time.Time) []Action {
+	return s.StepAll([]Event{ev}, now)
+}
+
+// StepAll applies events that happened by now, in order, then decides once.
+// A runtime that finds many events waiting (a burst of HAVE and START frames
+// from a busy swarm) hands them over together: deciding after each would
+// cost a pass over the pieces per event for nothing.
+func (s *Scheduler) StepAll(evs []Event, now time.Time) []Action {
 	s.start(now)
 	if now.After(s.now) {
 		s.now = now
 	}
+	tick := false
+	for _, ev := range evs {
+		if _, ok := ev.(Tick); ok {
+			tick = true
+		}
+		s.apply(ev)
+	}
+	s.schedule()
+	if tick {
+		s.reannounce()
+	}
+	return s.flush()
+}
+
+// apply updates the state for one event.
+func (s *Scheduler) apply(ev Event) {
 	switch e := ev.(type) {
 	case Tick:
 	case PeerUp:
@@ -396,7 +420,7 @@ func (s *Scheduler) Step(ev Event, now time.Time) []Action {
 			s.learn(e.Addrs, true)
 		}
 	case TrackerPeers:
-		s.trackerAnswered, s.trackerAt = true, now
+		s.trackerAnswered, s.trackerAt = true, s.now
 		if e.SwarmSize > 0 { // 0: no estimate (a failed announce); keep ours
 			s.swarmSize = e.SwarmSize
 		}
@@ -404,11 +428,6 @@ func (s *Scheduler) Step(ev Event, now time.Time) []Action {
 	case DialFailed:
 		s.onDialFailed(e)
 	}
-	s.schedule()
-	if _, ok := ev.(Tick); ok {
-		s.reannounce()
-	}
-	return s.flush()
 }
 
 // schedule makes the time- and state-driven decisions after every event.
