@@ -1,0 +1,542 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The integration tests run the real stampede binary, built once per test
+// process (or taken from STAMPEDE_BENCH_BIN).
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func stampedeBin(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("STAMPEDE_BENCH_BIN"); p != "" {
+			binPath = p
+			return
+		}
+		if binDir, binErr = os.MkdirTemp("", "bench-test-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "stampede")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/stampede-dev/stampede/cmd/stampede").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// checkClean fails if anything the harness made under workDir is left: a
+// file, a process whose command line names workDir, or (as root) one of
+// this process's network namespaces.
+func checkClean(t *testing.T, workDir string) {
+	t.Helper()
+	ents, err := os.ReadDir(workDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left in the work directory: %s", e.Name())
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(cmdline, []byte(workDir)) {
+			t.Errorf("process left running: %s: %s", filepath.Dir(p), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+	if os.Geteuid() == 0 {
+		names, err := ListNetns(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := "stb" + strconv.Itoa(os.Getpid()) + "x"
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				t.Errorf("network namespace left: %s", n)
+			}
+		}
+	}
+}
+
+// TestCIScenario runs the CI scenario (5 peers, 4 MiB, caps) on loopback
+// and checks that the report's numbers hold together.
+func TestCIScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes for about 15 s")
+	}
+	sc, err := LoadScenario("ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	start := time.Now()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Backend: BackendLoopback, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("ci scenario took %v", took)
+	if took > 60*time.Second {
+		t.Errorf("the CI scenario took %v, want under a minute", took)
+	}
+	checkClean(t, work)
+
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+
+	n, size := sc.Peers(), sc.Size
+	crowd := CrowdOf(sc)
+	// T_KR by hand: F = 4 MiB = 4194304 B; u_s = 32 Mbit/s = 4e6 B/s;
+	// u_i = d_i = 16 Mbit/s = 2e6 B/s: F/u_s = 1.048576, F/d = 2.097152,
+	// 5F/(4e6+10e6) = 1.497966 -> 2.097152 s. HTTP: 5F/u_s = 5.24288 s.
+	if !near(rep.TKR, 2.097152) || !near(rep.HTTPBound, 5.24288) || !near(crowd.TKR(), rep.TKR) {
+		t.Errorf("bounds: T_KR %v, HTTP %v", rep.TKR, rep.HTTPBound)
+	}
+	if len(rep.Systems) != 2 {
+		t.Fatalf("systems: %d, want stampede and http", len(rep.Systems))
+	}
+	for _, s := range rep.Systems {
+		if len(s.Runs) != 1 || !s.Complete {
+			t.Errorf("%s: %d runs, complete %v", s.Label, len(s.Runs), s.Complete)
+			continue
+		}
+		run := s.Runs[0]
+		if run.Arrived != n || run.Finished != n || !run.Complete || run.TimedOut {
+			t.Errorf("%s: arrived %d finished %d complete %v timed out %v", s.Label, run.Arrived, run.Finished, run.Complete, run.TimedOut)
+		}
+		var secs []float64
+		for _, p := range run.Peers {
+			if !p.Finished || !p.Verified || p.Exit != 0 || p.Error != "" {
+				t.Errorf("%s: peer %d: %+v", s.Label, p.ID, p)
+			}
+			if !(0 <= p.Start && p.Start <= p.Done && p.Done <= p.End+1e-9) || !near(p.Seconds, p.Done-p.Start) {
+				t.Errorf("%s: peer %d times out of order: start %v done %v end %v seconds %v", s.Label, p.ID, p.Start, p.Done, p.End, p.Seconds)
+			}
+			if p.Done > run.Last+1e-9 {
+				t.Errorf("%s: peer %d done at %v after the last completion %v", s.Label, p.ID, p.Done, run.Last)
+			}
+			if p.Bytes != size {
+				t.Errorf("%s: peer %d ended with %d bytes of %d", s.Label, p.ID, p.Bytes, size)
+			}
+			for i := 1; i < len(p.Progress); i++ {
+				if p.Progress[i].T < p.Progress[i-1].T {
+					t.Errorf("%s: peer %d progress goes back in time", s.Label, p.ID)
+					break
+				}
+			}
+			secs = append(secs, p.Seconds)
+		}
+		c := run.Completion
+		if c.N != n || !(c.Min <= c.P50 && c.P50 <= c.P90 && c.P90 <= c.Max) || c.Mean < c.Min || c.Mean > c.Max {
+			t.Errorf("%s: completion out of order: %+v", s.Label, c)
+		}
+		if d := distOf(secs); d != c {
+			t.Errorf("%s: completion %+v, recomputed %+v", s.Label, c, d)
+		}
+		if run.Last < c.Max-1e-9 || run.Last > c.Max+1 {
+			t.Errorf("%s: last %v, slowest peer %v", s.Label, run.Last, c.Max)
+		}
+		// Bytes add up. Every byte came from the origin (no swarm yet, or
+		// the HTTP baseline): at least N copies, and waste (re-requested
+		// pieces) bounded.
+		if run.OriginBytes < size {
+			t.Errorf("%s: origin sent %d bytes, less than the file", s.Label, run.OriginBytes)
+		}
+		fromOrigin := s.System == SysHTTP || !rep.Features.Swarm
+		if fromOrigin && (run.OriginBytes < int64(n)*size || run.OriginBytes > int64(n)*size*3/2) {
+			t.Errorf("%s: origin sent %d bytes for %d copies of %d", s.Label, run.OriginBytes, n, size)
+		}
+		if got := int64(run.Done[len(run.Done)-1].V); got != int64(n)*size {
+			t.Errorf("%s: the peers' bytes add up to %d, want %d", s.Label, got, int64(n)*size)
+		}
+		if want := max(int64(n)*size-run.OriginBytes, 0); run.PeerBytes != want {
+			t.Errorf("%s: peer bytes %d, want %d", s.Label, run.PeerBytes, want)
+		}
+		if !near(run.R, float64(run.OriginBytes)/float64(size)) || !near(run.LastOverTKR, run.Last/run.TKR) ||
+			!near(run.TKRR, crowd.TKRR(run.R)) || !near(run.LastOverTKRR, run.Last/run.TKRR) {
+			t.Errorf("%s: ratios inconsistent: %+v", s.Label, run)
+		}
+		for i := 1; i < len(run.Origin); i++ {
+			if run.Origin[i].V < run.Origin[i-1].V || run.Done[i].V < run.Done[i-1].V || run.Origin[i].T < run.Origin[i-1].T {
+				t.Errorf("%s: a cumulative series decreases at sample %d", s.Label, i)
+				break
+			}
+		}
+		// Nothing beats physics: with every byte from the capped origin,
+		// the last peer cannot finish before N*F/u_s (10% slack for the
+		// token bucket's initial burst).
+		if fromOrigin && run.Last < 0.9*rep.HTTPBound {
+			t.Errorf("%s: last %.2f s beats the HTTP bound %.2f s: the origin's cap leaks", s.Label, run.Last, rep.HTTPBound)
+		}
+		if run.Last < 0.9*rep.TKR {
+			t.Errorf("%s: last %.2f s beats T_KR %.2f s", s.Label, run.Last, rep.TKR)
+		}
+		if len(run.Origin) < 5 {
+			t.Errorf("%s: only %d origin samples", s.Label, len(run.Origin))
+		}
+	}
+
+	// The JSON form round-trips; the HTML stands alone.
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Systems[0].Runs[0].Finished != n || back.TKR != rep.TKR {
+		t.Errorf("report.json lost figures")
+	}
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	checkHTML(t, page.String())
+}
+
+// checkHTML checks a report page is self-contained.
+func checkHTML(t *testing.T, page string) {
+	t.Helper()
+	if n := strings.Count(page, "<svg"); n < 4 {
+		t.Errorf("report.html has %d charts", n)
+	}
+	for _, bad := range []string{"<script", "src=", "<link", "@import", "url(http"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("report.html contains %q: it must stand alone", bad)
+		}
+	}
+	if strings.Contains(page, "NaN") || strings.Contains(page, "+Inf") {
+		t.Errorf("report.html has NaN or Inf in it")
+	}
+}
+
+// TestInterruptCleansUp cancels a run midway: Run must return promptly
+// with the cancellation, leaving no process, file or namespace behind.
+func TestInterruptCleansUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	backends := []string{BackendLoopback}
+	if os.Geteuid() == 0 {
+		backends = append(backends, BackendNetns)
+	}
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			sc, err := LoadScenario("ci")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.OriginUp = 1e6 // slow: the run is still going when cancelled
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var once sync.Once
+			work := t.TempDir()
+			observe := func(s Snapshot) {
+				if s.Elapsed > 1.5 {
+					once.Do(cancel)
+				}
+			}
+			start := time.Now()
+			_, err = Run(ctx, Config{Scenario: sc, Backend: backend, Bin: stampedeBin(t), WorkDir: work,
+				Logger: testLogger(t), Observe: observe})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v, want context.Canceled", err)
+			}
+			if took := time.Since(start); took > 20*time.Second {
+				t.Errorf("Run took %v to stop", took)
+			}
+			checkClean(t, work)
+		})
+	}
+}
+
+// transfer measures one capped download, as the harness does: a stampede
+// origin on from, a stampede get on to, both with the caps of their hosts.
+// It returns the steady rate in bytes/s, from get's progress reports
+// between 1 s in and the last report before completion.
+func transfer(t *testing.T, nw Network, from, to *Host, size int64) float64 {
+	t.Helper()
+	bin := stampedeBin(t)
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeRandomFile(filepath.Join(www, "f"), size, 3); err != nil {
+		t.Fatal(err)
+	}
+	e := &runEnv{sc: &Scenario{OriginUp: from.Up}, net: nw, origin: from, bin: bin, dir: dir, www: www, file: "f", log: testLogger(t)}
+	o := &stampedeOrigin{env: e}
+	if err := o.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer o.stop()
+	argv := []string{bin, "get", o.url("/f"), "-o", filepath.Join(dir, "out"), "-q", "--progress-json"}
+	if nw.AppShaping() && to.Down > 0 {
+		argv = append(argv, "--limit-rate", strconv.FormatInt(to.Down, 10))
+	}
+	var mu sync.Mutex
+	var pts []progressLine
+	p, err := startProc(procSpec{name: "get", argv: to.Command(argv...), stderr: func(line string, _ time.Time) {
+		if pl, ok := parseProgressJSON(line); ok {
+			mu.Lock()
+			pts = append(pts, pl)
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := p.wait(ctx); err != nil {
+		p.kill()
+		t.Fatalf("get did not finish: %v", err)
+	}
+	if p.code != 0 {
+		t.Fatalf("get: %s", p.describe())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var first, last *progressLine
+	for i := range pts {
+		pl := &pts[i]
+		if first == nil && pl.T >= 1 && pl.Done > 0 {
+			first = pl
+		}
+		if pl.Done < size {
+			last = pl
+		}
+	}
+	if first == nil || last == nil || last.T-first.T < 2 {
+		t.Fatalf("too few progress reports to measure a rate: %+v", pts)
+	}
+	return float64(last.Done-first.Done) / (last.T - first.T)
+}
+
+// TestShapingLoopback checks the application-level caps the loopback
+// backend relies on: a single capped transfer runs at 90-105% of its cap.
+func TestShapingLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real transfers for about 10 s")
+	}
+	const capBps = 4e6 // 32 Mbit/s
+	for _, tt := range []struct {
+		name     string
+		up, down int64
+	}{
+		{"get --limit-rate from an uncapped serve", 0, capBps},
+		{"serve --rate to an uncapped get", capBps, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nw := loopback{}
+			from, _ := nw.AddHost(t.Context(), "origin", tt.up, 0)
+			to, _ := nw.AddHost(t.Context(), "peer", 0, tt.down)
+			rate := transfer(t, nw, from, to, 5*capBps)
+			ratio := rate / capBps
+			t.Logf("%s: %.3f MB/s for a cap of %.3f MB/s: %.1f%%", tt.name, rate/1e6, capBps/1e6, 100*ratio)
+			if ratio < 0.90 || ratio > 1.05 {
+				t.Errorf("rate %.1f%% of the cap, want 90-105%%", 100*ratio)
+			}
+		})
+	}
+}
+
+// TestNetnsSmoke builds a two-host netns network and checks that tc caps
+// apply: the upload cap of the origin's host, then the download cap of the
+// peer's host, each within 80-110%; and that everything is deleted.
+func TestNetnsSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the netns backend needs root")
+	}
+	if testing.Short() {
+		t.Skip("runs real transfers for about 10 s")
+	}
+	for _, tt := range []struct {
+		name     string
+		up, down int64
+		cap      float64
+	}{
+		{"origin upload cap 8 Mbit/s, peer download 20 Mbit/s", 1e6, 2.5e6, 1e6},
+		{"origin uncapped, peer download cap 16 Mbit/s", 0, 2e6, 2e6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			nw, err := NewNetwork(t.Context(), BackendNetns, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := nw.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+				checkNetnsGone(t, nw.(*netns).prefix)
+			}()
+			from, err := nw.AddHost(t.Context(), "origin", tt.up, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := nw.AddHost(t.Context(), "peer", 0, tt.down)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from.IP == to.IP || !strings.HasPrefix(from.IP, "198.18.") {
+				t.Fatalf("addresses %s and %s", from.IP, to.IP)
+			}
+			rate := transfer(t, nw, from, to, int64(5*tt.cap))
+			ratio := rate / tt.cap
+			t.Logf("%s: %.3f MB/s for a cap of %.3f MB/s: %.1f%%", tt.name, rate/1e6, tt.cap/1e6, 100*ratio)
+			if ratio < 0.80 || ratio > 1.10 {
+				t.Errorf("rate %.1f%% of the cap, want 80-110%%", 100*ratio)
+			}
+		})
+	}
+}
+
+func checkNetnsGone(t *testing.T, prefix string) {
+	t.Helper()
+	names, err := ListNetns(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			t.Errorf("namespace %s left after Close", n)
+		}
+	}
+}
+
+// TestAria2Baseline runs a tiny crowd with the BitTorrent baseline, where
+// aria2c, opentracker and mktorrent are installed.
+func TestAria2Baseline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	if missing := MissingAria2Tools(); len(missing) > 0 {
+		t.Skipf("missing Debian packages %v", missing)
+	}
+	sc, err := ParseScenario("aria2.txt", strings.NewReader(`
+size = 2MiB
+origin_up = 8Mbit
+peers = 3
+peer_up = 8Mbit
+peer_down = 20Mbit
+systems = aria2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, work)
+	run := rep.Systems[0].Runs[0]
+	if !run.Complete || run.Finished != 3 {
+		var b bytes.Buffer
+		_ = rep.WriteTable(&b)
+		t.Fatalf("aria2 run incomplete:\n%s", b.String())
+	}
+	// The seeder sent at least one copy, and the origin's counter agrees
+	// with what the peers hold to within what was still in flight.
+	if run.OriginBytes < sc.Size || run.OriginBytes > 4*sc.Size {
+		t.Errorf("seeder uploaded %d bytes for 3 peers of a %d-byte file", run.OriginBytes, sc.Size)
+	}
+	if math.IsNaN(run.LastOverTKR) || run.Last < 0.9*run.TKR {
+		t.Errorf("last %.2f s against T_KR %.2f s", run.Last, run.TKR)
+	}
+	t.Logf("aria2: last %.1f s (%.2f x T_KR), origin %.2f copies", run.Last, run.LastOverTKR, run.R)
+}
+
+// TestFaults kills a peer and restarts the origin during a run: the killed
+// peer is counted apart, the others finish, and the origin's bytes carry
+// over its restart.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes")
+	}
+	sc, err := ParseScenario("faults.txt", strings.NewReader(`
+size = 2MiB
+origin_up = 8Mbit
+peers = 3
+peer_up = 8Mbit
+peer_down = 20Mbit
+systems = http
+fault = kill 1 at 1s
+fault = restart origin at 2s
+fault = restart tracker at 3s
+fault = corrupt 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, work)
+	run := rep.Systems[0].Runs[0]
+	notes := strings.Join(run.Notes, "\n")
+	t.Logf("notes:\n%s", notes)
+	if run.Killed != 1 || run.Finished != 2 || !run.Complete {
+		t.Errorf("killed %d, finished %d, complete %v", run.Killed, run.Finished, run.Complete)
+	}
+	for _, want := range []string{`fault "kill 1 at 1s": killed peers [`, `fault "restart origin at 2s": the origin was down`,
+		`fault "restart tracker at 3s" not applied: HTTP`, `fault "corrupt 1" not applied`} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q", want)
+		}
+	}
+	// Two peers got the whole file from the origin, the killed one some of
+	// it: the counter must not have started again from zero.
+	if run.OriginBytes < 2*sc.Size {
+		t.Errorf("origin bytes %d over a restart, want at least %d", run.OriginBytes, 2*sc.Size)
+	}
+	for _, p := range run.Peers {
+		if p.State == string(PeerKilled) && (p.Finished || p.Exit != -1) {
+			t.Errorf("killed peer %+v", p)
+		}
+	}
+}

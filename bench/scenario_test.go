@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStandardScenariosParse(t *testing.T) {
+	names := StandardScenarios()
+	for _, want := range []string{"ci", "flash20", "flash50", "staggered", "poisson", "pool"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("standard scenario %s missing (have %v)", want, names)
+		}
+	}
+	for _, name := range names {
+		sc, err := LoadScenario(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if sc.Name != name || sc.Description == "" || sc.Source == "" {
+			t.Errorf("%s: name %q, description %q", name, sc.Name, sc.Description)
+		}
+	}
+}
+
+func TestParseScenario(t *testing.T) {
+	sc, err := ParseScenario("hetero.txt", strings.NewReader(`
+# A heterogeneous crowd.
+# Two lines of description.
+name      = hetero   # trailing comment
+size      = 16MiB
+origin_up = 8Mbit
+class     = fast count=4 up=20Mbit down=50Mbit
+class     = slow count=6 up=2Mbit down=8Mbit
+arrivals  = pool=4/s window=3s
+departure = linger=2.5s
+fault     = kill 2 at 10s
+fault     = restart origin at 5s
+fault     = restart tracker at 6s
+fault     = corrupt 1
+systems   = stampede, http, aria2
+reps      = 3
+reps.http = 1
+backend   = netns
+timeout   = 90s
+seed      = 42
+serve_args = --max-transfers 256
+get_args  = --parallel 8 -v
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Name != "hetero" || sc.Size != 16*MiB || sc.OriginUp != 1e6 || sc.Peers() != 10 {
+		t.Errorf("basics: %+v", sc)
+	}
+	if sc.Description != "A heterogeneous crowd. Two lines of description." {
+		t.Errorf("description %q", sc.Description)
+	}
+	if c := sc.Classes[1]; c.Name != "slow" || c.Count != 6 || c.Up != 250000 || c.Down != 1e6 {
+		t.Errorf("class slow = %+v", c)
+	}
+	if a := sc.Arrivals; a.Kind != ArrivePool || a.Rate != 4 || a.Window != 3*time.Second {
+		t.Errorf("arrivals %+v", a)
+	}
+	if sc.Departure.Linger != 2500*time.Millisecond {
+		t.Errorf("departure %+v", sc.Departure)
+	}
+	wantFaults := []Fault{{FaultKill, 2, 10 * time.Second}, {FaultRestartOrigin, 0, 5 * time.Second},
+		{FaultRestartTracker, 0, 6 * time.Second}, {FaultCorrupt, 1, 0}}
+	if len(sc.Faults) != len(wantFaults) {
+		t.Fatalf("faults %+v", sc.Faults)
+	}
+	for i, f := range wantFaults {
+		if sc.Faults[i] != f {
+			t.Errorf("fault %d = %+v, want %+v", i, sc.Faults[i], f)
+		}
+	}
+	if strings.Join(sc.Systems, ",") != "stampede,http,aria2" || sc.RepsFor("http") != 1 || sc.RepsFor("aria2") != 3 {
+		t.Errorf("systems %v reps %d %v", sc.Systems, sc.Reps, sc.RepsBy)
+	}
+	if sc.Backend != BackendNetns || sc.Timeout != 90*time.Second || sc.Seed != 42 {
+		t.Errorf("backend %s timeout %v seed %d", sc.Backend, sc.Timeout, sc.Seed)
+	}
+	if strings.Join(sc.ServeArgs, " ") != "--max-transfers 256" || strings.Join(sc.GetArgs, " ") != "--parallel 8 -v" {
+		t.Errorf("args %q %q", sc.ServeArgs, sc.GetArgs)
+	}
+}
+
+func TestParseScenarioDefaults(t *testing.T) {
+	sc, err := ParseScenario("dir/min.txt", strings.NewReader("size=1MiB\norigin_up=1MB\npeers=3\npeer_up=0\npeer_down=0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Name != "min" || sc.Arrivals.Kind != ArriveAll || sc.Departure.Linger != 0 || sc.Reps != 1 ||
+		sc.Backend != BackendLoopback || strings.Join(sc.Systems, ",") != "stampede,http" {
+		t.Errorf("defaults: %+v", sc)
+	}
+}
+
+func TestParseScenarioErrors(t *testing.T) {
+	const base = "size = 1MiB\norigin_up = 8Mbit\npeers = 2\npeer_up = 1Mbit\npeer_down = 2Mbit\n"
+	tests := []struct {
+		name, text string
+		want       []string // substrings of the error
+	}{
+		{"unknown key", base + "pers = 3\n", []string{"bad.txt:6: pers: unknown key"}},
+		{"no equals", base + "arrivals all\n", []string{"bad.txt:6: want key = value"}},
+		{"empty value", base + "seed =\n", []string{"bad.txt:6: seed: empty value"}},
+		{"duplicate", base + "size = 2MiB\n", []string{"bad.txt:6: size given twice (first on line 1)"}},
+		{"bad size", strings.Replace(base, "1MiB", "1 parsec", 1), []string{"bad.txt:1: size:", "unknown unit"}},
+		{"bad rate", strings.Replace(base, "8Mbit", "fast", 1), []string{"bad.txt:2: origin_up:"}},
+		{"missing size", "origin_up = 1MB\npeers = 1\npeer_up=0\npeer_down=0\n", []string{"bad.txt: missing size"}},
+		{"missing peers", "size = 1MiB\norigin_up = 1MB\n", []string{"missing peers"}},
+		{"peers without caps", "size = 1MiB\norigin_up = 1MB\npeers = 3\n", []string{"peers needs peer_up and peer_down"}},
+		{"peers and classes", base + "class = a count=1 up=1MB down=1MB\n", []string{"either peers, peer_up and peer_down, or class lines"}},
+		{"zero peers", strings.Replace(base, "peers = 2", "peers = 0", 1), []string{"bad.txt:3: peers: want at least 1"}},
+		{"bad class", "size=1MiB\norigin_up=1MB\nclass = a count=2 up=1MB\n", []string{"bad.txt:3: class: class a: needs count=, up= and down="}},
+		{"class field", "size=1MiB\norigin_up=1MB\nclass = a count=2 up=1MB down=1MB speed=3\n", []string{`unknown field "speed"`}},
+		{"class twice", "size=1MiB\norigin_up=1MB\nclass = a count=1 up=1 down=1\nclass = a count=1 up=1 down=1\n", []string{"class a defined twice"}},
+		{"bad arrivals", base + "arrivals = sometimes\n", []string{"bad.txt:6: arrivals:", "want all, every=D, poisson=R/s or pool=R/s"}},
+		{"every without duration", base + "arrivals = every=soon\n", []string{"bad.txt:6: arrivals:"}},
+		{"poisson zero", base + "arrivals = poisson=0/s\n", []string{"positive rate"}},
+		{"poisson unit", base + "arrivals = poisson=2/h\n", []string{"unit must be /s or /m"}},
+		{"all with argument", base + "arrivals = all=3\n", []string{"all takes no argument"}},
+		{"bad departure", base + "departure = stay\n", []string{"bad.txt:6: departure:", "want leave or linger=D"}},
+		{"bad fault", base + "fault = explode 3\n", []string{"bad.txt:6: fault:", "want kill K at T"}},
+		{"fault time", base + "fault = kill 1 at soon\n", []string{`bad time "soon"`}},
+		{"kill too many", base + "fault = kill 3 at 1s\n", []string{`fault "kill 3 at 1s": only 2 peers`}},
+		{"unknown system", base + "systems = stampede,ftp\n", []string{`unknown system "ftp"`}},
+		{"system twice", base + "systems = http,http\n", []string{`system "http" listed twice`}},
+		{"reps of unknown", base + "reps.ftp = 2\n", []string{`unknown system "ftp"`}},
+		{"bad reps", base + "reps = 0\n", []string{"want a positive integer"}},
+		{"bad backend", base + "backend = docker\n", []string{"want loopback or netns"}},
+		{"several errors", "size = x\norigin_up = y\npeers = 2\npeer_up = 1\npeer_down = 1\n", []string{"bad.txt:1: size", "bad.txt:2: origin_up"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseScenario("bad.txt", strings.NewReader(tt.text))
+			if err == nil {
+				t.Fatalf("no error for:\n%s", tt.text)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\ndoes not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadScenarioErrors(t *testing.T) {
+	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: ci, flash20") {
+		t.Errorf("LoadScenario(nosuch) = %v", err)
+	}
+	if _, err := LoadScenario("./nosuch.txt"); err == nil {
+		t.Errorf("LoadScenario of a missing file succeeded")
+	}
+}
+
+func TestArrivalStrings(t *testing.T) {
+	for _, s := range []string{"all", "every=1.5s", "poisson=2/s", "pool=4/s window=5s"} {
+		a, err := ParseArrivals(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if a.String() != s {
+			t.Errorf("ParseArrivals(%q).String() = %q", s, a.String())
+		}
+	}
+	if a, _ := ParseArrivals("poisson=30/m"); a.Rate != 0.5 {
+		t.Errorf("30/m = %v/s", a.Rate)
+	}
+	for _, s := range []string{"leave", "linger=3s"} {
+		d, err := ParseDeparture(s)
+		if err != nil || d.String() != s {
+			t.Errorf("ParseDeparture(%q) = %v, %v", s, d, err)
+		}
+	}
+}

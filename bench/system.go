@@ -1,0 +1,386 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Features are what the stampede binary under test can do, read from its
+// "help get" output: the harness adapts its command lines, so when the
+// swarm lands only the flags change.
+type Features struct {
+	Version string `json:"version"`
+	// Swarm: get has --max-upload-rate and --seed-time (peers trade pieces).
+	Swarm bool `json:"swarm"`
+	// NoSwarm: get has --no-swarm (a plain HTTP client on demand).
+	NoSwarm  bool     `json:"no_swarm"`
+	GetFlags []string `json:"get_flags"`
+}
+
+var flagLine = regexp.MustCompile(`(?m)^\s+--?([A-Za-z0-9][\w-]*)`)
+
+// Probe runs "BIN help get" and "BIN version".
+func Probe(ctx context.Context, bin string) (Features, error) {
+	out, err := runTool(ctx, bin, "help", "get")
+	if err != nil {
+		return Features{}, fmt.Errorf("probing %s: %w", bin, err)
+	}
+	f := Features{GetFlags: parseFlagNames(out)}
+	f.Swarm = slices.Contains(f.GetFlags, "max-upload-rate") && slices.Contains(f.GetFlags, "seed-time")
+	f.NoSwarm = slices.Contains(f.GetFlags, "no-swarm")
+	if v, err := runTool(ctx, bin, "version"); err == nil {
+		f.Version = strings.TrimSpace(v)
+	}
+	return f, nil
+}
+
+// parseFlagNames lists the flags of a Go flag package usage text.
+func parseFlagNames(usage string) []string {
+	var names []string
+	for _, m := range flagLine.FindAllStringSubmatch(usage, -1) {
+		if !slices.Contains(names, m[1]) {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
+
+// runEnv is what a system needs to set up one run.
+type runEnv struct {
+	sc     *Scenario
+	net    Network
+	origin *Host // the origin's host (and the tracker's)
+	bin    string
+	feats  Features
+	dir    string // this scenario's scratch directory
+	www    string // directory holding the file
+	file   string // the file's name in www
+	log    *slog.Logger
+}
+
+func (e *runEnv) shaping() bool { return e.net.AppShaping() }
+
+// system is one way of delivering the file to the crowd: its origin side
+// (origin, tracker, seeder) and the command each peer runs.
+type system interface {
+	name() string
+	label() string
+	// notes say what a reader of the report must know about this system.
+	notes() []string
+	// start starts the origin side for one run and returns once it serves.
+	start(ctx context.Context) error
+	// originBytes reads the origin side's upload counter. It may go back
+	// to zero when the origin restarts; the runner accounts for that.
+	originBytes(ctx context.Context) (int64, error)
+	restartOrigin(ctx context.Context) error
+	restartTracker(ctx context.Context) error
+	peer(id int, h *Host, c Class, dir string) peerCmd
+	// stop ends the origin side.
+	stop()
+}
+
+// errUnsupported marks a fault a system cannot take yet.
+var errUnsupported = errors.New("not supported by this system")
+
+// progressKind says where a peer's progress comes from.
+type progressKind int
+
+const (
+	progressJSON     progressKind = iota // stampede get --progress-json on stderr
+	progressAria2                        // aria2c's summary lines on stdout
+	progressFileSize                     // the output file's size (curl)
+)
+
+// peerCmd is what a peer runs.
+type peerCmd struct {
+	argv     []string
+	output   string // the downloaded file, once complete
+	progress progressKind
+}
+
+func newSystem(name string, e *runEnv) (system, error) {
+	switch name {
+	case SysStampede:
+		return &stampedeSys{env: e, origin: &stampedeOrigin{env: e}}, nil
+	case SysHTTP:
+		if e.feats.Swarm && !e.feats.NoSwarm {
+			return &curlSys{env: e, origin: &stampedeOrigin{env: e}, asHTTP: true}, nil
+		}
+		return &stampedeSys{env: e, origin: &stampedeOrigin{env: e}, http: true}, nil
+	case SysCurl:
+		return &curlSys{env: e, origin: &stampedeOrigin{env: e}}, nil
+	case SysAria2:
+		return newAria2(e)
+	}
+	return nil, fmt.Errorf("unknown system %q", name)
+}
+
+// stampedeOrigin is "stampede serve" on the origin host, capped at the
+// origin's upload (by --rate on loopback, by the network on netns).
+type stampedeOrigin struct {
+	env  *runEnv
+	addr string // host:port, fixed at the first start (read by the poller)
+	proc *proc  // the loop's only
+}
+
+var servingLine = regexp.MustCompile(`serving .* on http://([^/\s]+)/`)
+
+func (o *stampedeOrigin) start(ctx context.Context) error {
+	e := o.env
+	listen := e.origin.IP + ":0"
+	if o.addr != "" {
+		listen = o.addr // a restart keeps the address the peers know
+	}
+	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests"), "-q"}
+	if e.shaping() && e.sc.OriginUp > 0 {
+		argv = append(argv, "--rate", strconv.FormatInt(e.sc.OriginUp, 10))
+	}
+	argv = append(argv, e.sc.ServeArgs...)
+	ready := make(chan string, 1)
+	p, err := startProc(procSpec{name: "origin", argv: e.origin.Command(argv...), stderr: func(line string, _ time.Time) {
+		if m := servingLine.FindStringSubmatch(line); m != nil {
+			select {
+			case ready <- m[1]:
+			default:
+			}
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	o.proc = p
+	select {
+	case addr := <-ready:
+		// A restart listens on the address fixed by the first start; the
+		// poller reads it meanwhile, so it is written only once.
+		if o.addr == "" {
+			o.addr = addr
+		} else if addr != o.addr {
+			p.kill()
+			return fmt.Errorf("the restarted origin listens on %s, not %s", addr, o.addr)
+		}
+	case <-p.done:
+		return fmt.Errorf("origin did not start: %s", p.describe())
+	case <-time.After(30 * time.Second):
+		p.kill()
+		return errors.New("origin did not print its address within 30s")
+	case <-ctx.Done():
+		p.kill()
+		return ctx.Err()
+	}
+	// Have the manifest computed (or read from the cache) before the clock
+	// starts: hashing is not delivery.
+	resp, err := o.get(ctx, "/.well-known/stampede/manifest/"+e.file)
+	if err != nil {
+		return fmt.Errorf("origin: fetching the manifest: %w", err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("origin: manifest: %s %v", resp.Status, err)
+	}
+	return nil
+}
+
+func (o *stampedeOrigin) get(ctx context.Context, path string) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.url(path), nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c := o.env.origin.HTTPClient()
+	c.Timeout = 60 * time.Second
+	resp, err := c.Do(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+func (o *stampedeOrigin) url(path string) string { return "http://" + o.addr + path }
+
+var bytesSentLine = regexp.MustCompile(`(?m)^stampede_origin_bytes_sent_total (\d+)`)
+
+// originBytes reads stampede_origin_bytes_sent_total from /metrics.
+func (o *stampedeOrigin) originBytes(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.url("/metrics"), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := o.env.origin.HTTPClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
+	}
+	m := bytesSentLine.FindSubmatch(body)
+	if m == nil {
+		return 0, errors.New("/metrics has no stampede_origin_bytes_sent_total")
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
+}
+
+func (o *stampedeOrigin) stop() {
+	if o.proc != nil {
+		o.proc.term(3 * time.Second)
+	}
+}
+
+func (o *stampedeOrigin) restart(ctx context.Context) error {
+	o.proc.kill()
+	return o.start(ctx)
+}
+
+// stampedeSys: every peer runs "stampede get". With the swarm they trade
+// pieces; as the HTTP baseline (http) they fetch from the origin only.
+type stampedeSys struct {
+	env    *runEnv
+	origin *stampedeOrigin
+	http   bool
+}
+
+func (s *stampedeSys) name() string {
+	if s.http {
+		return SysHTTP
+	}
+	return SysStampede
+}
+
+func (s *stampedeSys) label() string {
+	switch {
+	case s.http && s.env.feats.NoSwarm:
+		return "HTTP (stampede get --no-swarm)"
+	case s.http:
+		return "HTTP (stampede get)"
+	case !s.env.feats.Swarm:
+		return "stampede (no swarm yet)"
+	}
+	return "stampede"
+}
+
+func (s *stampedeSys) notes() []string {
+	if !s.http && !s.env.feats.Swarm {
+		return []string{"stampede get has no --max-upload-rate/--seed-time yet: its peers fetch from the origin only, " +
+			"as the HTTP baseline does."}
+	}
+	return nil
+}
+
+func (s *stampedeSys) start(ctx context.Context) error { return s.origin.start(ctx) }
+func (s *stampedeSys) originBytes(ctx context.Context) (int64, error) {
+	return s.origin.originBytes(ctx)
+}
+func (s *stampedeSys) restartOrigin(ctx context.Context) error { return s.origin.restart(ctx) }
+func (s *stampedeSys) restartTracker(context.Context) error    { return errUnsupported }
+func (s *stampedeSys) stop()                                   { s.origin.stop() }
+
+func (s *stampedeSys) peer(id int, h *Host, c Class, dir string) peerCmd {
+	e := s.env
+	out := filepath.Join(dir, e.file)
+	argv := []string{e.bin, "get", s.origin.url("/" + e.file), "-o", out, "-q", "--json", "--progress-json"}
+	if e.shaping() && c.Down > 0 {
+		argv = append(argv, "--limit-rate", strconv.FormatInt(c.Down, 10))
+	}
+	switch {
+	case s.http && e.feats.NoSwarm:
+		argv = append(argv, "--no-swarm")
+	case !s.http && e.feats.Swarm:
+		if e.shaping() && c.Up > 0 {
+			argv = append(argv, "--max-upload-rate", strconv.FormatInt(c.Up, 10))
+		}
+		argv = append(argv, "--seed-time", e.sc.Departure.Linger.String())
+	}
+	if !s.http {
+		argv = append(argv, e.sc.GetArgs...)
+	}
+	return peerCmd{argv: h.Command(argv...), output: out, progress: progressJSON}
+}
+
+// curlSys: every peer runs curl against the same stampede origin.
+type curlSys struct {
+	env    *runEnv
+	origin *stampedeOrigin
+	asHTTP bool // standing in for the HTTP baseline
+}
+
+func (s *curlSys) name() string {
+	if s.asHTTP {
+		return SysHTTP
+	}
+	return SysCurl
+}
+func (s *curlSys) label() string { return "HTTP (curl)" }
+func (s *curlSys) notes() []string {
+	if s.asHTTP {
+		return []string{"stampede get has the swarm but no --no-swarm: the HTTP baseline is curl."}
+	}
+	return nil
+}
+func (s *curlSys) start(ctx context.Context) error                { return s.origin.start(ctx) }
+func (s *curlSys) originBytes(ctx context.Context) (int64, error) { return s.origin.originBytes(ctx) }
+func (s *curlSys) restartOrigin(ctx context.Context) error        { return s.origin.restart(ctx) }
+func (s *curlSys) restartTracker(context.Context) error           { return errUnsupported }
+func (s *curlSys) stop()                                          { s.origin.stop() }
+
+func (s *curlSys) peer(id int, h *Host, c Class, dir string) peerCmd {
+	out := filepath.Join(dir, s.env.file)
+	argv := []string{"curl", "-sSf", "--retry", "5", "--retry-all-errors", "-o", out}
+	if s.env.shaping() && c.Down > 0 {
+		argv = append(argv, "--limit-rate", strconv.FormatInt(c.Down, 10))
+	}
+	argv = append(argv, s.origin.url("/"+s.env.file))
+	return peerCmd{argv: h.Command(argv...), output: out, progress: progressFileSize}
+}
+
+// progressLine is one line of stampede get --progress-json.
+type progressLine struct {
+	T     float64 `json:"t"`
+	Phase string  `json:"phase"`
+	Size  int64   `json:"size"`
+	Done  int64   `json:"done"`
+}
+
+// parseProgressJSON reads one --progress-json line; ok is false for any
+// other line (warnings share stderr).
+func parseProgressJSON(line string) (progressLine, bool) {
+	var p progressLine
+	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &p) != nil || p.Phase == "" {
+		return p, false
+	}
+	return p, true
+}
+
+// fileSize is the size of path, 0 when it does not exist yet.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
