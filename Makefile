@@ -8,9 +8,10 @@ LDFLAGS  := -X main.version=$(VERSION)
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
 
-# The main job: serve a directory on loopback and download from it, verified.
+# The main job: a flash crowd on loopback, absorbed by the swarm, side by side
+# with plain HTTP from the same capped origin (about two minutes, no root).
 demo: build
-	./scripts/demo.sh
+	./bin/stampede demo
 
 # What CI runs (.ci/run calls it): installs what the tests need, then vet,
 # race-enabled shuffled tests, and every benchmark once so they keep compiling.
