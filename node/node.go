@@ -18,9 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +46,8 @@ type Config struct {
 	Origin OriginFetcher
 	// Trackers are announce URLs (the manifest's, usually).
 	Trackers []string
-	// Listener accepts peers; nil means listen on ListenAddr.
+	// Listener accepts peers, and Run closes it when it returns; when it
+	// is set ListenAddr is ignored, when nil Run listens on ListenAddr.
 	Listener   net.Listener
 	ListenAddr string // default ":0"
 	// Dial connects to a peer (default: net.Dialer with a 5s timeout).
@@ -246,7 +245,9 @@ func (n *Node) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	n.mu.Lock() // the join announce above may already be setting it
 	announce := time.NewTimer(n.interval)
+	n.mu.Unlock()
 	defer announce.Stop()
 	var seedDone <-chan time.Time
 	n.lastPiece = time.Now()
@@ -313,11 +314,7 @@ func (n *Node) Run(ctx context.Context) error {
 		for _, e := range batch {
 			n.observe(e)
 		}
-		acts := n.sched.StepAll(batch, time.Now())
-		if traceOn {
-			n.trace(ev, acts)
-		}
-		n.apply(ctx, acts)
+		n.apply(ctx, n.sched.StepAll(batch, time.Now()))
 		n.batch = batch
 	}
 }
@@ -427,6 +424,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 		case swarm.Choke:
 			if p := n.peers[a.Peer]; p != nil {
 				p.sendControl(&wire.Choke{})
+				p.rejectQueued()
 			}
 		case swarm.Unchoke:
 			if p := n.peers[a.Peer]; p != nil {
@@ -491,7 +489,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 	n.origin[a.Reason]++
 	n.mu.Unlock()
 	if n.cfg.Origin == nil {
-		n.post(ctx, swarm.OriginResult{Piece: a.Piece, OK: false})
+		n.postLater(ctx, swarm.OriginResult{Piece: a.Piece, OK: false})
 		return
 	}
 	n.wg.Go(func() {
@@ -518,12 +516,18 @@ func (n *Node) post(ctx context.Context, ev swarm.Event) {
 	}
 }
 
+// postLater is post for the loop goroutine itself, which must never wait
+// for room in its own channel: a peer flooding us with frames keeps it full.
+func (n *Node) postLater(ctx context.Context, ev swarm.Event) {
+	n.wg.Go(func() { n.post(ctx, ev) })
+}
+
 // askTracker announces to every tracker in the background; answers come
 // back as TrackerPeers events.
 func (n *Node) askTracker(ctx context.Context, why string) {
 	if len(n.cfg.Trackers) == 0 {
 		if why == "join" || why == "refill" || why == "repair" {
-			n.post(ctx, swarm.TrackerPeers{})
+			n.postLater(ctx, swarm.TrackerPeers{})
 		}
 		return
 	}
@@ -669,20 +673,4 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 type join struct {
 	p        *peerConn
 	outbound bool
-}
-
-var traceOn = os.Getenv("NODE_TRACE") != ""
-
-func (n *Node) trace(ev swarm.Event, acts []swarm.Action) {
-	_, tick := ev.(swarm.Tick)
-	if tick && len(acts) == 0 {
-		return
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "TRACE %s %x ev=%T%+v acts=", time.Now().Format("15:04:05.000"), n.id[:2], ev, ev)
-	for _, a := range acts {
-		fmt.Fprintf(&b, "%T%+v ", a, a)
-	}
-	b.WriteString("\n")
-	os.Stderr.WriteString(b.String())
 }

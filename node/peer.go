@@ -146,6 +146,21 @@ func (p *peerConn) serve(piece int) {
 	}
 }
 
+// rejectQueued answers the uploads queued and not started with
+// REJECT(choked), after a CHOKE (docs/protocol.md, section 7): the peer
+// voids its requests when it sees the CHOKE and asks elsewhere, so serving
+// them would send those pieces twice. An upload under way is finished.
+func (p *peerConn) rejectQueued() {
+	for {
+		select {
+		case piece := <-p.uploads:
+			p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectChoked})
+		default:
+			return
+		}
+	}
+}
+
 func (p *peerConn) readLoop(ctx context.Context) error {
 	m := p.n.m
 	src := p.n.cfg.DownloadLimit.Reader(ctx, deadlineReader{p.c})
