@@ -516,6 +516,22 @@ func (n *Node) post(ctx context.Context, ev swarm.Event) {
 	}
 }
 
+// Prefer asks for pieces from to from+count-1 before all others, lowest
+// first (swarm.Prefer): a reader streaming the file in order, or a Range
+// request, waits for them. count 0 ends the preference. Safe to call from
+// any goroutine, before or during Run; it waits while the event queue is
+// full, until ctx ends.
+func (n *Node) Prefer(ctx context.Context, from, count int) {
+	n.post(ctx, swarm.Prefer{From: from, Count: count})
+}
+
+// AddPeers hands the scheduler peer addresses learnt outside the tracker
+// (an overloaded origin's answer, a gateway's own list), as a tracker
+// answer without a swarm-size estimate. Same rules as Prefer.
+func (n *Node) AddPeers(ctx context.Context, addrs []string) {
+	n.post(ctx, swarm.TrackerPeers{Addrs: addrs})
+}
+
 // postLater is post for the loop goroutine itself, which must never wait
 // for room in its own channel: a peer flooding us with frames keeps it full.
 func (n *Node) postLater(ctx context.Context, ev swarm.Event) {

@@ -122,6 +122,12 @@ type TrackerPeers struct {
 // DialFailed: a Connect could not be established.
 type DialFailed struct{ Addr string }
 
+// Prefer: the application reads the file in order (a streaming client, a
+// Range request): pieces From to From+Count-1 that we lack go before all
+// others, lowest index first, from peers and, within the origin rule, from
+// the origin. Count 0 ends the preference. A new Prefer replaces the last.
+type Prefer struct{ From, Count int }
+
 func (Tick) isEvent()         {}
 func (PeerUp) isEvent()       {}
 func (PeerDown) isEvent()     {}
@@ -139,6 +145,7 @@ func (Uploaded) isEvent()     {}
 func (Recommended) isEvent()  {}
 func (TrackerPeers) isEvent() {}
 func (DialFailed) isEvent()   {}
+func (Prefer) isEvent()       {}
 
 // --- Actions --------------------------------------------------------------
 

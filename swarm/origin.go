@@ -106,8 +106,9 @@ func (s *Scheduler) pickOrigin() (int, string) {
 			}
 		}
 	}
-	// Lost fetches first, then any eligible piece at random: holders that
-	// do not see each other's START claims rarely pick the same piece.
+	// Preferred pieces first (lowest first), then lost fetches, then any
+	// eligible piece at random: holders that do not see each other's START
+	// claims rarely pick the same piece.
 	best, bestTier, ties := -1, 0, 0
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
@@ -115,7 +116,13 @@ func (s *Scheduler) pickOrigin() (int, string) {
 			continue
 		}
 		tier := 1
-		if ps.restart {
+		switch {
+		case s.preferred(i):
+			tier = -1
+			if best >= 0 && bestTier == -1 {
+				continue // the lowest preferred piece wins
+			}
+		case ps.restart:
 			tier = 0
 		}
 		switch {

@@ -59,10 +59,11 @@ func (s *Scheduler) fillRequests() {
 }
 
 // pick chooses the next piece to ask p for among those it has, nobody is
-// fetching, and we lack. In order of preference: pieces that were in flight
-// and were lost (finish what was started), then pieces no other peer has
-// claimed with START, then claimed ones, then pieces p itself failed to
-// deliver lately; within that the rarest among our peers, ties at random.
+// fetching, and we lack. In order of preference: pieces in the Prefer range,
+// lowest first (a streaming reader waits for them); pieces that were in
+// flight and were lost (finish what was started); pieces no other peer has
+// claimed with START; claimed ones; pieces p itself failed to deliver
+// lately. Within a tier the rarest among our peers, ties at random.
 func (s *Scheduler) pick(p *peer) int {
 	best, bestTier, bestAvail, ties := -1, 0, 0, 0
 	for i := p.has.Next(0); i >= 0; i = p.has.Next(i + 1) {
@@ -74,6 +75,11 @@ func (s *Scheduler) pick(p *peer) int {
 		switch {
 		case slices.Contains(p.avoid, i):
 			tier = 3
+		case s.preferred(i):
+			if best < 0 || bestTier >= 0 {
+				best, bestTier, ties = i, -1, 1 // the lowest preferred piece wins
+			}
+			continue
 		case ps.restart:
 			tier = 0
 		case s.claimed(i):

@@ -213,6 +213,8 @@ func (sc *scenario) exec(line string) (err error) {
 		ev = TrackerPeers{Addrs: splitList(kv["peers"]), SwarmSize: int(parseInt(kv["size"]))}
 	case "dialfailed":
 		ev = DialFailed{Addr: pos[0]}
+	case "prefer":
+		ev = Prefer{From: num(0), Count: num(1)}
 	case "tick":
 		ev = Tick{}
 	case "ticks":

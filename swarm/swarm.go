@@ -282,6 +282,7 @@ type Scheduler struct {
 	originReqs                []int // origin fetches in flight
 	stalledInUse              int
 	gen                       int // bumped when a piece becomes requestable again
+	preferFrom, preferTo      int // Prefer: [from, to) goes first
 
 	stats Stats
 }
@@ -427,6 +428,10 @@ func (s *Scheduler) apply(ev Event) {
 		s.learn(e.Addrs, false)
 	case DialFailed:
 		s.onDialFailed(e)
+	case Prefer:
+		from := min(max(e.From, 0), len(s.pieces))
+		s.preferFrom, s.preferTo = from, min(from+max(e.Count, 0), len(s.pieces))
+		s.gen++
 	}
 }
 
@@ -484,6 +489,9 @@ func cloneMap(m map[string]int) map[string]int {
 }
 
 func (s *Scheduler) valid(i int) bool { return i >= 0 && i < len(s.pieces) }
+
+// preferred reports whether piece i is in the Prefer range.
+func (s *Scheduler) preferred(i int) bool { return i >= s.preferFrom && i < s.preferTo }
 
 func (s *Scheduler) pieceLen(i int) int64 { return s.cfg.PieceLen(i) }
 
