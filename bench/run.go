@@ -345,9 +345,12 @@ func (r *runner) launch(id int) error {
 	case progressJSON:
 		summary = new(bytes.Buffer)
 		spec.collect = summary
+		logf := peerLog(id)
 		spec.stderr = func(line string, at time.Time) {
 			if p, ok := parseProgressJSON(line); ok {
 				r.send(evProgress{peer: id, at: at, done: p.Done, phase: p.Phase})
+			} else if logf != nil {
+				fmt.Fprintf(logf, "%.3f %s\n", r.since(at), line)
 			}
 		}
 	case progressAria2:
@@ -695,4 +698,20 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// peerLog opens the file that keeps peer id's stderr (other than progress
+// lines) when STAMPEDE_BENCH_PEER_LOGS names a directory: a debugging aid
+// for the scheduler (add --get-args=-v for its decisions), not part of the
+// report. nil when unset or on error.
+func peerLog(id int) *os.File {
+	dir := os.Getenv("STAMPEDE_BENCH_PEER_LOGS")
+	if dir == "" {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("peer-%d.log", id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil
+	}
+	return f
 }

@@ -51,7 +51,7 @@ const ReasonHeader = "Stampede-Reason"
 // reasonNames are the reasons counted; anything else counts as "other" (a
 // header must not grow the metrics without bound).
 var reasonNames = [...]string{"none", "piece", "retry-late", "retry-error", "stream",
-	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "other"}
+	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "origin:peers-failing", "other"}
 
 func reasonIndex(h string) int {
 	if h == "" {

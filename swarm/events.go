@@ -181,6 +181,7 @@ const (
 	ReasonNoPeerHasIt = "no-peer-has-it" // nobody we know has it or is fetching it
 	ReasonNoPeers     = "no-peers"       // we know no peers at all
 	ReasonStalled     = "stalled"        // peers have it but it has not come for too long
+	ReasonPeersFail   = "peers-failing"  // only peers that are failing us have it (see suspect)
 )
 
 // Announce: tell every connected peer (HAVE), after a piece was stored.

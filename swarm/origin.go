@@ -1,6 +1,9 @@
 package swarm
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // The origin rule (Slurpie's coordinated backoff, plus START claims):
 //
@@ -102,6 +105,33 @@ func (s *Scheduler) drawSlice() {
 	}
 }
 
+// suspectAfter: a peer that has not delivered anything this long after we
+// first asked it is suspect (see suspect).
+const suspectAfter = time.Second
+
+// suspect reports whether p's have-set should not keep us off the origin:
+// it timed out since its last delivery, or it has never delivered and its
+// oldest request is suspectAfter old. A peer that advertises every piece
+// and never delivers would otherwise hold the whole swarm off the origin
+// until it is dropped, and again after every redial.
+func (s *Scheduler) suspect(p *peer) bool {
+	if p.probation {
+		return true
+	}
+	return p.downTotal == 0 && len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= suspectAfter
+}
+
+// heldByTrusted reports whether a connected peer that is not suspect has
+// piece i.
+func (s *Scheduler) heldByTrusted(i int) bool {
+	for _, p := range s.order {
+		if p.has.Has(i) && !s.suspect(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // pickOrigin chooses the next piece to fetch from the origin and why, or -1.
 func (s *Scheduler) pickOrigin() (int, string) {
 	if s.stalledInUse == 0 && len(s.order) > 0 {
@@ -119,7 +149,7 @@ func (s *Scheduler) pickOrigin() (int, string) {
 	best, bestTier, ties := -1, 0, 0
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
-		if ps.avail > 0 || ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) {
+		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && s.heldByTrusted(i)) {
 			continue
 		}
 		tier := 1
@@ -143,7 +173,10 @@ func (s *Scheduler) pickOrigin() (int, string) {
 		}
 	}
 	reason := ReasonNoPeerHasIt
-	if len(s.order) == 0 && s.dialing == 0 {
+	switch {
+	case best >= 0 && s.pieces[best].avail > 0:
+		reason = ReasonPeersFail
+	case len(s.order) == 0 && s.dialing == 0:
 		reason = ReasonNoPeers
 	}
 	return best, reason

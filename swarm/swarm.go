@@ -79,12 +79,18 @@ type Config struct {
 	// shorter). Default: DefaultPieceLen for every piece.
 	PieceLen func(i int) int64
 
-	// MinPeers: below it the scheduler asks the tracker for more (4).
+	// MinPeers is the floor of WantPeers (4). Below WantPeers, with no
+	// address left to dial, the scheduler asks the tracker for more, at
+	// most every RefillEvery.
 	MinPeers int
-	// MaxPeers: above it the least useful peer is disconnected (24).
+	// MaxPeers: above it the least useful peer is disconnected (48).
 	MaxPeers int
 	// WantPeers: the scheduler dials until it has this many, leaving room for
-	// inbound connections up to MaxPeers ((MinPeers+MaxPeers)/2).
+	// inbound connections up to MaxPeers (MaxPeers/3, at least MinPeers):
+	// in a crowd where everyone dials WantPeers, a peer also takes about
+	// as many inbound, and evicting newcomers for lack of room cuts them
+	// off (a flash crowd of 50 with 24 peers at most left a cluster of late
+	// arrivals trading only with each other).
 	WantPeers int
 
 	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
@@ -184,9 +190,9 @@ func (c Config) withDefaults() Config {
 		c.PieceLen = func(int) int64 { return DefaultPieceLen }
 	}
 	def(&c.MinPeers, 4)
-	def(&c.MaxPeers, 24)
+	def(&c.MaxPeers, 48)
 	c.MaxPeers = max(c.MaxPeers, c.MinPeers)
-	def(&c.WantPeers, (c.MinPeers+c.MaxPeers)/2)
+	def(&c.WantPeers, c.MaxPeers/3)
 	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
 	def(&c.OriginK, 3)
 	defD(&c.OriginSlice, time.Second)
