@@ -374,6 +374,7 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})
 		return nil
 	}
+	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
 	for off := 0; off < len(data); off += wire.MaxData {
 		chunk := data[off:min(len(data), off+wire.MaxData)]
 		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
