@@ -61,8 +61,8 @@ type PeerResult struct {
 	// Corrupting: the peer ran with the testbed's corrupting hook (fault
 	// "corrupt K"): every piece it uploaded was damaged on purpose.
 	Corrupting bool            `json:"corrupting,omitempty"`
-	Progress []Point         `json:"progress"`
-	Summary  json.RawMessage `json:"summary,omitempty"` // stampede get --json
+	Progress   []Point         `json:"progress"`
+	Summary    json.RawMessage `json:"summary,omitempty"` // stampede get --json
 }
 
 // RunResult is one run of one system.

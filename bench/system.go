@@ -64,9 +64,9 @@ type runEnv struct {
 	origin *Host // the origin's host (and the tracker's)
 	bin    string
 	feats  Features
-	dir    string // this scenario's scratch directory
-	www    string // directory holding the file
-	file   string // the file's name in www
+	dir    string   // this scenario's scratch directory
+	www    string   // directory holding the file
+	file   string   // the file's name in www
 	sum    [32]byte // the file's SHA-256
 	log    *slog.Logger
 }
@@ -424,7 +424,7 @@ func (s *stampedeSys) restartTracker(ctx context.Context) error {
 	}
 	return s.origin.tracker.restart(ctx)
 }
-func (s *stampedeSys) stop()                                   { s.origin.stop() }
+func (s *stampedeSys) stop() { s.origin.stop() }
 
 func (s *stampedeSys) corruptible() string {
 	switch {
