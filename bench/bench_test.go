@@ -666,7 +666,7 @@ func TestSwarmFaults(t *testing.T) {
 				t.Errorf("%s: peer %d (corrupting %v): not verified: %s", s.Label, p.ID, p.Corrupting, p.Error)
 			}
 		}
-		if !strings.Contains(notes, `fault "restart origin at 3s": the origin was down`) {
+		if !strings.Contains(notes, `fault "restart origin at 4s": the origin was down`) {
 			t.Errorf("%s: the origin restart is not in the notes", s.Label)
 		}
 		// The origin's counter carries over its restart: every byte the

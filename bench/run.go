@@ -795,9 +795,12 @@ func (r *runner) trackerAnnounces(ctx context.Context) (int64, bool) {
 // corruptEnv turns on the corrupting hook of a stampede peer (node/testbed.go).
 const corruptEnv = "STAMPEDE_TESTBED_CORRUPT_UPLOADS=1"
 
-// chooseCorrupt picks the peers of the "corrupt K" faults, by the seed,
-// among all peers, for systems whose peers trade pieces; for the others it
-// says why the fault is not applied.
+// chooseCorrupt makes the first K peers to arrive (ids 0..K-1) the
+// corrupting ones of the "corrupt K" faults, for systems whose peers trade
+// pieces; for the others it says why the fault is not applied. The first
+// arrivals hold pieces before anyone else, so they are asked for them:
+// the worst place for a corrupting peer to be, and one that makes the
+// fault bite in every run.
 func (r *runner) chooseCorrupt() {
 	k := 0
 	for _, f := range r.b.sc.Faults {
@@ -812,12 +815,12 @@ func (r *runner) chooseCorrupt() {
 		r.note("fault %q not applied: %s", fmt.Sprintf("corrupt %d", k), why)
 		return
 	}
-	ids := r.rng.Perm(len(r.corrupt))[:min(k, len(r.corrupt))]
-	slices.Sort(ids)
-	for _, id := range ids {
+	c := &CorruptInfo{}
+	for id := range min(k, len(r.corrupt)) {
 		r.corrupt[id] = true
+		c.Peers = append(c.Peers, id)
 	}
-	r.run.Corrupt = &CorruptInfo{Peers: ids}
+	r.run.Corrupt = c
 }
 
 // corruptOutcome tells what the corrupting peers did and whether the
