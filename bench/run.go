@@ -307,6 +307,9 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 	running := 0
 	for {
 		if arrivalsOver && running == 0 {
+			for _, f := range faults {
+				r.note("fault %q not applied: every peer had left after %.1f s", f, time.Since(r.t0).Seconds())
+			}
 			r.observe(false)
 			return nil
 		}
@@ -315,6 +318,9 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 			if r.b.parent.Err() == nil {
 				r.run.TimedOut = true
 				r.note("run timed out after %.0f s: peers still running were killed", time.Since(r.t0).Seconds())
+				for _, f := range faults {
+					r.note("fault %q not applied: the run timed out first", f)
+				}
 			}
 			return nil
 		case <-arrive.C:
