@@ -1,7 +1,9 @@
 // Package bench is stampede's testbed: it runs a flash crowd against an
 // origin on an emulated network, for stampede and for the baselines side
-// by side (plain HTTP from the same origin, BitTorrent with aria2c), and
-// reports what happened against the bounds of ../shared/BENCHMARKS.md.
+// by side (plain HTTP from the same origin or from nginx, BitTorrent with
+// aria2c), with faults (killed peers, a corrupting peer, restarts of the
+// origin and the tracker), and reports what happened against the bounds of
+// ../shared/BENCHMARKS.md.
 //
 // Every host of a scenario is a real OS process tree: the origin is
 // "stampede serve", a peer is "stampede get" (or curl, or aria2c), so the
@@ -9,9 +11,9 @@
 // programs cap their own rates with their flags) and netns (root: one
 // network namespace per host on a bridge, tc tbf caps on both ends of each
 // link). A run measures each peer's completion time (process start to a
-// verified exit), the origin's bytes over time (its /metrics counter, or the
-// aria2 seeder's upload), and the peers' progress over time (stampede get
-// --progress-json); [Report] turns runs into a table, report.json and a
+// verified exit), the origin's bytes over time (its /metrics counter, the
+// aria2 seeder's upload, or the nginx relay's count), and the peers'
+// progress and upload over time (stampede get --progress-json); [Report] turns runs into a table, report.json and a
 // self-contained report.html.
 //
 // The stampede binary under test is probed for its flags ([Probe]): until
