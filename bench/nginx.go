@@ -176,7 +176,6 @@ func (n *nginxSys) originBytes(context.Context) (int64, error) {
 // network), and the connections it relayed end with nginx's.
 func (n *nginxSys) restartOrigin(ctx context.Context) error {
 	n.proc.kill()
-	<-n.proc.done
 	return n.startNginx(ctx)
 }
 

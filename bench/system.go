@@ -336,7 +336,6 @@ func (t *stampedeTracker) start(ctx context.Context) error {
 
 func (t *stampedeTracker) restart(ctx context.Context) error {
 	t.proc.kill()
-	<-t.proc.done // its port is free again
 	return t.start(ctx)
 }
 
