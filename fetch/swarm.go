@@ -127,6 +127,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	if err != nil {
 		return err
 	}
+	d.peer.Store(nd)
 	err = nd.Run(ctx)
 	st := nd.Stats()
 	res.Swarm = &st

@@ -395,6 +395,7 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})
 		return false, nil
 	}
+	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
 	for off := 0; off < len(data); off += dataChunk {
 		if off > 0 {
 			if done, err := drain(); done || err != nil {
