@@ -284,7 +284,9 @@ func (sc *scenario) exec(line string) (err error) {
 // timeout, mintimeout, depth, endgame, strikes, stall, seed.
 func (sc *scenario) config(args []string) error {
 	kv, _ := splitArgs(args)
-	var c Config
+	// The scripts were written with 1 s origin slices, which their
+	// narratives count in; "slice=" still overrides it.
+	c := Config{OriginSlice: time.Second}
 	dur := func(k string, d *time.Duration) error {
 		if v, ok := kv[k]; ok {
 			x, err := time.ParseDuration(v)

@@ -195,7 +195,7 @@ func (c Config) withDefaults() Config {
 	def(&c.WantPeers, c.MaxPeers/3)
 	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
 	def(&c.OriginK, 3)
-	defD(&c.OriginSlice, time.Second)
+	defD(&c.OriginSlice, 250*time.Millisecond)
 	def(&c.OriginPipeline, 2)
 	if c.OriginWindow <= 0 {
 		c.OriginWindow = 256 << 10
