@@ -7,3 +7,5 @@ require (
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0
 )
+
+require golang.org/x/net v0.62.0
