@@ -132,6 +132,7 @@ func (s *Server) buildBundle(ctx context.Context, name string) (*bundle, error) 
 	if err := b.add(s, "/"+name, name, fi); err != nil {
 		return nil, err
 	}
+	seen := map[string]bool{name: true}
 	for _, p := range assets {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -140,14 +141,15 @@ func (s *Server) buildBundle(ctx context.Context, name string) (*bundle, error) 
 			break
 		}
 		an, err := cleanName(p)
-		if err != nil || an == "." {
+		if err != nil || an == "." || seen[an] {
 			continue
 		}
+		seen[an] = true
 		afi, err := s.root.Stat(an) // follows links only while inside Dir
 		if err != nil || !afi.Mode().IsRegular() || b.size+afi.Size() > s.cfg.BundleMaxBytes {
 			continue
 		}
-		if err := b.add(s, p, an, afi); err != nil {
+		if err := b.add(s, "/"+an, an, afi); err != nil {
 			s.log.Debug("leaving an asset out of a bundle", "page", name, "asset", an, "err", err)
 		}
 	}

@@ -15,8 +15,15 @@
 //     manifest), whose ETag and LastModified are the validators the file is
 //     served with at that moment. It is never stale.
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
-//     503 Service Unavailable with Retry-After. HEAD, 304 and manifests always
-//     pass.
+//     an overload answer if it asked for one (Stampede-Capabilities:
+//     overload): 206 with one piece of the origin's choosing, the swarm's
+//     peers and the manifest's Link (overload.go, overloadanswer.go);
+//     otherwise, or when no piece can be given, 503 Service Unavailable with
+//     Retry-After. HEAD, 304, manifests and bundle indexes always pass.
+//   - An HTML page P of Dir links its bundle, the page and its same-origin
+//     assets in one resource at /.well-known/stampede/bundle/P, served and
+//     swarmed like a file, with its table of contents at
+//     /.well-known/stampede/bundle-index/P (bundle.go).
 //   - /metrics is in the Prometheus text format.
 //   - With Config.Tracker, the tracker (package tracker) answers at
 //     /.well-known/stampede/tracker/announce, and every manifest served names
@@ -30,7 +37,9 @@
 //
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
 // every request goes through: accounting, shaping, admission), overload.go
-// (the overload policy), dir.go (serving a directory), upstream.go (fronting a
+// (the overload policy), handout.go (which piece an overload answer
+// carries), overloadanswer.go (the answer), dir.go (serving a directory),
+// bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
 // web server), cache.go (the manifest cache), trackers.go (trackers in
 // manifests), metrics.go.
 package origin
