@@ -82,8 +82,12 @@ func decide(l load, jitter float64) decision {
 	case l.answering >= l.maxAnswers:
 		d.outcome = outcomeFull
 	default:
-		d.action = actionPiece
-		d.outcome = outcomePiece
+		// What overload mode costs is bounded by the handout budget, not
+		// by how soon clients come back, and a piece given sooner spreads
+		// sooner: capable clients may come back for another in a second or
+		// two, whatever the full transfers have left to send.
+		d.action, d.outcome = actionPiece, outcomePiece
+		d.retryAfter = retryAfter(load{fixed: l.fixed}, jitter)
 	}
 	return d
 }

@@ -41,6 +41,16 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: Retry-After %v", tt.name, d.retryAfter)
 		}
 	}
+	// With a rate, a 503 waits for a transfer to end; a piece answer only
+	// spaces the client's requests.
+	l := load{active: 1, max: 1, rate: 1 << 20, remaining: []int64{60 << 20}, capable: true, maxAnswers: 1}
+	if d := decide(l, 0); d.action != actionPiece || d.retryAfter != time.Second {
+		t.Errorf("piece answer with a rate: %+v, want Retry-After 1s", d)
+	}
+	l.capable = false
+	if d := decide(l, 0); d.action != actionReject || d.retryAfter != time.Minute {
+		t.Errorf("503 with a rate: %+v, want Retry-After 1m", d)
+	}
 }
 
 func TestRetryAfter(t *testing.T) {
