@@ -199,3 +199,19 @@ func TestBundleMemberChangingWhileRead(t *testing.T) {
 		t.Errorf("reading a bundle whose member changed: %v", err)
 	}
 }
+
+func TestBundleOverloadAnswer(t *testing.T) {
+	dir := t.TempDir()
+	site(t, dir)
+	ts := start(t, Config{Dir: dir, MaxTransfers: 1})
+	m := ts.manifest(t, BundlePrefix+"/index.html")
+	_, want := ts.do(t, "GET", BundlePrefix+"/index.html")
+	holdHog(t, ts, dir)
+	res, body := ts.do(t, "GET", BundlePrefix+"/index.html", CapabilitiesHeader, CapabilityOverload, "Range", "bytes=16384-32767")
+	if res.StatusCode != http.StatusPartialContent || res.Header.Get(PieceHeader) != "1" {
+		t.Fatalf("capable GET of a bundle past the limit: %s, piece %q", res.Status, res.Header.Get(PieceHeader))
+	}
+	if err := m.VerifyPiece(1, body); err != nil || !bytes.Equal(body, want[16384:32768]) {
+		t.Errorf("piece 1 of the bundle: %v", err)
+	}
+}
