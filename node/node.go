@@ -421,6 +421,10 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			for _, p := range n.peers {
 				p.sendControl(&wire.Start{Piece: uint32(a.Piece)})
 			}
+		case swarm.AnnounceStop:
+			for _, p := range n.peers {
+				p.sendControl(&wire.Stop{Piece: uint32(a.Piece)})
+			}
 		case swarm.Choke:
 			if p := n.peers[a.Peer]; p != nil {
 				p.sendControl(&wire.Choke{})
@@ -683,6 +687,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 			}
 		}
 	}
+	tuneConn(c)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)
 	p.outbound = outbound

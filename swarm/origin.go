@@ -15,12 +15,14 @@ import "slices"
 //     HaveSet not yet in), for at most TrackerWait.
 //   - Holding a slice, we fetch only pieces no connected peer has, nobody
 //     claims with START, and we are not fetching already. Peers come first
-//     (Slurpie): while they still have pieces for us we keep one origin
-//     fetch in flight, and the full OriginPipeline only once they have
-//     nothing more to give us (every piece they have that we lack is on its
-//     way). A holder busy with its peers thus still moves new pieces into
-//     the swarm, but speculates half as much on pieces that may already be
-//     in it out of our sight.
+//     (Slurpie): while they still have pieces for us we keep half the
+//     origin pipeline in flight, and all of it only once they have nothing
+//     more to give us (every piece they have that we lack is on its way).
+//     The pipeline is OriginWindow bytes (at least OriginPipeline pieces),
+//     so that about k holders keep the origin's link busy whatever the
+//     piece size. A holder busy with its peers thus still moves new pieces
+//     into the swarm, but speculates half as much on pieces that may
+//     already be in it out of our sight.
 //     Each FetchOrigin comes right after its AnnounceStart, and the piece is
 //     Announced as soon as it is in, so the rest of the swarm gets it from
 //     us.
@@ -39,12 +41,11 @@ func (s *Scheduler) useOrigin() {
 	if !s.holding || s.now.Before(s.busyUntil) || s.settling() {
 		return
 	}
-	// Peers first (Slurpie): while they still have pieces for us, one
-	// origin fetch at a time; the whole pipeline only once they have nothing
-	// more to give us.
-	limit := s.cfg.OriginPipeline
+	// Peers first (Slurpie): while they still have pieces for us, half the
+	// pipeline; the whole of it only once they have nothing more to give us.
+	limit := s.originPipeline()
 	if len(s.originReqs) < limit && !s.starved() {
-		limit = 1
+		limit = max(1, limit/2)
 	}
 	for len(s.originReqs) < limit {
 		i, reason := s.pickOrigin()
@@ -53,6 +54,12 @@ func (s *Scheduler) useOrigin() {
 		}
 		s.fetchOrigin(i, reason)
 	}
+}
+
+// originPipeline is the most origin fetches in flight: OriginWindow bytes,
+// at least OriginPipeline pieces.
+func (s *Scheduler) originPipeline() int {
+	return max(s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen))
 }
 
 // settling reports whether we are still learning what the neighbours the
@@ -192,5 +199,6 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 	if ps.reqs == 0 && !s.have.Has(e.Piece) {
 		ps.restart = true
 		s.gen++
+		s.lapsed = append(s.lapsed, e.Piece)
 	}
 }

@@ -183,6 +183,8 @@ func (sc *scenario) exec(line string) (err error) {
 		ev = Have{Peer: id(), Piece: num(1)}
 	case "started":
 		ev = Started{Peer: id(), Piece: num(1)}
+	case "stopped":
+		ev = Stopped{Peer: id(), Piece: num(1)}
 	case "choked":
 		ev = Choked{Peer: id()}
 	case "unchoked":
@@ -368,6 +370,8 @@ func formatAction(a Action) string {
 		return fmt.Sprintf("announce %d", a.Piece)
 	case AnnounceStart:
 		return fmt.Sprintf("announce-start %d", a.Piece)
+	case AnnounceStop:
+		return fmt.Sprintf("announce-stop %d", a.Piece)
 	case Choke:
 		return fmt.Sprintf("choke %d", a.Peer)
 	case Unchoke:
