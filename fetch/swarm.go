@@ -49,6 +49,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	// checks of status, validators and Content-Range, then the store
 	// verifies the bytes.
 	var (
+		nd         *node.Node             // set before it runs, which is before any origin fetch
 		bufs       = make(chan []byte, 8) // piece buffers for origin fetches, reused
 		once       sync.Once
 		finishErr  error
@@ -64,7 +65,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 			buf = make([]byte, m.PieceSize)
 		}
 		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: buf}
+		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true}
 		err := d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+reason)
 		if a.handedOff {
 			buf = <-free
@@ -72,6 +73,23 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 		select {
 		case bufs <- buf:
 		default:
+		}
+		// An overloaded origin's answer: another piece, stored, and peers.
+		// The node learns both; for the piece asked it is a busy answer,
+		// which keeps the scheduler off the origin for its Retry-After.
+		// Neither it nor a 503 naming peers counts against MaxRetryAfter:
+		// the origin is pointing us at the swarm, and the node's stall
+		// timeout watches that the swarm delivers.
+		if oa, ok := errors.AsType[*overloadAnswer](err); ok {
+			nd.Stored(ctx, oa.piece)
+			if len(oa.peers) > 0 {
+				nd.AddPeers(ctx, oa.peers)
+			}
+			return oa.wait, err
+		}
+		if be, ok := errors.AsType[*busyError](err); ok && len(be.peers) > 0 {
+			nd.AddPeers(ctx, be.peers)
+			return be.wait, err
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -123,7 +141,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 		})
 		return finishErr
 	}
-	nd, err := node.New(ncfg)
+	nd, err = node.New(ncfg)
 	if err != nil {
 		return err
 	}

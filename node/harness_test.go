@@ -140,7 +140,10 @@ type originConfig struct {
 	seed         uint64
 	rate         int64
 	maxTransfers int
-	net          network
+	// overloadTransfers is origin.Config.OverloadTransfers (negative: no
+	// overload mode, every request past maxTransfers gets 503).
+	overloadTransfers int
+	net               network
 	// onPiece is called after each piece served (206), with the count so
 	// far; onStarted after each "started" announce, with the count so far.
 	onPiece   func(served int)
@@ -162,7 +165,8 @@ func startOrigin(t *testing.T, cfg originConfig) *testOrigin {
 	tr := tracker.New(tracker.Config{Logger: testLogger(t, slog.LevelWarn)})
 	srv, err := origin.New(origin.Config{
 		Dir: dir, CacheDir: t.TempDir(), Rate: cfg.rate, MaxTransfers: cfg.maxTransfers,
-		Tracker: tr, Logger: testLogger(t, slog.LevelWarn),
+		OverloadTransfers: cfg.overloadTransfers,
+		Tracker:           tr, Logger: testLogger(t, slog.LevelWarn),
 	})
 	if err != nil {
 		t.Fatal(err)

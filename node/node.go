@@ -548,6 +548,15 @@ func (n *Node) AddPeers(ctx context.Context, addrs []string) {
 	n.post(ctx, swarm.TrackerPeers{Addrs: addrs})
 }
 
+// Stored tells the scheduler that piece was verified and stored by the
+// caller, outside the node's own fetches (an overloaded origin answering a
+// request for one piece with another): it is announced to peers and never
+// fetched again, as if an origin fetch of it had succeeded. Same rules as
+// Prefer.
+func (n *Node) Stored(ctx context.Context, piece int) {
+	n.post(ctx, swarm.OriginResult{Piece: piece, OK: true})
+}
+
 // postLater is post for the loop goroutine itself, which must never wait
 // for room in its own channel: a peer flooding us with frames keeps it full.
 func (n *Node) postLater(ctx context.Context, ev swarm.Event) {

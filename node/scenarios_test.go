@@ -120,11 +120,13 @@ func TestTrackerDownAfterJoin(t *testing.T) {
 
 // TestOriginTransferCap: with MaxTransfers 2, the origin never sends more
 // than 2 file bodies at once however many peers ask, and the 503s it
-// answers with are honoured (everyone finishes).
+// answers with are honoured (everyone finishes). Overload mode is off: its
+// answers are bodies on top of the cap (see fetch's
+// TestOverloadedOriginSwarm).
 func TestOriginTransferCap(t *testing.T) {
 	const peers, size, maxTransfers = 16, 2 * MiB, 2
 	ctx := testContext(t)
-	o := startOrigin(t, originConfig{size: size, seed: 6, rate: 2 * MiB, maxTransfers: maxTransfers})
+	o := startOrigin(t, originConfig{size: size, seed: 6, rate: 2 * MiB, maxTransfers: maxTransfers, overloadTransfers: -1})
 	results := runSwarm(ctx, t, o, loopback{}, peers, func(int) peerConfig { return peerConfig{} })
 	checkAll(t, o, results)
 	st := o.stats()
