@@ -83,14 +83,16 @@ type Config struct {
 	// address left to dial, the scheduler asks the tracker for more, at
 	// most every RefillEvery.
 	MinPeers int
-	// MaxPeers: above it the least useful peer is disconnected (48).
+	// MaxPeers: above it the least useful peer is disconnected (64).
 	MaxPeers int
 	// WantPeers: the scheduler dials until it has this many, leaving room for
-	// inbound connections up to MaxPeers (MaxPeers/3, at least MinPeers):
+	// inbound connections up to MaxPeers (24, at least MinPeers):
 	// in a crowd where everyone dials WantPeers, a peer also takes about
 	// as many inbound, and evicting newcomers for lack of room cuts them
 	// off (a flash crowd of 50 with 24 peers at most left a cluster of late
-	// arrivals trading only with each other).
+	// arrivals trading only with each other). A peer that sees a piece in
+	// none of its neighbours fetches it from the origin, so the fuller the
+	// mesh, the fewer copies the origin sends.
 	WantPeers int
 
 	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
@@ -190,9 +192,9 @@ func (c Config) withDefaults() Config {
 		c.PieceLen = func(int) int64 { return DefaultPieceLen }
 	}
 	def(&c.MinPeers, 4)
-	def(&c.MaxPeers, 48)
+	def(&c.MaxPeers, 64)
 	c.MaxPeers = max(c.MaxPeers, c.MinPeers)
-	def(&c.WantPeers, c.MaxPeers/3)
+	def(&c.WantPeers, min(24, c.MaxPeers))
 	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
 	def(&c.OriginK, 3)
 	defD(&c.OriginSlice, 250*time.Millisecond)
