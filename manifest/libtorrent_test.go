@@ -77,11 +77,12 @@ var libtorrentSizes = []struct {
 	{49152, "3 whole pieces"},
 	{65537, "5 pieces, piece layer padded to 8"},
 	{5242887, "321 pieces of 16 KiB"},
-	{2048 * 16 * KiB, "2048 pieces of 16 KiB, the most before pieces grow"},
-	{2048*16*KiB + 1, "one byte over: 1025 pieces of 32 KiB, the last of one byte"},
-	{2047*32*KiB + 1, "2048 pieces of 32 KiB, the last of one byte"},
-	{2048 * 32 * KiB, "exactly on a 32 KiB piece boundary, 2048 pieces"},
-	{2048*32*KiB + 1, "one byte over: 1025 pieces of 64 KiB"},
+	{512 * 16 * KiB, "512 pieces of 16 KiB, the most before pieces grow"},
+	{512*16*KiB + 1, "one byte over: 257 pieces of 32 KiB, the last of one byte"},
+	{2048 * 16 * KiB, "512 pieces of 64 KiB"},
+	{2048*16*KiB + 1, "257 pieces of 128 KiB, the last of one byte"},
+	{2047*32*KiB + 1, "512 pieces of 128 KiB, the last of one byte"},
+	{2048*32*KiB + 1, "257 pieces of 256 KiB, the last of one byte"},
 }
 
 // explicitPieceSizes are files built with a piece size other than

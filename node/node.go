@@ -543,10 +543,10 @@ func (n *Node) Prefer(ctx context.Context, from, count int) {
 }
 
 // AddPeers hands the scheduler peer addresses learnt outside the tracker
-// (an overloaded origin's answer, a gateway's own list), as a tracker
-// answer without a swarm-size estimate. Same rules as Prefer.
+// (an overloaded origin's answer, a gateway's own list): candidates to
+// dial (swarm.Learned). Same rules as Prefer.
 func (n *Node) AddPeers(ctx context.Context, addrs []string) {
-	n.post(ctx, swarm.TrackerPeers{Addrs: addrs})
+	n.post(ctx, swarm.Learned{Addrs: addrs})
 }
 
 // Stored tells the scheduler that piece was verified and stored by the

@@ -345,11 +345,21 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 			}
 		case piece := <-p.uploads:
 			// Control frames that come while a piece is being sent go
-			// between its DATA frames.
+			// between its DATA frames, except CHOKE, GOODBYE and the close,
+			// with everything queued after them: they wait for the end of
+			// the piece. A requester that sees CHOKE voids its requests
+			// and asks elsewhere (section 7 of docs/protocol.md), so a
+			// CHOKE in the middle of a piece would have it fetch the piece
+			// twice.
+			var held []wire.Message
 			drain := func() (bool, error) {
 				for {
 					select {
 					case m := <-p.ctrl:
+						if len(held) > 0 || holdsForPiece(m) {
+							held = append(held, m)
+							continue
+						}
 						if done, err := control(m); done || err != nil {
 							return done, err
 						}
@@ -361,6 +371,16 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 			if done, err := p.upload(ctx, w, piece, buf, drain); done || err != nil {
 				return err
 			}
+			for _, m := range held {
+				if done, err := control(m); done || err != nil {
+					return err
+				}
+			}
+			if len(held) > 0 {
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
 		case <-idle.C:
 			if err := w.WriteMessage(&wire.KeepAlive{}); err != nil {
 				return err
@@ -371,6 +391,16 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 		}
 		idle.Reset(keepAliveAfter)
 	}
+}
+
+// holdsForPiece reports whether control message m must wait for the end of
+// the piece being sent (see writeLoop).
+func holdsForPiece(m wire.Message) bool {
+	switch m.(type) {
+	case *wire.Choke, *wire.Goodbye, *closeNow:
+		return true
+	}
+	return false
 }
 
 // dataChunk is the most bytes of one DATA frame we send: a piece larger than
@@ -397,14 +427,14 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	}
 	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
 	for off := 0; off < len(data); off += dataChunk {
+		chunk := data[off:min(len(data), off+dataChunk)]
+		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
+			return false, err
+		}
 		if off > 0 {
 			if done, err := drain(); done || err != nil {
 				return done, err
 			}
-		}
-		chunk := data[off:min(len(data), off+dataChunk)]
-		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
-			return false, err
 		}
 		if err := w.WriteData(uint32(piece), uint32(off), chunk); err != nil {
 			return false, err

@@ -13,7 +13,8 @@ import (
 // after piece data waits seconds behind it: the swarm then coordinates on
 // stale news (origin fetches of pieces already on their way, requests
 // timing out). With it, the writer blocks instead, and control frames,
-// which the writer sends before piece data, wait at most this much.
+// which the writer sends before piece data and between its 64 KiB DATA
+// frames, wait behind at most this much unsent data plus one frame.
 const notSentLowat = 32 << 10
 
 // tuneConn sets TCP_NOTSENT_LOWAT on TCP connections; other connections

@@ -126,6 +126,12 @@ type TrackerPeers struct {
 	SwarmSize int
 }
 
+// Learned: peer addresses learnt outside the tracker and our peers (an
+// overloaded origin's answer, a gateway's list). They are candidates to
+// dial; unlike TrackerPeers this says nothing about the swarm's size and
+// does not count as the tracker's answer.
+type Learned struct{ Addrs []string }
+
 // DialFailed: a Connect could not be established.
 type DialFailed struct{ Addr string }
 
@@ -153,6 +159,7 @@ func (Uploaded) isEvent()     {}
 func (Recommended) isEvent()  {}
 func (TrackerPeers) isEvent() {}
 func (DialFailed) isEvent()   {}
+func (Learned) isEvent()      {}
 func (Prefer) isEvent()       {}
 
 // --- Actions --------------------------------------------------------------

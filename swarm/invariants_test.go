@@ -85,8 +85,8 @@ func (c *checker) check(acts []Action) {
 	if len(s.order) != len(s.peers) {
 		t.Fatalf("order has %d peers, map %d", len(s.order), len(s.peers))
 	}
-	if len(s.originReqs) > s.cfg.OriginPipeline {
-		t.Fatalf("%d origin fetches in flight, pipeline %d", len(s.originReqs), s.cfg.OriginPipeline)
+	if len(s.originReqs) > s.originPipeline() {
+		t.Fatalf("%d origin fetches in flight, pipeline %d", len(s.originReqs), s.originPipeline())
 	}
 	for i := range s.pieces {
 		ps := &s.pieces[i]

@@ -9,9 +9,11 @@ import (
 //
 //   - Time is cut into slices of OriginSlice. At the start of each slice we
 //     draw: we hold the origin for the slice with probability min(1, k/n),
-//     n = max(the tracker's swarm size, connected peers + 1). So about k
-//     peers of the swarm hold it at any moment, however large n is; a lone
-//     downloader (n = 1) always does. The first draw waits for the tracker's
+//     n = max(the tracker's swarm size, connected peers + 1), scaled down
+//     by OriginSlice/d when our origin fetches take d > OriginSlice (they
+//     outlive the slice they start in) and n > k. So about k peers of the
+//     swarm have fetches in flight at any moment, however large n is and
+//     however slow the origin; a lone downloader (n = 1) always holds it. The first draw waits for the tracker's
 //     answer (or TrackerWait), so a flash crowd does not all start with
 //     n = 1, and after each tracker answer origin use waits while we are
 //     still learning what the new neighbours have (a dial in progress, a
@@ -90,8 +92,28 @@ func (s *Scheduler) swarmN() int {
 	return max(s.swarmSize, len(s.order)+1, 1)
 }
 
+// originFetchTime is how long our origin fetches take: the smoothed time of
+// those that finished, or the age of the oldest in flight if larger (before
+// the first one finishes, that is all we know).
+func (s *Scheduler) originFetchTime() time.Duration {
+	d := s.originTime
+	for _, i := range s.originReqs {
+		d = max(d, s.now.Sub(s.pieces[i].fetchAt))
+	}
+	return d
+}
+
 func (s *Scheduler) drawSlice() {
 	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN()))
+	// Fetches outlive the slice in which they start: with fetches taking
+	// d > OriginSlice, the holders of d/OriginSlice slices have theirs in
+	// flight at once. Scale the draw down so that about k peers' fetches
+	// are in flight, however slow the origin gets (else a slower origin
+	// means more fetches at once, which makes it slower still). With
+	// n <= k everyone may hold the origin all the time anyway.
+	if d := s.originFetchTime(); p < 1 && d > s.cfg.OriginSlice {
+		p *= float64(s.cfg.OriginSlice) / float64(d)
+	}
 	s.holding = s.rng.Float64() < p
 	s.sliceUsed = false
 	s.stats.OriginSlicesDrawn++
@@ -106,8 +128,17 @@ func (s *Scheduler) drawSlice() {
 }
 
 // suspectAfter: a peer that has not delivered anything this long after we
-// first asked it is suspect (see suspect).
-const suspectAfter = time.Second
+// first asked it is suspect (see suspect): a second, or the time a piece
+// takes at suspectRate if longer (4 s for 2 MiB pieces), so an honest peer
+// busy with large pieces is not taken for a staller.
+const (
+	suspectAfter = time.Second
+	suspectRate  = 512 << 10 // bytes/s
+)
+
+func (s *Scheduler) suspectDelay() time.Duration {
+	return max(suspectAfter, time.Duration(s.avgLen/suspectRate*float64(time.Second)))
+}
 
 // suspect reports whether p's have-set should not keep us off the origin:
 // it timed out since its last delivery, or it has never delivered and its
@@ -118,7 +149,7 @@ func (s *Scheduler) suspect(p *peer) bool {
 	if p.probation {
 		return true
 	}
-	return p.downTotal == 0 && len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= suspectAfter
+	return p.downTotal == 0 && len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= s.suspectDelay()
 }
 
 // heldByTrusted reports whether a connected peer that is not suspect has
@@ -185,6 +216,7 @@ func (s *Scheduler) pickOrigin() (int, string) {
 func (s *Scheduler) fetchOrigin(i int, reason string) {
 	ps := &s.pieces[i]
 	ps.origin, ps.stalled, ps.restart = true, reason == ReasonStalled, false
+	ps.fetchAt = s.now
 	if ps.firstReq.IsZero() {
 		ps.firstReq = s.now
 	}
@@ -209,6 +241,14 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 	ps := &s.pieces[e.Piece]
 	if ps.origin {
 		ps.origin = false
+		if e.OK {
+			d := s.now.Sub(ps.fetchAt)
+			if s.originTime == 0 {
+				s.originTime = d
+			} else {
+				s.originTime += (d - s.originTime) / 4
+			}
+		}
 		s.originReqs = slices.DeleteFunc(s.originReqs, func(j int) bool { return j == e.Piece })
 		if ps.stalled {
 			ps.stalled = false

@@ -25,6 +25,15 @@ func fetches(acts []Action) []int {
 	return out
 }
 
+// failAll answers the origin fetches pending, and those they lead to, with
+// an error at once.
+func failAll(s *Scheduler, pending []int, now time.Time) {
+	for len(pending) > 0 {
+		p := pending[0]
+		pending = append(pending[1:], fetches(s.Step(OriginResult{Piece: p}, now))...)
+	}
+}
+
 // runSlices ticks s at every slice boundary for slices slices, answering
 // every origin fetch at the next boundary, and returns in how many slices
 // it fetched from the origin.
@@ -71,21 +80,25 @@ func TestOriginShare(t *testing.T) {
 }
 
 // TestOriginHolders: across a population of n peers, about k hold the
-// origin in any slice, whatever n is.
+// origin in any slice, whatever n is. The origin answers every fetch at
+// once (with an error, so the pieces stay wanted): fetches that outlive
+// their slice scale the draw down, which TestSimSlowOrigin covers.
 func TestOriginHolders(t *testing.T) {
 	const slices = 200
 	for _, n := range []int{10, 100, 1000} {
 		total, none := 0, 0
 		peers := make([]*Scheduler, n)
 		for i := range peers {
-			peers[i], _ = lonelyScheduler(n, 64, uint64(i+1)*7919)
+			var pending []int
+			peers[i], pending = lonelyScheduler(n, 64, uint64(i+1)*7919)
+			failAll(peers[i], pending, t0)
 		}
 		now := t0
 		for range slices {
-			now = now.Add(time.Second)
+			now = now.Add(peers[0].cfg.OriginSlice)
 			holders := 0
 			for _, s := range peers {
-				s.Step(Tick{}, now)
+				failAll(s, fetches(s.Step(Tick{}, now)), now)
 				if s.holding {
 					holders++
 				}

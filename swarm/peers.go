@@ -63,6 +63,7 @@ func (p *peer) findReq(i int) int {
 // addrInfo is what we know about an address.
 type addrInfo struct {
 	banned    bool
+	failedUs  bool // last dropped for stalling or lying (see disconnect)
 	connected int // connections with this address
 	dialing   bool
 	dialAt    time.Time
@@ -89,6 +90,12 @@ func (s *Scheduler) onPeerUp(e PeerUp) {
 		}
 		if a.banned {
 			s.emit(Disconnect{Peer: e.Peer, Reason: "banned", Ban: true})
+			return
+		}
+		if a.failedUs && !e.Outbound && s.now.Before(a.retryAt) {
+			// Dropped for failing us: not back with a clean slate by
+			// dialing us either, until its backoff is over.
+			s.emit(Disconnect{Peer: e.Peer, Reason: "backoff"})
 			return
 		}
 	}
@@ -135,6 +142,7 @@ func (s *Scheduler) disconnect(p *peer, reason string, ban bool) {
 		// clean slate every DialBackoff and stalls the swarm again.
 		a := s.addrInfo(p.addr)
 		a.failures++
+		a.failedUs = true
 		a.retryAt = s.now.Add(s.cfg.DialBackoff << min(a.failures, 6))
 	}
 }

@@ -281,6 +281,9 @@ func (s *Scheduler) onReceived(e Received) {
 		p.downTotal += b
 		p.down.add(s.now, b)
 		s.traded(p.addr)
+		if a := s.addrs[p.addr]; a != nil {
+			a.failures, a.failedUs = 0, false // it delivers: forgive the past
+		}
 	}
 	if s.have.Has(e.Piece) {
 		s.stats.Duplicates++

@@ -43,6 +43,7 @@ type simConfig struct {
 
 type simResult struct {
 	originFetches, maxOriginInFlight int
+	inFlightRounds                   int // sum over rounds of origin fetches in flight
 	rounds                           int // until the last node completed
 	meanDone                         float64
 	peerDuplicates                   int
@@ -242,6 +243,7 @@ func (sm *sim) tracker(n *simNode) {
 
 func (sm *sim) run(maxRounds int) simResult {
 	for sm.round = 0; sm.round <= maxRounds; sm.round++ {
+		sm.res.inFlightRounds += sm.inFlight
 		// Joins.
 		for _, n := range sm.nodes {
 			if !n.joined && (sm.cfg.joinEvery == 0 || sm.round >= n.idx*sm.cfg.joinEvery) {
@@ -370,6 +372,28 @@ func TestSimFlashCrowd(t *testing.T) {
 				t.Errorf("origin fetches = %d, want <= %d", res.originFetches, limit)
 			}
 		})
+	}
+}
+
+// TestSimSlowOrigin: origin fetches that take 2 s, eight slices. Fetches
+// outlive the slice they start in, so without scaling the draw by
+// OriginSlice/d the holders of eight slices would have theirs in flight at
+// once (a review measured a mean of 79 fetches in flight for 200 peers
+// with 4 s fetches). The origin must see about k peers' pipelines at once.
+func TestSimSlowOrigin(t *testing.T) {
+	t.Parallel()
+	cfg := simConfig{nodes: 50, pieces: 100, up: 1, originDelay: 20, leaveAfter: -1, seed: 4}
+	res := newSim(cfg).run(5000)
+	c := Config{}.withDefaults()
+	limit := 2 * float64(c.OriginK*c.OriginPipeline)
+	mean := float64(res.inFlightRounds) / float64(res.rounds+1)
+	t.Logf("%d/%d done; origin fetches %d, %.1f in flight on average (limit %.0f), at most %d (the arrival, before any fetch is timed); last done at round %d",
+		res.done, cfg.nodes, res.originFetches, mean, limit, res.maxOriginInFlight, res.rounds)
+	if res.done != cfg.nodes {
+		t.Fatalf("only %d of %d peers finished", res.done, cfg.nodes)
+	}
+	if mean > limit {
+		t.Errorf("%.1f origin fetches in flight on average, want at most %.0f (2 × k × pipeline)", mean, limit)
 	}
 }
 

@@ -42,7 +42,7 @@
 //     queued for that peer: it voids its requests when it sees CHOKE (no
 //     CANCEL comes).
 //   - After PeerUp send our have-set to the peer; after Announce send HAVE
-//     to every peer, after AnnounceStart START.
+//     to every peer, after AnnounceStart START, after AnnounceStop STOP.
 //   - For an outbound connection, PeerUp.Addr must be the Connect.Addr; a
 //     Connect that ends without PeerUp (refused, failed handshake, duplicate
 //     of a connection we have) must be reported as DialFailed, or the
@@ -98,7 +98,9 @@ type Config struct {
 	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
 	// any time (3).
 	OriginK int
-	// OriginSlice is the length of one origin time slice, τ in Slurpie (1 s).
+	// OriginSlice is the length of one origin time slice, τ in Slurpie
+	// (250 ms: a piece orphaned by a peer that left waits a slice or two
+	// for a holder, not seconds).
 	OriginSlice time.Duration
 	// OriginPipeline is the least number of origin fetches kept in flight
 	// while we hold a slice and the peers have nothing more for us (2).
@@ -145,7 +147,9 @@ type Config struct {
 	// RefillEvery is the least time between two "refill" tracker asks (5 s).
 	RefillEvery time.Duration
 	// DialBackoff is the wait before redialing an address that failed,
-	// doubled per failure up to 64× (5 s).
+	// doubled per failure up to 64× (5 s). A peer dropped for stalling or
+	// for lying about its pieces counts as a failure too (and may not
+	// dial us back before then), until it delivers a piece.
 	DialBackoff time.Duration
 	// PeerGrace protects a new connection from eviction for this long (10 s).
 	PeerGrace time.Duration
@@ -296,7 +300,8 @@ type Scheduler struct {
 	nextChoke, nextOptimistic time.Time
 	nextSlice, busyUntil      time.Time
 	holding, sliceUsed        bool
-	originReqs                []int // origin fetches in flight
+	originReqs                []int         // origin fetches in flight
+	originTime                time.Duration // smoothed time of our origin fetches
 	stalledInUse              int
 	gen                       int   // bumped when a piece becomes requestable again
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
@@ -315,6 +320,7 @@ type pieceState struct {
 	firstReq time.Time // first time we asked anyone for it
 	started  time.Time // when we last announced START for it
 	retry    time.Time // no origin fetch before (after an origin error)
+	fetchAt  time.Time // when the origin fetch in flight started
 	claims   []claim   // other peers' START claims
 }
 
@@ -451,9 +457,18 @@ func (s *Scheduler) apply(ev Event) {
 		s.learn(e.Addrs, false)
 	case DialFailed:
 		s.onDialFailed(e)
+	case Learned:
+		s.learn(e.Addrs, false)
 	case Prefer:
-		from := min(max(e.From, 0), len(s.pieces))
-		s.preferFrom, s.preferTo = from, min(from+max(e.Count, 0), len(s.pieces))
+		// [From, From+Count) within [0, n), without overflow.
+		n := len(s.pieces)
+		from, to := e.From, n
+		if e.Count <= 0 || from >= n {
+			from, to = 0, 0
+		} else if e.Count < n-from {
+			to = from + e.Count
+		}
+		s.preferFrom, s.preferTo = max(from, 0), max(to, 0)
 		s.gen++
 	}
 }
