@@ -47,6 +47,10 @@ type cache struct {
 	lru     *list.List // of *object, most recently used first
 	used    int64      // bytes of the files in objects
 	seeds   int        // objects whose seeding node runs
+
+	// testHookComplete, set before any request, is called when a
+	// download completes, after the seeding decision.
+	testHookComplete func(key string)
 }
 
 // openCache loads the index of dir: complete files with their manifests.
@@ -137,6 +141,7 @@ func (c *cache) load(base string) (*object, time.Time, error) {
 	o := newObject(c, m, path)
 	o.done = true
 	o.complete = true
+	close(o.ready)
 	return o, fi.ModTime(), nil
 }
 
@@ -308,12 +313,14 @@ func (c *cache) destroyLater(objs []*object) {
 // completed records that o is complete and decides whether it seeds.
 func (c *cache) completed(o *object) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	o.done = true
-	if o.gone {
-		return
+	if !o.gone {
+		c.startSeedingLocked(o)
 	}
-	c.startSeedingLocked(o)
+	c.mu.Unlock()
+	if c.testHookComplete != nil {
+		c.testHookComplete(o.key)
+	}
 }
 
 // wantsSeed reports whether a complete o without a node should get one.

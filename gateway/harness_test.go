@@ -131,8 +131,10 @@ func (o *testOrigin) setWrap(f func(w http.ResponseWriter, r *http.Request, next
 // testGateway is a Gateway serving on loopback.
 type testGateway struct {
 	*Gateway
-	addr string // host:port
-	base string // http://host:port
+	addr     string // host:port
+	base     string // http://host:port
+	stop     func() // stops serving and closes the gateway (idempotent)
+	complete chan string // keys of completed downloads
 }
 
 // fastNode makes the scheduler's origin slices short, so that tests of
@@ -159,6 +161,13 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	complete := make(chan string, 100)
+	g.cache.testHookComplete = func(key string) {
+		select {
+		case complete <- key:
+		default:
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -166,14 +175,30 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		g.Close()
-	})
-	return &testGateway{Gateway: g, addr: ln.Addr().String(), base: "http://" + ln.Addr().String()}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+			g.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &testGateway{Gateway: g, addr: ln.Addr().String(), base: "http://" + ln.Addr().String(), stop: stop, complete: complete}
+}
+
+// awaitComplete waits for the next download to complete and returns its key.
+func (g *testGateway) awaitComplete(t testing.TB) string {
+	t.Helper()
+	select {
+	case key := <-g.complete:
+		return key
+	case <-time.After(30 * time.Second):
+		t.Fatal("no download completed within 30s")
+	}
+	return ""
 }
 
 // proxyClient uses the gateway as a forward proxy.
@@ -223,17 +248,13 @@ func mustEqual(t testing.TB, what string, got, want []byte) {
 	}
 }
 
-// waitFor polls cond (state the test cannot get an event for, such as
-// another process's view) until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func hostOf(base string) string { return strings.TrimPrefix(base, "http://") }
+
+func mustURL(t testing.TB, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

@@ -104,7 +104,7 @@ func (g *Gateway) serveFile(req *request, probe *http.Response) {
 	h.Set(Header, "swarm")
 	modtime := lastModified(probe.Header)
 	size := probe.ContentLength
-	if !needsBody(req.r, h, modtime, size) {
+	if size == 0 || !needsBody(req.r, h, modtime, size) {
 		copyHeader(req.w.Header(), h)
 		http.ServeContent(req.w, req.r, "", modtime, sizeOnly(size))
 		return

@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// bundleSite is a fake of the origin side of the page contract: an
+// origin.Server over a directory holding a page, its assets and a
+// prebuilt bundle of them, wrapped by a handler that adds the page's
+// bundle Link and serves the bundle index.
+type bundleSite struct {
+	*testOrigin
+	files   map[string][]byte
+	members []bundleMember
+	index   []byte
+}
+
+var sitePaths = []string{"/index.html", "/style.css", "/app.js", "/img/logo.png"}
+
+func startBundleSite(t *testing.T) *bundleSite {
+	t.Helper()
+	files := map[string][]byte{
+		"/index.html":   []byte(`<!doctype html><link rel=stylesheet href=/style.css><script src=app.js></script><img src="img/logo.png">`),
+		"/style.css":    []byte("body { color: #222 }\n"),
+		"/app.js":       []byte("console.log('hi')\n"),
+		"/img/logo.png": randomBytes(40<<10, 50),
+	}
+	var bundle []byte
+	dirFiles := map[string][]byte{}
+	for _, p := range sitePaths {
+		dirFiles[strings.TrimPrefix(p, "/")] = files[p]
+		bundle = append(bundle, files[p]...)
+	}
+	dirFiles[".well-known/stampede/bundle/index.html"] = bundle
+	o := startOrigin(t, dirFiles, originOpts{})
+	s := &bundleSite{testOrigin: o, files: files}
+	// The index carries each member's type and validators as the origin
+	// serves them.
+	var off int64
+	for _, p := range sitePaths {
+		rec := httptest.NewRecorder()
+		o.srv.Handler().ServeHTTP(rec, httptest.NewRequest("HEAD", p, nil))
+		h := rec.Result().Header
+		s.members = append(s.members, bundleMember{Path: p, Offset: off, Size: int64(len(files[p])),
+			ContentType: h.Get("Content-Type"), ETag: h.Get("ETag"), LastModified: h.Get("Last-Modified")})
+		off += int64(len(files[p]))
+	}
+	s.setIndex(t, s.members)
+	o.setWrap(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		switch r.URL.Path {
+		case "/index.html":
+			w.Header().Add("Link", `</.well-known/stampede/bundle/index.html>; rel="stampede-bundle"`)
+		case BundleIndexPrefix + "index.html":
+			w.Header().Set("Content-Type", "application/json")
+			o.mu.Lock()
+			w.Write(s.index)
+			o.mu.Unlock()
+			return true
+		}
+		return false
+	})
+	return s
+}
+
+func (s *bundleSite) setIndex(t *testing.T, members []bundleMember) {
+	t.Helper()
+	var size int64
+	for _, m := range s.members {
+		size += m.Size
+	}
+	js, err := json.Marshal(bundleIndex{Version: 1, Bundle: BundlePrefix + "index.html", Size: size, Members: members})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.index = js
+	s.mu.Unlock()
+}
+
+func TestPageBundle(t *testing.T) {
+	s := startBundleSite(t)
+	g := startGateway(t, Config{})
+	c := g.proxyClient()
+
+	resp, body := get(t, c, "GET", s.base+"/index.html", nil)
+	if resp.StatusCode != 200 || resp.Header.Get(Header) != "bundle" {
+		t.Fatalf("page: %s, answered %q", resp.Status, resp.Header.Get(Header))
+	}
+	mustEqual(t, "page", body, s.files["/index.html"])
+	if resp.Header.Get("ETag") != s.members[0].ETag || resp.Header.Get("Content-Type") != s.members[0].ContentType {
+		t.Errorf("page headers: %v", resp.Header)
+	}
+	if s.count("RANGE "+BundlePrefix+"index.html") == 0 {
+		t.Error("the bundle did not come in pieces through the swarm path")
+	}
+
+	// The assets come from the bundle: the origin is not asked for them.
+	for k, p := range sitePaths[1:] {
+		resp, body := get(t, c, "GET", s.base+p, nil)
+		m := s.members[k+1]
+		if resp.StatusCode != 200 || resp.Header.Get(Header) != "bundle" {
+			t.Fatalf("%s: %s, answered %q", p, resp.Status, resp.Header.Get(Header))
+		}
+		mustEqual(t, p, body, s.files[p])
+		if resp.Header.Get("Content-Type") != m.ContentType || resp.Header.Get("ETag") != m.ETag ||
+			resp.Header.Get("Last-Modified") != m.LastModified {
+			t.Errorf("%s headers: %v, want %+v", p, resp.Header, m)
+		}
+		if n := s.count("GET "+p) + s.count("HEAD "+p) + s.count("RANGE "+p); n != 0 {
+			t.Errorf("%s: the origin was asked %d times", p, n)
+		}
+	}
+	// Conditional and range requests on an asset.
+	logo := s.members[3]
+	resp, _ = get(t, c, "GET", s.base+logo.Path, http.Header{"If-None-Match": {logo.ETag}})
+	if resp.StatusCode != http.StatusNotModified {
+		t.Errorf("asset If-None-Match: %s", resp.Status)
+	}
+	resp, body = get(t, c, "GET", s.base+logo.Path, http.Header{"Range": {"bytes=100-199"}})
+	if resp.StatusCode != http.StatusPartialContent {
+		t.Fatalf("asset range: %s", resp.Status)
+	}
+	mustEqual(t, "asset range", body, s.files[logo.Path][100:200])
+
+	// The page again: revalidated with HEAD, answered from the same bundle.
+	pieces := s.count("RANGE " + BundlePrefix + "index.html")
+	resp, body = get(t, c, "GET", s.base+"/index.html", nil)
+	mustEqual(t, "page again", body, s.files["/index.html"])
+	if resp.Header.Get(Header) != "bundle" || s.count("RANGE "+BundlePrefix+"index.html") != pieces {
+		t.Errorf("page again: answered %q, %d more bundle pieces", resp.Header.Get(Header), s.count("RANGE "+BundlePrefix+"index.html")-pieces)
+	}
+}
+
+// In prefix form, a page's root-relative asset URLs reach the gateway as
+// plain paths; the Referer leads them back to the page's origin.
+func TestPageBundlePrefixForm(t *testing.T) {
+	s := startBundleSite(t)
+	g := startGateway(t, Config{})
+	page := g.prefixed(s.base + "/index.html")
+	resp, body := get(t, plainClient(), "GET", page, nil)
+	if resp.Header.Get(Header) != "bundle" {
+		t.Fatalf("page: answered %q", resp.Header.Get(Header))
+	}
+	mustEqual(t, "page", body, s.files["/index.html"])
+	resp, body = get(t, plainClient(), "GET", g.base+"/style.css", http.Header{"Referer": {page}})
+	if resp.Header.Get(Header) != "bundle" {
+		t.Fatalf("/style.css with a prefixed Referer: %s, answered %q", resp.Status, resp.Header.Get(Header))
+	}
+	mustEqual(t, "/style.css", body, s.files["/style.css"])
+}
+
+// An index that describes another version of the page is ignored: the
+// page is served as a file, its assets from the origin.
+func TestPageBundleStaleIndex(t *testing.T) {
+	s := startBundleSite(t)
+	stale := append([]bundleMember(nil), s.members...)
+	stale[0].ETag = `"an-older-page"`
+	s.setIndex(t, stale)
+	g := startGateway(t, Config{})
+	resp, body := get(t, g.proxyClient(), "GET", s.base+"/index.html", nil)
+	mustEqual(t, "page", body, s.files["/index.html"])
+	if resp.Header.Get(Header) != "swarm" {
+		t.Errorf("page with a stale index: answered %q, want swarm", resp.Header.Get(Header))
+	}
+	resp, body = get(t, g.proxyClient(), "GET", s.base+"/style.css", nil)
+	mustEqual(t, "asset", body, s.files["/style.css"])
+	if resp.Header.Get(Header) == "bundle" {
+		t.Error("an asset was answered from a bundle whose index did not match the page")
+	}
+}
+
+func TestBundleIndexChecks(t *testing.T) {
+	bu := mustURL(t, "http://o/.well-known/stampede/bundle/p.html")
+	good := func() *bundleIndex {
+		return &bundleIndex{Version: 1, Bundle: "/.well-known/stampede/bundle/p.html", Size: 10,
+			Members: []bundleMember{{Path: "/p.html", Offset: 0, Size: 6}, {Path: "/a.css", Offset: 6, Size: 4}}}
+	}
+	if err := good().check(bu); err != nil {
+		t.Fatalf("good index refused: %v", err)
+	}
+	for name, breakIt := range map[string]func(*bundleIndex){
+		"version":        func(x *bundleIndex) { x.Version = 2 },
+		"other bundle":   func(x *bundleIndex) { x.Bundle = "/.well-known/stampede/bundle/q.html" },
+		"no members":     func(x *bundleIndex) { x.Members = nil },
+		"past the end":   func(x *bundleIndex) { x.Members[1].Size = 5 },
+		"negative":       func(x *bundleIndex) { x.Members[1].Offset = -1 },
+		"relative path":  func(x *bundleIndex) { x.Members[1].Path = "a.css" },
+		"other host":     func(x *bundleIndex) { x.Members[1].Path = "//evil/a.css" },
+		"space in path":  func(x *bundleIndex) { x.Members[1].Path = "/a b.css" },
+		"duplicate path": func(x *bundleIndex) { x.Members[1].Path = "/p.html" },
+		"zero size":      func(x *bundleIndex) { x.Size = 0 },
+	} {
+		x := good()
+		breakIt(x)
+		if err := x.check(bu); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
