@@ -380,6 +380,7 @@ func (g *Gateway) prefixedReferer(r *http.Request) *url.URL {
 	if err != nil || u.Host == "" {
 		return nil
 	}
+	u.RawQuery = ref.RawQuery
 	return u
 }
 

@@ -17,20 +17,34 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 )
 
-// patternFile is a file of any size that exists only as a function: the
-// 8 bytes at offset 8k are k, mixed. Misplaced bytes show.
+// patternFile is a file of any size that exists only as a function: a
+// random 1 MiB block repeated, each 4 KiB stamped with its index in its
+// first 8 bytes, so misplaced bytes show. Reading it costs a copy, even
+// under the race detector.
 type patternFile int64
+
+const stampEvery = 4 << 10
+
+var patternBlock = randomBytes(1<<20, 99)
 
 func (p patternFile) ReadAt(b []byte, off int64) (int, error) {
 	if off >= int64(p) {
 		return 0, io.EOF
 	}
 	n := int(min(int64(len(b)), int64(p)-off))
-	var w [8]byte
 	for i := 0; i < n; {
-		k := (off + int64(i)) / 8
-		binary.LittleEndian.PutUint64(w[:], uint64(k)*0x9e3779b97f4a7c15^uint64(k)>>7)
-		i += copy(b[i:n], w[(off+int64(i))%8:])
+		at := off + int64(i)
+		i += copy(b[i:n], patternBlock[at%int64(len(patternBlock)):])
+	}
+	var stamp [8]byte
+	for s := (off + stampEvery - 1) / stampEvery * stampEvery; s < off+int64(n); s += stampEvery {
+		binary.LittleEndian.PutUint64(stamp[:], uint64(s/stampEvery))
+		copy(b[s-off:n], stamp[:])
+	}
+	// A stamp that starts before off and ends inside b.
+	if first := off / stampEvery * stampEvery; first < off && off-first < 8 {
+		binary.LittleEndian.PutUint64(stamp[:], uint64(first/stampEvery))
+		copy(b[:n], stamp[off-first:])
 	}
 	if n < len(b) {
 		return n, io.EOF
@@ -205,4 +219,21 @@ func vmHWM() string {
 		}
 	}
 	return ""
+}
+
+// patternFile reads the same bytes whatever the boundaries of the reads.
+func TestPatternFile(t *testing.T) {
+	const size = 3<<20 + 5
+	whole := make([]byte, size)
+	if n, err := patternFile(size).ReadAt(whole, 0); n != size || err != nil {
+		t.Fatal(n, err)
+	}
+	if binary.LittleEndian.Uint64(whole[stampEvery*300:]) != 300 {
+		t.Fatal("no stamp at chunk 300")
+	}
+	for _, r := range [][2]int{{1, 7}, {4093, 20}, {stampEvery + 1, 10}, {4095, 1}, {stampEvery*5 + 3, 1 << 20}, {size - 9, 9}} {
+		b := make([]byte, r[1])
+		patternFile(size).ReadAt(b, int64(r[0]))
+		mustEqual(t, "pattern read", b, whole[r[0]:r[0]+r[1]])
+	}
 }

@@ -32,6 +32,7 @@ func (g *Gateway) reverseProxy() *httputil.ReverseProxy {
 			pr.Out.URL = cloneURL(req.target)
 			pr.Out.Host = ""
 			pr.Out.Header.Add("Via", viaValue(pr.In, g.via))
+			g.fixReferer(req, pr.Out.Header)
 		},
 		Transport: g.transport,
 		ModifyResponse: func(resp *http.Response) error {
@@ -74,6 +75,18 @@ func viaValue(r *http.Request, token string) string {
 		proto = "2"
 	}
 	return proto + " " + token
+}
+
+// fixReferer replaces a Referer that names a prefixed page on the
+// gateway by the page's own URL: the origin should not see the gateway's
+// address, and the Referer it sees should be its own page.
+func (g *Gateway) fixReferer(req *request, h http.Header) {
+	if !req.prefixed {
+		return
+	}
+	if u := g.prefixedReferer(req.r); u != nil {
+		h.Set("Referer", u.String())
+	}
 }
 
 // rewriteLocation keeps a redirect of a prefixed request on the gateway:

@@ -101,6 +101,22 @@ func TestPassThroughStreams(t *testing.T) {
 		t.Errorf("the origin saw %v", h)
 	}
 
+	// In prefix form, the origin sees its own page as the Referer, not the
+	// gateway's address.
+	req, _ = http.NewRequest("GET", g.prefixed(plain+"/hop"), nil)
+	req.Header.Set("Referer", g.prefixed(plain+"/page.html?q=1"))
+	resp, err = plainClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	h = seen
+	mu.Unlock()
+	if got := h.Get("Referer"); got != plain+"/page.html?q=1" {
+		t.Errorf("the origin saw Referer %q", got)
+	}
+
 	// Request bodies stream to the origin.
 	big := randomBytes(1<<20, 6)
 	resp, err = c.Post(plain+"/echo", "application/octet-stream", bytes.NewReader(big))

@@ -67,6 +67,7 @@ func (g *Gateway) probe(req *request) (*http.Response, error) {
 		out.Header.Del(k)
 	}
 	out.Header.Add("Via", viaValue(req.r, g.via))
+	g.fixReferer(req, out.Header)
 	resp, err := g.probes.Do(out)
 	if err != nil {
 		return nil, err

@@ -57,7 +57,7 @@ recently used are seeded. Other origins are proxied straight through; HTTPS
 	defer g.Close()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return withCode(exitUsage, err)
+		return err
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "gateway on http://%s/ (curl -x http://%s URL, or http://%s/URL)\n", addr, addr, addr)
