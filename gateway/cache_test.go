@@ -64,7 +64,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	fetchNew("a")
 	fetchNew("b")
 	g.fetchWhole(t, o.base+"/a", files["a"]) // a is now the most recent
-	fetchNew("c")                           // b goes
+	fetchNew("c")                            // b goes
 	if got, want := g.cachedKeys(), sorted(key("a"), key("c")); !slices.Equal(got, want) {
 		t.Fatalf("cache holds %v, want a and c %v", got, want)
 	}

@@ -66,7 +66,7 @@ type testOrigin struct {
 	dir  string
 	srv  *origin.Server
 
-	mu       sync.Mutex // guards the following
+	mu       sync.Mutex     // guards the following
 	requests map[string]int // "METHOD PATH" (ranged GETs as "RANGE PATH")
 	// wrap, if set, may answer a request instead of the origin.
 	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
@@ -131,9 +131,9 @@ func (o *testOrigin) setWrap(f func(w http.ResponseWriter, r *http.Request, next
 // testGateway is a Gateway serving on loopback.
 type testGateway struct {
 	*Gateway
-	addr     string // host:port
-	base     string // http://host:port
-	stop     func() // stops serving and closes the gateway (idempotent)
+	addr     string      // host:port
+	base     string      // http://host:port
+	stop     func()      // stops serving and closes the gateway (idempotent)
 	complete chan string // keys of completed downloads
 }
 
