@@ -327,7 +327,7 @@ func (c *cache) completed(o *object) {
 func (c *cache) wantsSeed(o *object) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if o.gone || o.seeding || c.g.cfg.MaxSeeds == 0 || len(o.m.Trackers) == 0 {
+	if o.gone || o.seeding || c.g.cfg.MaxSeeds == 0 || len(o.m.Trackers) == 0 || o.hasNode() {
 		return false
 	}
 	c.startSeedingLocked(o)

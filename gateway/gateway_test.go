@@ -236,3 +236,43 @@ func TestOriginDown(t *testing.T) {
 		t.Errorf("404: %s %q", resp.Status, resp.Header.Get(Header))
 	}
 }
+
+// An origin that sends no validators: a changed file of the same size is
+// noticed (by its manifest), not served from the cache.
+func TestNoValidatorsNoStaleCopy(t *testing.T) {
+	versions := [][]byte{randomBytes(200<<10, 60), randomBytes(200<<10, 61)}
+	var (
+		mu      sync.Mutex
+		current int
+	)
+	base := serveOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		data := versions[current]
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/f.bin":
+			w.Header().Set("Link", `</.well-known/stampede/manifest/f.bin>; rel="stampede-manifest"`)
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+		case "/.well-known/stampede/manifest/f.bin":
+			m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f.bin")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			js, _ := m.MarshalJSON()
+			w.Header().Set("Content-Type", "application/vnd.stampede.manifest+json")
+			w.Write(js)
+		}
+	}))
+	g := startGateway(t, Config{})
+	for k := range versions {
+		mu.Lock()
+		current = k
+		mu.Unlock()
+		resp, body := get(t, g.proxyClient(), "GET", base+"/f.bin", nil)
+		if resp.Header.Get(Header) != "swarm" {
+			t.Fatalf("version %d: answered %q", k, resp.Header.Get(Header))
+		}
+		mustEqual(t, fmt.Sprintf("version %d", k), body, versions[k])
+	}
+}

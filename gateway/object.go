@@ -337,7 +337,7 @@ func (o *object) positionLocked(r *reader, i int) (*node.Node, int) {
 	if o.complete || o.nd == nil {
 		return nil, 0
 	}
-	if p, ok := o.pos[r]; ok && p == i && o.preferFrom >= 0 {
+	if p, ok := o.pos[r]; (ok && p == i && o.preferFrom >= 0) || r.isClosed() {
 		return nil, 0
 	}
 	o.pos[r] = i

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 )
 
 // reader is an io.ReadSeeker over a section of a cached file (the whole
@@ -14,13 +15,20 @@ import (
 // the piece it needs and returns only verified bytes. Through bodyWriter,
 // ServeContent's copy of the body goes from the file to the socket with
 // sendfile(2), one run of verified pieces at a time.
+//
+// ServeContent reads it from one goroutine at a time, but for a multipart
+// answer that goroutine is its own and may outlive ServeContent when the
+// client goes away: the descriptor and the error are guarded.
 type reader struct {
 	o          *object
 	ctx        context.Context
-	base, size int64 // the section: bytes [base, base+size) of the file
-	pos        int64 // relative to base
-	f          *os.File
+	base, size int64  // the section: bytes [base, base+size) of the file
+	pos        int64  // relative to base
 	buf        []byte // a piece, for verifying pieces from an earlier run
+
+	mu     sync.Mutex // guards the following
+	f      *os.File
+	closed bool
 	// err is the first error of a read: the response must be aborted,
 	// never ended as if complete.
 	err error
@@ -30,11 +38,28 @@ func newReader(ctx context.Context, o *object, base, size int64) *reader {
 	return &reader{o: o, ctx: ctx, base: base, size: size}
 }
 
+// close ends the reader; it is called once ServeContent returned.
 func (r *reader) close() {
-	r.o.leave(r)
+	r.mu.Lock()
+	r.closed = true
 	if r.f != nil {
 		r.f.Close()
 	}
+	r.mu.Unlock()
+	r.o.leave(r) // after closed is set: positionLocked adds no closed reader
+}
+
+func (r *reader) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// failure returns the first error of a read, if any.
+func (r *reader) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 func (r *reader) pieceBuf(n int64) []byte {
@@ -45,6 +70,11 @@ func (r *reader) pieceBuf(n int64) []byte {
 }
 
 func (r *reader) file() (*os.File, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("gateway: reader closed")
+	}
 	if r.f == nil {
 		f, err := r.o.openFile()
 		if err != nil {
@@ -84,6 +114,8 @@ func (r *reader) ready(n int64) (int64, error) {
 }
 
 func (r *reader) fail(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.err == nil {
 		r.err = err
 	}

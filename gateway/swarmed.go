@@ -136,9 +136,9 @@ func (g *Gateway) serveSection(req *request, o *object, base, size int64, modtim
 	rd := newReader(req.r.Context(), o, base, size)
 	defer rd.close()
 	http.ServeContent(bodyWriter{req.w, rd}, req.r, "", modtime, rd)
-	if rd.err != nil {
+	if err := rd.failure(); err != nil {
 		if req.r.Context().Err() == nil {
-			g.log.Warn("response aborted", "url", req.target.Redacted(), "err", rd.err)
+			g.log.Warn("response aborted", "url", req.target.Redacted(), "err", err)
 		}
 		panic(http.ErrAbortHandler)
 	}
@@ -200,7 +200,10 @@ func (g *Gateway) objectFor(req *request, probe *http.Response) (*object, error)
 	g.mu.Lock()
 	e := g.urls[key]
 	g.mu.Unlock()
-	if e != nil && e.etag == etag && e.lastModified == lm && e.size == size {
+	// Without a strong ETag or a Last-Modified, the validators cannot tell
+	// a changed file: ask for its manifest every time.
+	validated := (etag != "" && !strings.HasPrefix(etag, "W/")) || lm != ""
+	if e != nil && validated && e.etag == etag && e.lastModified == lm && e.size == size {
 		if o, err := g.cache.lookup(e.key); o != nil && err == nil {
 			return o, nil
 		}
