@@ -20,6 +20,9 @@ type passKey struct{}
 
 // passThrough proxies req to its target and streams the answer back.
 func (g *Gateway) passThrough(req *request) {
+	// An origin may answer while the request body still flows (an echo, a
+	// stream): let it, as it would without us.
+	http.NewResponseController(req.w).EnableFullDuplex()
 	req.w.Header().Set(Header, "direct")
 	ctx := context.WithValue(req.r.Context(), passKey{}, req)
 	g.proxy.ServeHTTP(req.w, req.r.WithContext(ctx))

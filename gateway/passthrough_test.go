@@ -50,6 +50,8 @@ func TestPassThroughStreams(t *testing.T) {
 			w.Header().Set("X-End", "ok")
 			io.WriteString(w, "hop")
 		case "/echo":
+			// Full duplex: the answer starts before the request ends.
+			http.NewResponseController(w).EnableFullDuplex()
 			io.Copy(w, r.Body)
 		case "/redirect":
 			http.Redirect(w, r, "/elsewhere?x=1", http.StatusFound)
