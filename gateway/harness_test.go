@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,7 +247,6 @@ func mustEqual(t testing.TB, what string, got, want []byte) {
 	}
 }
 
-func hostOf(base string) string { return strings.TrimPrefix(base, "http://") }
 
 func mustURL(t testing.TB, s string) *url.URL {
 	t.Helper()
