@@ -201,3 +201,57 @@ func TestBundleIndexChecks(t *testing.T) {
 		}
 	}
 }
+
+// A page that has a bundle but no manifest of its own still comes through
+// the swarm, with its bundle.
+func TestPageBundleWithoutPageManifest(t *testing.T) {
+	s := startBundleSite(t)
+	inner := s.wrap
+	s.setWrap(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+		if r.URL.Path == "/index.html" {
+			w = &dropManifestLink{ResponseWriter: w}
+		}
+		return inner(w, r, next)
+	})
+	g := startGateway(t, Config{})
+	resp, body := get(t, g.proxyClient(), "GET", s.base+"/index.html", nil)
+	mustEqual(t, "page", body, s.files["/index.html"])
+	if resp.Header.Get(Header) != "bundle" {
+		t.Fatalf("page without a manifest: answered %q, want bundle", resp.Header.Get(Header))
+	}
+	if links := strings.Join(resp.Header.Values("Link"), ", "); strings.Contains(links, "stampede-manifest") {
+		t.Fatalf("the page still links a manifest: %s", links)
+	}
+	resp, body = get(t, g.proxyClient(), "GET", s.base+"/app.js", nil)
+	mustEqual(t, "asset", body, s.files["/app.js"])
+	if resp.Header.Get(Header) != "bundle" {
+		t.Errorf("asset: answered %q, want bundle", resp.Header.Get(Header))
+	}
+}
+
+// dropManifestLink removes the manifest Link from a response's header.
+type dropManifestLink struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (d *dropManifestLink) WriteHeader(code int) {
+	if d.wrote {
+		return
+	}
+	d.wrote = true
+	h := d.Header()
+	var keep []string
+	for _, v := range h.Values("Link") {
+		if !strings.Contains(v, `rel="stampede-manifest"`) {
+			keep = append(keep, v)
+		}
+	}
+	h["Link"] = keep
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *dropManifestLink) Write(p []byte) (int, error) {
+	d.WriteHeader(http.StatusOK)
+	return d.ResponseWriter.Write(p)
+}

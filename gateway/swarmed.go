@@ -42,11 +42,13 @@ func (g *Gateway) serveSwarmable(req *request) {
 		}
 		return
 	}
-	if !swarmable(probe) {
-		g.passThrough(req)
+	// A page with a bundle goes through the swarm with its bundle, even if
+	// the page itself has no manifest.
+	if probe.StatusCode == http.StatusOK && probe.ContentLength >= 0 && g.servePage(req, probe) {
 		return
 	}
-	if g.servePage(req, probe) {
+	if !swarmable(probe) {
+		g.passThrough(req)
 		return
 	}
 	g.serveFile(req, probe)
