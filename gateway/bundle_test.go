@@ -208,10 +208,13 @@ func TestPageBundleWithoutPageManifest(t *testing.T) {
 	s := startBundleSite(t)
 	inner := s.wrap
 	s.setWrap(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
-		if r.URL.Path == "/index.html" {
-			w = &dropManifestLink{ResponseWriter: w}
+		if r.URL.Path != "/index.html" {
+			return inner(w, r, next)
 		}
-		return inner(w, r, next)
+		dw := &dropManifestLink{ResponseWriter: w}
+		inner(dw, r, next) // adds the bundle Link
+		next.ServeHTTP(dw, r)
+		return true
 	})
 	g := startGateway(t, Config{})
 	resp, body := get(t, g.proxyClient(), "GET", s.base+"/index.html", nil)
