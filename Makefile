@@ -27,7 +27,7 @@ lint:
 # (bench/scenarios: stampede, plain HTTP and aria2 side by side), reported in
 # docs/benchmarks.md. The netns scenarios (flash20, flash50) need root and are
 # skipped without it; see docs/testbed.md. Reports go to bench/out.
-BENCH_SCENARIOS ?= ci staggered poisson pool flash20 flash50
+BENCH_SCENARIOS ?= ci faults staggered poisson pool flash20 flash50
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=3x ./manifest
 	./scripts/bench-get.sh

@@ -264,6 +264,10 @@ func (a *aria2Sys) restartTracker(ctx context.Context) error {
 	return a.startTracker(ctx)
 }
 
+func (a *aria2Sys) corruptible() string {
+	return "corrupting aria2c's uploads would need a modified aria2c"
+}
+
 func (a *aria2Sys) stop() {
 	for _, p := range []*proc{a.seeder, a.tracker} {
 		if p != nil {

@@ -1,7 +1,9 @@
 // Package bench is stampede's testbed: it runs a flash crowd against an
 // origin on an emulated network, for stampede and for the baselines side
-// by side (plain HTTP from the same origin, BitTorrent with aria2c), and
-// reports what happened against the bounds of ../shared/BENCHMARKS.md.
+// by side (plain HTTP from the same origin or from nginx, BitTorrent with
+// aria2c), with faults (killed peers, a corrupting peer, restarts of the
+// origin and the tracker), and reports what happened against the bounds of
+// ../shared/BENCHMARKS.md.
 //
 // Every host of a scenario is a real OS process tree: the origin is
 // "stampede serve", a peer is "stampede get" (or curl, or aria2c), so the
@@ -9,9 +11,9 @@
 // programs cap their own rates with their flags) and netns (root: one
 // network namespace per host on a bridge, tc tbf caps on both ends of each
 // link). A run measures each peer's completion time (process start to a
-// verified exit), the origin's bytes over time (its /metrics counter, or the
-// aria2 seeder's upload), and the peers' progress over time (stampede get
-// --progress-json); [Report] turns runs into a table, report.json and a
+// verified exit), the origin's bytes over time (its /metrics counter, the
+// aria2 seeder's upload, or the nginx relay's count), and the peers'
+// progress and upload over time (stampede get --progress-json); [Report] turns runs into a table, report.json and a
 // self-contained report.html.
 //
 // The stampede binary under test is probed for its flags ([Probe]): until
@@ -142,6 +144,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			systems = slices.DeleteFunc(systems, func(s string) bool { return s == SysAria2 })
 		}
 	}
+	if slices.Contains(systems, SysNginx) {
+		if why := NginxMissing(); why != "" {
+			rep.note("HTTP (nginx) left out: %s.", why)
+			systems = slices.DeleteFunc(systems, func(s string) bool { return s == SysNginx })
+		}
+	}
 	if slices.Contains(systems, SysCurl) || (slices.Contains(systems, SysHTTP) && feats.Swarm && !feats.NoSwarm) {
 		if _, err := exec.LookPath("curl"); err != nil {
 			return nil, fmt.Errorf("the curl baseline needs curl: %w", err)
@@ -195,7 +203,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	env := &runEnv{sc: &sc, net: network, origin: b.origin, bin: bin, feats: feats, dir: dir, www: www, file: b.file, log: log}
+	env := &runEnv{sc: &sc, net: network, origin: b.origin, bin: bin, feats: feats, dir: dir, www: www, file: b.file,
+		sum: b.sum, log: log}
 	var syss []system
 	for _, name := range systems {
 		s, err := newSystem(name, env)
@@ -219,11 +228,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if slices.Contains(systems, SysAria2) {
 			how += ", aria2c --max-upload-limit and --max-download-limit"
 		}
+		if slices.Contains(systems, SysNginx) {
+			how += ", the nginx relay's token bucket"
+		}
 		rep.note("Loopback backend: caps are the programs' own token buckets (%s).", how)
 	} else {
 		rep.note("netns backend: one network namespace per host; caps are tc tbf on each host's link (upload on the host side, download on the bridge side).")
 	}
-	rep.note("Peer upload over time is derived: the peers' verified bytes minus the origin's bytes, per interval (the peers' own counters give totals only, at exit).")
+	upload := "Peer upload is counted by the stampede peers themselves (the bytes sent to peers in each --progress-json line)"
+	if slices.Contains(systems, SysAria2) || slices.Contains(systems, SysCurl) || (slices.Contains(systems, SysHTTP) && feats.Swarm && !feats.NoSwarm) {
+		upload += "; for aria2c and curl, which do not report it, it is derived: the peers' verified bytes minus the origin's bytes, per interval"
+	}
+	rep.note("%s.", upload)
 
 	maxReps := 0
 	for _, s := range syss {

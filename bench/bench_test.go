@@ -189,9 +189,7 @@ func TestCIScenario(t *testing.T) {
 		if got := int64(run.Done[len(run.Done)-1].V); got != int64(n)*size {
 			t.Errorf("%s: the peers' bytes add up to %d, want %d", s.Label, got, int64(n)*size)
 		}
-		if want := max(int64(n)*size-run.OriginBytes, 0); run.PeerBytes != want {
-			t.Errorf("%s: peer bytes %d, want %d", s.Label, run.PeerBytes, want)
-		}
+		checkPeerBytes(t, s.Label, run, int64(n)*size, fromOrigin)
 		if !near(run.R, float64(run.OriginBytes)/float64(size)) || !near(run.LastOverTKR, run.Last/run.TKR) ||
 			!near(run.TKRR, crowd.TKRR(run.R)) || !near(run.LastOverTKRR, run.Last/run.TKRR) {
 			t.Errorf("%s: ratios inconsistent: %+v", s.Label, run)
@@ -233,6 +231,71 @@ func TestCIScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHTML(t, page.String())
+}
+
+// checkPeerBytes checks that what the peers counted they sent each other
+// adds up: with every progress line, in every summary and against what
+// they delivered. delivered is the verified bytes of the peers that
+// finished; fromOrigin says no peer uploads (the HTTP baseline).
+func checkPeerBytes(t *testing.T, label string, run *RunResult, delivered int64, fromOrigin bool) {
+	t.Helper()
+	if want := max(delivered-run.OriginBytes, 0); run.PeerBytesDerived != want {
+		t.Errorf("%s: derived peer bytes %d, want %d", label, run.PeerBytesDerived, want)
+	}
+	if !run.PeerBytesCounted || len(run.Uploaded) != len(run.Origin) {
+		t.Fatalf("%s: peer bytes not counted (%d upload samples, %d origin samples)", label, len(run.Uploaded), len(run.Origin))
+	}
+	var last, fromPeers, inSummaries int64
+	for _, p := range run.Peers {
+		last += p.Uploaded
+		var sum struct {
+			Swarm *struct {
+				BytesFromPeers int64 `json:"bytes_from_peers"`
+				BytesToPeers   int64 `json:"bytes_to_peers"`
+			} `json:"swarm"`
+		}
+		if err := json.Unmarshal(p.Summary, &sum); err != nil {
+			t.Errorf("%s: peer %d: summary: %v", label, p.ID, err)
+			continue
+		}
+		if sum.Swarm != nil {
+			fromPeers += sum.Swarm.BytesFromPeers
+			inSummaries += sum.Swarm.BytesToPeers
+			if sum.Swarm.BytesToPeers != p.Uploaded {
+				t.Errorf("%s: peer %d: summary says %d bytes to peers, its last progress line %d", label, p.ID, sum.Swarm.BytesToPeers, p.Uploaded)
+			}
+		} else if !fromOrigin {
+			t.Errorf("%s: peer %d has no swarm summary", label, p.ID)
+		}
+	}
+	if run.PeerBytes != last || int64(run.Uploaded[len(run.Uploaded)-1].V) != last || inSummaries != last {
+		t.Errorf("%s: peer bytes %d, the peers' last progress lines %d, the last sample %v, their summaries %d",
+			label, run.PeerBytes, last, run.Uploaded[len(run.Uploaded)-1].V, inSummaries)
+	}
+	for i := 1; i < len(run.Uploaded); i++ {
+		if run.Uploaded[i].V < run.Uploaded[i-1].V || run.Uploaded[i].T != run.Origin[i].T {
+			t.Errorf("%s: the upload series decreases or lags the origin's at sample %d", label, i)
+			break
+		}
+	}
+	if fromOrigin {
+		if run.PeerBytes != 0 {
+			t.Errorf("%s: peers uploaded %d bytes without a swarm", label, run.PeerBytes)
+		}
+		return
+	}
+	// Every verified byte came from the origin or a peer, so what the
+	// origin sent and the peers carried covers what was delivered: the
+	// derived figure is a floor for what the peers received, and nobody
+	// receives more than was sent. Waste (duplicates, endgame) stays
+	// bounded.
+	if run.PeerBytesDerived > fromPeers || fromPeers > run.PeerBytes {
+		t.Errorf("%s: derived %d <= received from peers %d <= sent to peers %d does not hold",
+			label, run.PeerBytesDerived, fromPeers, run.PeerBytes)
+	}
+	if total := run.OriginBytes + run.PeerBytes; total < delivered || total > 2*delivered {
+		t.Errorf("%s: origin %d + peers %d = %d bytes for %d delivered", label, run.OriginBytes, run.PeerBytes, total, delivered)
+	}
 }
 
 // checkHTML checks a report page is self-contained.
@@ -292,10 +355,11 @@ func TestInterruptCleansUp(t *testing.T) {
 }
 
 // transfer measures one capped download, as the harness does: a stampede
-// origin on from, a stampede get on to, both with the caps of their hosts.
-// It returns the steady rate in bytes/s, from get's progress reports
-// between 1 s in and the last report before completion.
-func transfer(t *testing.T, nw Network, from, to *Host, size int64) float64 {
+// origin (or with nginx, nginx behind the harness's relay) on from, a
+// stampede get on to, both with the caps of their hosts. It returns the
+// steady rate in bytes/s, from get's progress reports between 1 s in and
+// the last report before completion.
+func transfer(t *testing.T, nw Network, from, to *Host, size int64, nginx bool) float64 {
 	t.Helper()
 	bin := stampedeBin(t)
 	dir := t.TempDir()
@@ -307,12 +371,26 @@ func transfer(t *testing.T, nw Network, from, to *Host, size int64) float64 {
 		t.Fatal(err)
 	}
 	e := &runEnv{sc: &Scenario{OriginUp: from.Up}, net: nw, origin: from, bin: bin, dir: dir, www: www, file: "f", log: testLogger(t)}
-	o := &stampedeOrigin{env: e}
-	if err := o.start(t.Context()); err != nil {
-		t.Fatal(err)
+	var url string
+	if nginx {
+		n, err := newNginx(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer n.stop()
+		url = "http://" + n.relay.addr() + "/f"
+	} else {
+		o := &stampedeOrigin{env: e}
+		if err := o.start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer o.stop()
+		url = o.url("/f")
 	}
-	defer o.stop()
-	argv := []string{bin, "get", o.url("/f"), "-o", filepath.Join(dir, "out"), "-q", "--progress-json"}
+	argv := []string{bin, "get", url, "-o", filepath.Join(dir, "out"), "-q", "--progress-json"}
 	if nw.AppShaping() && to.Down > 0 {
 		argv = append(argv, "--limit-rate", strconv.FormatInt(to.Down, 10))
 	}
@@ -365,15 +443,20 @@ func TestShapingLoopback(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		up, down int64
+		nginx    bool
 	}{
-		{"get --limit-rate from an uncapped serve", 0, capBps},
-		{"serve --rate to an uncapped get", capBps, 0},
+		{"get --limit-rate from an uncapped serve", 0, capBps, false},
+		{"serve --rate to an uncapped get", capBps, 0, false},
+		{"nginx through the relay's bucket to an uncapped get", capBps, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if why := NginxMissing(); tt.nginx && why != "" {
+				t.Skip(why)
+			}
 			nw := loopback{}
 			from, _ := nw.AddHost(t.Context(), "origin", tt.up, 0)
 			to, _ := nw.AddHost(t.Context(), "peer", 0, tt.down)
-			rate := transfer(t, nw, from, to, 5*capBps)
+			rate := transfer(t, nw, from, to, 5*capBps, tt.nginx)
 			ratio := rate / capBps
 			t.Logf("%s: %.3f MB/s for a cap of %.3f MB/s: %.1f%%", tt.name, rate/1e6, capBps/1e6, 100*ratio)
 			if ratio < 0.90 || ratio > 1.05 {
@@ -423,7 +506,7 @@ func TestNetnsSmoke(t *testing.T) {
 			if from.IP == to.IP || !strings.HasPrefix(from.IP, "198.18.") {
 				t.Fatalf("addresses %s and %s", from.IP, to.IP)
 			}
-			rate := transfer(t, nw, from, to, int64(5*tt.cap))
+			rate := transfer(t, nw, from, to, int64(5*tt.cap), false)
 			ratio := rate / tt.cap
 			t.Logf("%s: %.3f MB/s for a cap of %.3f MB/s: %.1f%%", tt.name, rate/1e6, tt.cap/1e6, 100*ratio)
 			if ratio < 0.80 || ratio > 1.10 {
@@ -537,6 +620,98 @@ fault = corrupt 1
 	for _, p := range run.Peers {
 		if p.State == string(PeerKilled) && (p.Finished || p.Exit != -1) {
 			t.Errorf("killed peer %+v", p)
+		}
+	}
+}
+
+// TestSwarmFaults runs the standard "faults" scenario: a corrupting
+// stampede peer, the tracker and the origin restarted, with stampede and,
+// where installed, nginx as a second HTTP origin. The corrupting peer must
+// be banned, every peer must finish with a verified file, the restarted
+// tracker must be announced to, and the origin's bytes must carry over.
+func TestSwarmFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes for about 25 s")
+	}
+	sc, err := LoadScenario("faults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, work)
+	var table bytes.Buffer
+	_ = rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+
+	n, size := sc.Peers(), sc.Size
+	wantSystems := 2
+	if NginxMissing() != "" {
+		wantSystems = 1
+	}
+	if len(rep.Systems) != wantSystems {
+		t.Fatalf("%d systems, want %d", len(rep.Systems), wantSystems)
+	}
+	for _, s := range rep.Systems {
+		run := s.Runs[0]
+		notes := strings.Join(run.Notes, "\n")
+		if !run.Complete || run.Finished != n {
+			t.Errorf("%s: finished %d of %d, complete %v", s.Label, run.Finished, n, run.Complete)
+		}
+		for _, p := range run.Peers {
+			if !p.Verified {
+				t.Errorf("%s: peer %d (corrupting %v): not verified: %s", s.Label, p.ID, p.Corrupting, p.Error)
+			}
+		}
+		if !strings.Contains(notes, `fault "restart origin at 4s": the origin was down`) {
+			t.Errorf("%s: the origin restart is not in the notes", s.Label)
+		}
+		// The origin's counter carries over its restart: every byte the
+		// peers verified came from it or from a peer.
+		if run.OriginBytes+run.PeerBytes < int64(n)*size {
+			t.Errorf("%s: origin %d + peers %d bytes for %d delivered", s.Label, run.OriginBytes, run.PeerBytes, int64(n)*size)
+		}
+		switch s.System {
+		case SysStampede:
+			checkPeerBytes(t, s.Label, run, int64(n)*size, false)
+			if !strings.Contains(notes, `fault "restart tracker at 1.5s": the tracker was down`) || run.RestartedTrackerAnnounces == 0 {
+				t.Errorf("%s: tracker restart: %d announces after it; notes:\n%s", s.Label, run.RestartedTrackerAnnounces, notes)
+			}
+			c := run.Corrupt
+			if c == nil {
+				t.Fatalf("%s: no corrupting peer; notes:\n%s", s.Label, notes)
+			}
+			if len(c.Peers) != 1 || !run.Peers[c.Peers[0]].Corrupting {
+				t.Errorf("%s: corrupting peers %v", s.Label, c.Peers)
+			}
+			// It sent corrupt data, somebody banned it, every honest peer
+			// finished verified, and nobody banned an honest peer (the
+			// corrupting one receives only good data).
+			if c.SentBytes == 0 || c.HonestBanning == 0 || c.Honest != n-1 || c.HonestFinished != c.Honest || c.BansByCorrupting != 0 {
+				t.Errorf("%s: corrupt outcome %+v", s.Label, *c)
+			}
+			if run.Peers[c.Peers[0]].Uploaded != c.SentBytes {
+				t.Errorf("%s: corrupting peer uploaded %d, reported %d", s.Label, run.Peers[c.Peers[0]].Uploaded, c.SentBytes)
+			}
+		case SysNginx:
+			checkPeerBytes(t, s.Label, run, int64(n)*size, true)
+			if run.Corrupt != nil || !strings.Contains(notes, `fault "corrupt 1" not applied`) {
+				t.Errorf("%s: the corrupt fault applied to HTTP peers", s.Label)
+			}
+			// Every byte from nginx, through one capped relay: at least N
+			// copies (a restart wastes what was in flight), and no faster
+			// than the cap allows.
+			if run.OriginBytes < int64(n)*size || run.OriginBytes > int64(n)*size*3/2 {
+				t.Errorf("%s: origin sent %d bytes for %d copies of %d", s.Label, run.OriginBytes, n, size)
+			}
+			if run.Last < 0.9*rep.HTTPBound {
+				t.Errorf("%s: last %.2f s beats the HTTP bound %.2f s: the relay's cap leaks", s.Label, run.Last, rep.HTTPBound)
+			}
+		default:
+			t.Errorf("unexpected system %s", s.System)
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // no external assets, readable offline and printable.
 
 var systemColors = map[string]string{
-	SysStampede: "#d62728", SysHTTP: "#1f77b4", SysCurl: "#17becf", SysAria2: "#2ca02c",
+	SysStampede: "#d62728", SysHTTP: "#1f77b4", SysCurl: "#17becf", SysAria2: "#2ca02c", SysNginx: "#9467bd",
 }
 
 func colorOf(system string) string {
@@ -100,7 +100,7 @@ details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 
 	b.WriteString("<h2>Peers</h2>\n")
 	b.WriteString(r.peerUploadPlot().svg())
-	b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for short runs): the peers' verified bytes minus the origin's bytes, per interval. The peers report progress every 0.5 s, so this lags and catches up in bursts; it is clipped at the peers' total upload cap (dashed), which the shaping holds.</figcaption>\n")
+	b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for short runs), as the peers count it (stampede get reports its bytes sent to peers every 0.5 s). Systems marked derived have clients that do not count it (aria2c, curl): their curve is the peers' verified bytes minus the origin's bytes, per interval, which lags and catches up in bursts, so it is clipped at the peers' total upload cap (dashed).</figcaption>\n")
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
@@ -130,10 +130,18 @@ details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 		for _, run := range s.Runs {
 			fmt.Fprintf(&b, "<details><summary>%s, run %d: %d/%d finished, last %s, origin %s</summary>\n<table>\n",
 				esc(s.Label), run.Rep, run.Finished, run.Arrived-run.Killed, esc(secs(run.Last)), esc(units.Bytes(run.OriginBytes)))
-			b.WriteString("<tr><th>peer</th><th>class</th><th>state</th><th>start</th><th>whole file</th><th>done</th><th>seconds</th><th>exit</th><th>error</th></tr>\n")
+			b.WriteString("<tr><th>peer</th><th>class</th><th>state</th><th>start</th><th>whole file</th><th>done</th><th>seconds</th><th>uploaded</th><th>exit</th><th>error</th></tr>\n")
 			for _, p := range run.Peers {
-				fmt.Fprintf(&b, "<tr><td>%d</td><td>%s</td><td>%s</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%d</td><td style=\"text-align:left;white-space:normal\">%s</td></tr>\n",
-					p.ID, esc(p.Class), esc(p.State), p.Start, p.Full, p.Done, p.Seconds, p.Exit, esc(firstLine(p.Error, 400)))
+				state := esc(p.State)
+				if p.Corrupting {
+					state += ` <span class="bad">(corrupting)</span>`
+				}
+				up := "-"
+				if run.PeerBytesCounted {
+					up = units.Bytes(p.Uploaded)
+				}
+				fmt.Fprintf(&b, "<tr><td>%d</td><td>%s</td><td>%s</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%s</td><td>%d</td><td style=\"text-align:left;white-space:normal\">%s</td></tr>\n",
+					p.ID, esc(p.Class), state, p.Start, p.Full, p.Done, p.Seconds, esc(up), p.Exit, esc(firstLine(p.Error, 400)))
 			}
 			b.WriteString("</table></details>\n")
 		}
@@ -241,22 +249,29 @@ func (r *Report) originCopiesPlot() *plot {
 }
 
 func (r *Report) peerUploadPlot() *plot {
-	p := &plot{Title: "Peer upload (derived)", XLabel: "time (s)", Note: r.offChart(), YLabel: "Mbit/s", XMax: r.focusTime()}
+	p := &plot{Title: "Peer upload", XLabel: "time (s)", Note: r.offChart(), YLabel: "Mbit/s", XMax: r.focusTime()}
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
 		}
 		run := s.Runs[s.Shown]
-		pts := peerUpload(run, r.rateWindow())
-		if sum, ok := sumCapped(CrowdOf(r.Scenario).Up); ok {
-			// Progress is reported every 0.5 s, so the derived rate
-			// lags and catches up in bursts; the caps (checked by the
-			// shaping tests) bound what really passed.
-			for i := range pts {
-				pts[i].V = min(pts[i].V, sum)
+		name := s.Label
+		var pts []Point
+		if run.PeerBytesCounted {
+			pts = rates(run.Uploaded, r.rateWindow())
+		} else {
+			name += " (derived)"
+			pts = peerUpload(run, r.rateWindow())
+			if sum, ok := sumCapped(CrowdOf(r.Scenario).Up); ok {
+				// Progress is reported every 0.5 s, so the derived rate
+				// lags and catches up in bursts; the caps (checked by
+				// the shaping tests) bound what really passed.
+				for i := range pts {
+					pts[i].V = min(pts[i].V, sum)
+				}
 			}
 		}
-		p.Lines = append(p.Lines, plotLine{Name: s.Label, Color: colorOf(s.System), Pts: mbits(pts), Width: 1.8})
+		p.Lines = append(p.Lines, plotLine{Name: name, Color: colorOf(s.System), Pts: mbits(pts), Width: 1.8})
 	}
 	if sum, ok := sumCapped(CrowdOf(r.Scenario).Up); ok {
 		p.HLines = append(p.HLines, marker{At: sum * 8 / 1e6, Label: "peers' cap", Color: "#888", Dash: "6,4"})

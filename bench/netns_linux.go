@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +90,7 @@ func (n *netns) AddHost(ctx context.Context, name string, up, down int64) (*Host
 		{"ip", "-n", n.bridge, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns},
 		{"ip", "-n", n.bridge, "link", "set", veth, "master", "br0"},
 		{"ip", "-n", n.bridge, "link", "set", veth, "up"},
+		{"ip", "-n", h.ns, "link", "set", "eth0", "address", hostMAC(i)},
 		{"ip", "-n", h.ns, "addr", "add", h.IP + "/16", "dev", "eth0"},
 		{"ip", "-n", h.ns, "link", "set", "eth0", "up"},
 		{"ip", "-n", h.ns, "link", "set", "lo", "up"},
@@ -99,12 +101,30 @@ func (n *netns) AddHost(ctx context.Context, name string, up, down int64) (*Host
 	if down > 0 {
 		cmds = append(cmds, append([]string{"tc", "-n", n.bridge, "qdisc", "add", "dev", veth, "root"}, tbf(down)...))
 	}
+	// Permanent neighbour entries both ways with every host made before:
+	// ARP would cross the tbf queues, and a saturated uplink drops ARP
+	// replies, so that a host arriving late could reach nobody whose
+	// uplink was busy (on the Internet, peers never ARP each other across
+	// their bottlenecks).
+	n.mu.Lock()
+	prev := slices.Clone(n.hosts[:i])
+	n.mu.Unlock()
+	for k, o := range prev {
+		cmds = append(cmds,
+			[]string{"ip", "-n", h.ns, "neigh", "replace", o.IP, "lladdr", hostMAC(k), "dev", "eth0", "nud", "permanent"},
+			[]string{"ip", "-n", o.ns, "neigh", "replace", h.IP, "lladdr", hostMAC(i), "dev", "eth0", "nud", "permanent"})
+	}
 	for _, argv := range cmds {
 		if _, err := runTool(ctx, argv...); err != nil {
 			return nil, fmt.Errorf("netns host %s: %w", name, err)
 		}
 	}
 	return h, nil
+}
+
+// hostMAC is the i-th host's MAC address (locally administered).
+func hostMAC(i int) string {
+	return fmt.Sprintf("02:53:54:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)
 }
 
 // tbf returns the qdisc arguments capping a link at bps bytes/s: a bucket

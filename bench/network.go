@@ -63,6 +63,24 @@ func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn,
 	return c, err
 }
 
+// Listen opens a TCP listener on h's address (port 0: any free port), for
+// the harness's own services on h (the nginx baseline's relay).
+func (h *Host) Listen(port int) (net.Listener, error) {
+	var ln net.Listener
+	listen := func() error {
+		var err error
+		ln, err = net.Listen("tcp", h.Addr(port))
+		return err
+	}
+	var err error
+	if h.ns == "" {
+		err = listen()
+	} else {
+		err = inNetns(h.ns, listen)
+	}
+	return ln, err
+}
+
 // FreePort returns a TCP port free on h at the time of asking, for the
 // programs that cannot be handed a listener (opentracker, aria2c): it
 // binds port 0 on h and closes the listener.

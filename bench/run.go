@@ -54,9 +54,15 @@ type PeerResult struct {
 	TimedOut bool    `json:"timed_out,omitempty"`
 	Error    string  `json:"error,omitempty"`
 	// Bytes is the last progress reported (verified bytes for stampede).
-	Bytes    int64           `json:"bytes"`
-	Progress []Point         `json:"progress"`
-	Summary  json.RawMessage `json:"summary,omitempty"` // stampede get --json
+	Bytes int64 `json:"bytes"`
+	// Uploaded is what the peer last reported it sent to other peers
+	// (stampede get --progress-json "up"); 0 for clients that do not say.
+	Uploaded int64 `json:"uploaded,omitempty"`
+	// Corrupting: the peer ran with the testbed's corrupting hook (fault
+	// "corrupt K"): every piece it uploaded was damaged on purpose.
+	Corrupting bool            `json:"corrupting,omitempty"`
+	Progress   []Point         `json:"progress"`
+	Summary    json.RawMessage `json:"summary,omitempty"` // stampede get --json
 }
 
 // RunResult is one run of one system.
@@ -78,26 +84,57 @@ type RunResult struct {
 	Last        float64 `json:"last"`
 	OriginBytes int64   `json:"origin_bytes"`
 	R           float64 `json:"r"` // OriginBytes / file size
-	// PeerBytes is what peers carried: their verified bytes minus the
-	// origin's (there is no direct counter yet).
-	PeerBytes int64 `json:"peer_bytes"`
-	// PeerBytesReported is what the peers say they sent to each other
-	// (stampede get --json's swarm.bytes_to_peers), when they say it.
-	PeerBytesReported *int64  `json:"peer_bytes_reported,omitempty"`
-	TKR               float64 `json:"tkr"`
-	TKRR              float64 `json:"tkr_r"`
-	HTTPBound         float64 `json:"http_bound"`
-	LastOverTKR       float64 `json:"last_over_tkr"`
-	LastOverTKRR      float64 `json:"last_over_tkr_r"`
-	// Origin is the origin's cumulative bytes and Done the peers' summed
-	// progress, sampled together every 0.5 s.
-	Origin []Point   `json:"origin"`
-	Done   []Point   `json:"done"`
-	Pool   *PoolInfo `json:"pool,omitempty"`
+	// PeerBytes is what the peers sent each other: counted by the peers
+	// themselves (PeerBytesCounted: the sum of their last --progress-json
+	// "up"), or, for clients that do not count it (aria2c, curl), derived:
+	// PeerBytesDerived.
+	PeerBytes        int64 `json:"peer_bytes"`
+	PeerBytesCounted bool  `json:"peer_bytes_counted"`
+	// PeerBytesDerived is the peers' verified bytes minus the origin's
+	// bytes: what the peers must have carried, with no waste counted.
+	PeerBytesDerived int64   `json:"peer_bytes_derived"`
+	TKR              float64 `json:"tkr"`
+	TKRR             float64 `json:"tkr_r"`
+	HTTPBound        float64 `json:"http_bound"`
+	LastOverTKR      float64 `json:"last_over_tkr"`
+	LastOverTKRR     float64 `json:"last_over_tkr_r"`
+	// Origin is the origin's cumulative bytes, Done the peers' summed
+	// progress and Uploaded the peers' summed upload counters (only when
+	// PeerBytesCounted), sampled together every 0.5 s.
+	Origin   []Point `json:"origin"`
+	Done     []Point `json:"done"`
+	Uploaded []Point `json:"uploaded,omitempty"`
+	// RestartedTrackerAnnounces is what the tracker answered after its
+	// last restart (fault "restart tracker", stampede's own tracker only).
+	RestartedTrackerAnnounces int64 `json:"restarted_tracker_announces,omitempty"`
+	// Corrupt tells what the corrupting peers did (fault "corrupt K").
+	Corrupt *CorruptInfo `json:"corrupt,omitempty"`
+	Pool    *PoolInfo    `json:"pool,omitempty"`
 	// MaxLoad is the highest one-minute load average seen during the run:
 	// on a shared machine, other work slows every system down.
 	MaxLoad float64  `json:"max_load"`
 	Notes   []string `json:"notes,omitempty"`
+}
+
+// CorruptInfo is the outcome of a "corrupt K" fault: the peers that sent
+// corrupt pieces, and how the honest ones (all the others) fared, from their
+// --json summaries.
+type CorruptInfo struct {
+	Peers []int `json:"peers"` // the corrupting peers' ids
+	// SentBytes is what the corrupting peers uploaded: every byte of it
+	// failed verification at its receiver.
+	SentBytes int64 `json:"sent_bytes"`
+	// Honest peers that arrived and were not killed; those of them that
+	// finished with a verified file; those that banned at least one peer,
+	// and their bans in all (a ban counts each time a banned peer's
+	// connection is refused, so it can exceed the corrupting peers).
+	Honest         int `json:"honest"`
+	HonestFinished int `json:"honest_finished"`
+	HonestBanning  int `json:"honest_banning"`
+	Bans           int `json:"bans"`
+	// BansByCorrupting are the bans the corrupting peers made (they receive
+	// only good data, so 0 unless an honest peer was banned).
+	BansByCorrupting int `json:"bans_by_corrupting"`
 }
 
 // PoolInfo tells what became of a stabilized-pool arrival process.
@@ -126,9 +163,13 @@ type runner struct {
 	kinds    []progressKind // where each peer's progress comes from
 	exited   []bool         // the exit was applied
 	done     []int64        // latest progress per peer
+	up       []int64        // latest upload count per peer (progressJSON)
+	upSeen   bool           // some peer reported its upload
+	corrupt  []bool         // peers running the corrupting hook
 
 	originBase, originRaw, originOff int64
 	originOK                         bool
+	trackerRestarted                 bool
 }
 
 type event interface{}
@@ -138,6 +179,8 @@ type evProgress struct {
 	at    time.Time
 	done  int64
 	phase string
+	up    int64 // bytes sent to peers, when counted
+	hasUp bool
 }
 
 type evExit struct {
@@ -178,12 +221,14 @@ func (b *bencher) runOnce(ctx context.Context, sys system, rep int) (*RunResult,
 		rng: rand.New(rand.NewPCG(sc.Seed, uint64(rep))),
 		evc: make(chan event, 4096), quit: make(chan struct{}),
 		procs: make([]*proc, n), peerDirs: make([]string, n), outputs: make([]string, n),
-		kinds: make([]progressKind, n), exited: make([]bool, n), done: make([]int64, n)}
+		kinds: make([]progressKind, n), exited: make([]bool, n), done: make([]int64, n), up: make([]int64, n),
+		corrupt: make([]bool, n)}
 	for i := range n {
 		h := b.peers[i]
 		r.run.Peers = append(r.run.Peers, &PeerResult{ID: i, Class: b.classOf[i].Name, Host: h.Name, State: string(PeerWaiting)})
 	}
 	offsets := sc.Arrivals.Offsets(n, r.rng)
+	r.chooseCorrupt()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout(sc, offsets))
 	defer cancel()
 
@@ -201,6 +246,12 @@ func (b *bencher) runOnce(ctx context.Context, sys system, rep int) (*RunResult,
 	err = r.loop(ctx, offsets)
 	close(r.quit)
 	r.endAll()
+	if r.trackerRestarted && b.parent.Err() == nil {
+		if n, ok := r.trackerAnnounces(context.Background()); ok {
+			r.run.RestartedTrackerAnnounces = n
+			r.note("the restarted tracker answered %d announces", n)
+		}
+	}
 	if b.parent.Err() != nil {
 		r.removeOutputs()
 		return nil, b.parent.Err() // interrupted: no report
@@ -231,11 +282,6 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 
 	faults := slices.Clone(sc.Faults)
 	slices.SortStableFunc(faults, func(a, b Fault) int { return cmp.Compare(a.At, b.At) })
-	for _, f := range faults {
-		if f.Kind == FaultCorrupt {
-			r.note("fault %q not applied: a corrupting peer needs peers that trade pieces, and a modified client", f)
-		}
-	}
 	faults = slices.DeleteFunc(faults, func(f Fault) bool { return f.Kind == FaultCorrupt })
 	faultTimer := time.NewTimer(time.Hour)
 	defer faultTimer.Stop()
@@ -249,6 +295,7 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 	// Both series start from nothing at the first arrival.
 	r.run.Origin = append(r.run.Origin, Point{})
 	r.run.Done = append(r.run.Done, Point{})
+	r.run.Uploaded = append(r.run.Uploaded, Point{})
 	// The origin's counter is polled on its own goroutine, so a slow answer
 	// never holds up the loop.
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -260,6 +307,9 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 	running := 0
 	for {
 		if arrivalsOver && running == 0 {
+			for _, f := range faults {
+				r.note("fault %q not applied: every peer had left after %.1f s", f, time.Since(r.t0).Seconds())
+			}
 			r.observe(false)
 			return nil
 		}
@@ -268,6 +318,9 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 			if r.b.parent.Err() == nil {
 				r.run.TimedOut = true
 				r.note("run timed out after %.0f s: peers still running were killed", time.Since(r.t0).Seconds())
+				for _, f := range faults {
+					r.note("fault %q not applied: the run timed out first", f)
+				}
 			}
 			return nil
 		case <-arrive.C:
@@ -340,14 +393,25 @@ func (r *runner) launch(id int) error {
 	r.outputs[id], r.kinds[id] = pc.output, pc.progress
 	spec := procSpec{name: fmt.Sprintf("peer %d", id), argv: pc.argv, dir: dir}
 	pr := r.run.Peers[id]
+	if r.corrupt[id] {
+		spec.extraEnv = append(spec.extraEnv, corruptEnv)
+		pr.Corrupting = true
+	}
 	var summary *bytes.Buffer
 	switch pc.progress {
 	case progressJSON:
 		summary = new(bytes.Buffer)
 		spec.collect = summary
+		logf := peerLog(id)
 		spec.stderr = func(line string, at time.Time) {
 			if p, ok := parseProgressJSON(line); ok {
-				r.send(evProgress{peer: id, at: at, done: p.Done, phase: p.Phase})
+				ev := evProgress{peer: id, at: at, done: p.Done, phase: p.Phase}
+				if p.Up != nil {
+					ev.up, ev.hasUp = *p.Up, true
+				}
+				r.send(ev)
+			} else if logf != nil {
+				fmt.Fprintf(logf, "%.3f %s\n", r.since(at), line)
 			}
 		}
 	case progressAria2:
@@ -389,6 +453,9 @@ func (r *runner) onProgress(ev evProgress) {
 	pr := r.run.Peers[ev.peer]
 	r.done[ev.peer] = ev.done
 	pr.Bytes = ev.done
+	if ev.hasUp {
+		r.up[ev.peer], pr.Uploaded, r.upSeen = ev.up, ev.up, true
+	}
 	t := r.since(ev.at)
 	pr.Progress = append(pr.Progress, Point{T: t, V: float64(ev.done)})
 	complete := ev.done >= r.b.sc.Size || ev.phase == "seeding"
@@ -471,6 +538,11 @@ func (r *runner) observeOrigin(at time.Time, raw int64) {
 		sum += d
 	}
 	r.run.Done = append(r.run.Done, Point{T: t, V: float64(sum)})
+	var up int64
+	for _, u := range r.up {
+		up += u
+	}
+	r.run.Uploaded = append(r.run.Uploaded, Point{T: t, V: float64(up)})
 }
 
 func (r *runner) applyFault(ctx context.Context, f Fault) {
@@ -503,14 +575,21 @@ func (r *runner) applyFault(ctx context.Context, f Fault) {
 		}
 		r.note("fault %q: the origin was down %.2f s", f, time.Since(start).Seconds())
 	case FaultRestartTracker:
+		before, counted := r.trackerAnnounces(ctx)
+		start := time.Now()
 		err := r.sys.restartTracker(ctx)
 		switch {
 		case errors.Is(err, errUnsupported):
-			r.note("fault %q not applied: %s has no separate tracker (stampede serve runs one inside; restart the origin)", f, r.sys.label())
+			r.note("fault %q not applied: %s has no tracker", f, r.sys.label())
 		case err != nil:
 			r.note("fault %q failed: %v", f, err)
+		case counted:
+			r.trackerRestarted = true
+			r.note("fault %q: the tracker was down %.2f s, after %d announces; the new one knew no peer", f,
+				time.Since(start).Seconds(), before)
 		default:
-			r.note("fault %q: the tracker restarted", f)
+			r.trackerRestarted = true
+			r.note("fault %q: the tracker was down %.2f s", f, time.Since(start).Seconds())
 		}
 	}
 }
@@ -586,12 +665,9 @@ func (r *runner) finish() {
 	for _, d := range r.done {
 		delivered += d
 	}
-	run.PeerBytes = max(delivered-run.OriginBytes, 0)
-	if n, ok := reportedPeerBytes(run.Peers); ok {
-		run.PeerBytesReported = &n
-		r.note("the peers report %s sent to each other (their own counters); derived from the origin's bytes: %s",
-			units.Bytes(n), units.Bytes(run.PeerBytes))
-	}
+	run.PeerBytesDerived = max(delivered-run.OriginBytes, 0)
+	r.peerBytes()
+	r.corruptOutcome()
 	run.R = float64(run.OriginBytes) / float64(b.sc.Size)
 	crowd := b.crowd(run.Arrived)
 	run.TKR, run.TKRR, run.HTTPBound = crowd.TKR(), crowd.TKRR(run.R), crowd.HTTP()
@@ -663,24 +739,129 @@ type PeerView struct {
 	Done  int64
 }
 
-// reportedPeerBytes sums what peers say they uploaded to other peers in
-// their --json summaries (swarm.bytes_to_peers); false when none says.
-func reportedPeerBytes(peers []*PeerResult) (int64, bool) {
+// swarmSummary is what the harness reads from a stampede peer's --json
+// summary.
+type swarmSummary struct {
+	BytesToPeers int64 `json:"bytes_to_peers"`
+	PeersBanned  int   `json:"peers_banned"`
+}
+
+// summaryOf reads p's --json summary; false when it has no swarm part
+// (a killed peer, a plain HTTP client, another client).
+func summaryOf(p *PeerResult) (swarmSummary, bool) {
+	var sum struct {
+		Swarm *swarmSummary `json:"swarm"`
+	}
+	if len(p.Summary) == 0 || json.Unmarshal(p.Summary, &sum) != nil || sum.Swarm == nil {
+		return swarmSummary{}, false
+	}
+	return *sum.Swarm, true
+}
+
+// peerBytes sets the run's PeerBytes: the peers' own counters when they
+// report them, else the derived figure. A peer's last progress line comes
+// after its download ended, so it must agree with its --json summary.
+func (r *runner) peerBytes() {
+	run := r.run
+	if !r.upSeen {
+		run.PeerBytes, run.Uploaded = run.PeerBytesDerived, nil
+		return
+	}
+	run.PeerBytesCounted = true
 	var total int64
-	found := false
-	for _, p := range peers {
-		var sum struct {
-			Swarm *struct {
-				BytesToPeers *int64 `json:"bytes_to_peers"`
-			} `json:"swarm"`
+	for _, u := range r.up {
+		total += u
+	}
+	run.PeerBytes = total
+	var differ []int
+	for _, p := range run.Peers {
+		if s, ok := summaryOf(p); ok && s.BytesToPeers != p.Uploaded {
+			differ = append(differ, p.ID)
 		}
-		if len(p.Summary) == 0 || json.Unmarshal(p.Summary, &sum) != nil || sum.Swarm == nil || sum.Swarm.BytesToPeers == nil {
+	}
+	if len(differ) > 0 {
+		r.note("peers %v: the upload in their last progress line differs from their --json summary's bytes_to_peers", differ)
+	}
+	if total > 0 {
+		r.note("the peers counted %s sent to each other; their verified bytes minus the origin's bytes give %s "+
+			"(counted minus derived: upload that did not become a verified piece, such as duplicates, pieces cut short "+
+			"or corrupt data, less what the origin sent that was never used)",
+			units.Bytes(total), units.Bytes(run.PeerBytesDerived))
+	}
+}
+
+// trackerAnnounces reads the announces a system's own tracker answered,
+// where the harness can (stampede's standalone tracker).
+func (r *runner) trackerAnnounces(ctx context.Context) (int64, bool) {
+	s, ok := r.sys.(*stampedeSys)
+	if !ok || s.origin.tracker == nil {
+		return 0, false
+	}
+	n, err := s.origin.tracker.announces(ctx)
+	return n, err == nil
+}
+
+// corruptEnv turns on the corrupting hook of a stampede peer (node/testbed.go).
+const corruptEnv = "STAMPEDE_TESTBED_CORRUPT_UPLOADS=1"
+
+// chooseCorrupt makes the first K peers to arrive (ids 0..K-1) the
+// corrupting ones of the "corrupt K" faults, for systems whose peers trade
+// pieces; for the others it says why the fault is not applied. The first
+// arrivals hold pieces before anyone else, so they are asked for them:
+// the worst place for a corrupting peer to be, and one that makes the
+// fault bite in every run.
+func (r *runner) chooseCorrupt() {
+	k := 0
+	for _, f := range r.b.sc.Faults {
+		if f.Kind == FaultCorrupt {
+			k += f.Count
+		}
+	}
+	if k == 0 {
+		return
+	}
+	if why := r.sys.corruptible(); why != "" {
+		r.note("fault %q not applied: %s", fmt.Sprintf("corrupt %d", k), why)
+		return
+	}
+	c := &CorruptInfo{}
+	for id := range min(k, len(r.corrupt)) {
+		r.corrupt[id] = true
+		c.Peers = append(c.Peers, id)
+	}
+	r.run.Corrupt = c
+}
+
+// corruptOutcome tells what the corrupting peers did and whether the
+// others defended themselves: they must all finish with a verified file.
+func (r *runner) corruptOutcome() {
+	c := r.run.Corrupt
+	if c == nil {
+		return
+	}
+	for _, p := range r.run.Peers {
+		s, _ := summaryOf(p)
+		if p.Corrupting {
+			c.SentBytes += p.Uploaded
+			c.BansByCorrupting += s.PeersBanned
 			continue
 		}
-		total += *sum.Swarm.BytesToPeers
-		found = true
+		if p.State == string(PeerAbsent) || p.State == string(PeerKilled) {
+			continue
+		}
+		c.Honest++
+		if p.Finished {
+			c.HonestFinished++
+		}
+		if s.PeersBanned > 0 {
+			c.HonestBanning++
+			c.Bans += s.PeersBanned
+		}
 	}
-	return total, found
+	r.note("fault \"corrupt %d\": peers %v uploaded only corrupt pieces (%s in all); %d of the %d honest peers banned a peer "+
+		"(%d bans in all) and %d of the %d finished with a verified file; the corrupting peers banned %d",
+		len(c.Peers), c.Peers, units.Bytes(c.SentBytes), c.HonestBanning, c.Honest, c.Bans, c.HonestFinished, c.Honest,
+		c.BansByCorrupting)
 }
 
 // loadAverage is the one-minute load average (0 where unknown).
@@ -695,4 +876,20 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// peerLog opens the file that keeps peer id's stderr (other than progress
+// lines) when STAMPEDE_BENCH_PEER_LOGS names a directory: a debugging aid
+// for the scheduler (add --get-args=-v for its decisions), not part of the
+// report. nil when unset or on error.
+func peerLog(id int) *os.File {
+	dir := os.Getenv("STAMPEDE_BENCH_PEER_LOGS")
+	if dir == "" {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("peer-%d.log", id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil
+	}
+	return f
 }

@@ -143,9 +143,12 @@ const (
 	SysHTTP     = "http"     // stampede get --no-swarm: every peer from the origin
 	SysCurl     = "curl"     // curl: every peer from the origin
 	SysAria2    = "aria2"    // BitTorrent: aria2c seeder and leechers, opentracker
+	// SysNginx: every peer from nginx, a second HTTP origin, capped as the
+	// stampede origin is (see nginx.go).
+	SysNginx = "http-nginx"
 )
 
-var knownSystems = []string{SysStampede, SysHTTP, SysCurl, SysAria2}
+var knownSystems = []string{SysStampede, SysHTTP, SysNginx, SysCurl, SysAria2}
 
 // Backends.
 const (
@@ -160,6 +163,11 @@ func (s *Scenario) Peers() int {
 		n += c.Count
 	}
 	return n
+}
+
+// hasFault says whether the scenario has a fault of kind k.
+func (s *Scenario) hasFault(k FaultKind) bool {
+	return slices.ContainsFunc(s.Faults, func(f Fault) bool { return f.Kind == k })
 }
 
 // RepsFor is how many runs system gets.
@@ -236,10 +244,17 @@ func (s *Scenario) Validate() error {
 	if s.Departure.Linger < 0 {
 		bad("departure linger must not be negative")
 	}
+	corrupt := 0
 	for _, f := range s.Faults {
 		if f.Kind == FaultKill && f.Count > s.Peers() {
 			bad("fault %q: only %d peers", f, s.Peers())
 		}
+		if f.Kind == FaultCorrupt {
+			corrupt += f.Count
+		}
+	}
+	if corrupt > 0 && corrupt >= s.Peers() {
+		bad("%d corrupting peers leave no honest one among %d peers", corrupt, s.Peers())
 	}
 	if len(s.Systems) == 0 {
 		bad("no systems")

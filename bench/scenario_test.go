@@ -8,7 +8,7 @@ import (
 
 func TestStandardScenariosParse(t *testing.T) {
 	names := StandardScenarios()
-	for _, want := range []string{"ci", "flash20", "flash50", "staggered", "poisson", "pool"} {
+	for _, want := range []string{"ci", "faults", "flash20", "flash50", "staggered", "poisson", "pool"} {
 		found := false
 		for _, n := range names {
 			found = found || n == want
@@ -132,6 +132,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"bad fault", base + "fault = explode 3\n", []string{"bad.txt:6: fault:", "want kill K at T"}},
 		{"fault time", base + "fault = kill 1 at soon\n", []string{`bad time "soon"`}},
 		{"kill too many", base + "fault = kill 3 at 1s\n", []string{`fault "kill 3 at 1s": only 2 peers`}},
+		{"no honest peer", base + "fault = corrupt 1\nfault = corrupt 1\n", []string{"2 corrupting peers leave no honest one among 2 peers"}},
 		{"unknown system", base + "systems = stampede,ftp\n", []string{`unknown system "ftp"`}},
 		{"system twice", base + "systems = http,http\n", []string{`system "http" listed twice`}},
 		{"reps of unknown", base + "reps.ftp = 2\n", []string{`unknown system "ftp"`}},
@@ -155,7 +156,7 @@ func TestParseScenarioErrors(t *testing.T) {
 }
 
 func TestLoadScenarioErrors(t *testing.T) {
-	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: ci, flash20") {
+	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: ci, faults, flash20") {
 		t.Errorf("LoadScenario(nosuch) = %v", err)
 	}
 	if _, err := LoadScenario("./nosuch.txt"); err == nil {

@@ -64,9 +64,10 @@ type runEnv struct {
 	origin *Host // the origin's host (and the tracker's)
 	bin    string
 	feats  Features
-	dir    string // this scenario's scratch directory
-	www    string // directory holding the file
-	file   string // the file's name in www
+	dir    string   // this scenario's scratch directory
+	www    string   // directory holding the file
+	file   string   // the file's name in www
+	sum    [32]byte // the file's SHA-256
 	log    *slog.Logger
 }
 
@@ -86,6 +87,9 @@ type system interface {
 	originBytes(ctx context.Context) (int64, error)
 	restartOrigin(ctx context.Context) error
 	restartTracker(ctx context.Context) error
+	// corruptible says why peers of this system cannot run the corrupting
+	// hook ("" when they can).
+	corruptible() string
 	peer(id int, h *Host, c Class, dir string) peerCmd
 	// stop ends the origin side.
 	stop()
@@ -113,7 +117,12 @@ type peerCmd struct {
 func newSystem(name string, e *runEnv) (system, error) {
 	switch name {
 	case SysStampede:
-		return &stampedeSys{env: e, origin: &stampedeOrigin{env: e}}, nil
+		o := &stampedeOrigin{env: e}
+		if e.sc.hasFault(FaultRestartTracker) && e.feats.Swarm {
+			// The tracker must be restartable apart from the origin.
+			o.tracker = &stampedeTracker{env: e}
+		}
+		return &stampedeSys{env: e, origin: o}, nil
 	case SysHTTP:
 		if e.feats.Swarm && !e.feats.NoSwarm {
 			return &curlSys{env: e, origin: &stampedeOrigin{env: e}, asHTTP: true}, nil
@@ -123,6 +132,8 @@ func newSystem(name string, e *runEnv) (system, error) {
 		return &curlSys{env: e, origin: &stampedeOrigin{env: e}}, nil
 	case SysAria2:
 		return newAria2(e)
+	case SysNginx:
+		return newNginx(e)
 	}
 	return nil, fmt.Errorf("unknown system %q", name)
 }
@@ -133,6 +144,9 @@ type stampedeOrigin struct {
 	env  *runEnv
 	addr string // host:port, fixed at the first start (read by the poller)
 	proc *proc  // the loop's only
+	// tracker, when set, is a "stampede tracker" of its own that serve
+	// names with --tracker, instead of the one serve runs inside.
+	tracker *stampedeTracker
 }
 
 var servingLine = regexp.MustCompile(`serving .* on http://([^/\s]+)/`)
@@ -144,6 +158,14 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 		listen = o.addr // a restart keeps the address the peers know
 	}
 	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests"), "-q"}
+	if o.tracker != nil {
+		if o.tracker.proc == nil || o.tracker.proc.exited() {
+			if err := o.tracker.start(ctx); err != nil {
+				return err
+			}
+		}
+		argv = append(argv, "--tracker", o.tracker.url())
+	}
 	if e.shaping() && e.sc.OriginUp > 0 {
 		argv = append(argv, "--rate", strconv.FormatInt(e.sc.OriginUp, 10))
 	}
@@ -250,11 +272,105 @@ func (o *stampedeOrigin) stop() {
 	if o.proc != nil {
 		o.proc.term(3 * time.Second)
 	}
+	if o.tracker != nil && o.tracker.proc != nil {
+		o.tracker.proc.term(3 * time.Second)
+	}
 }
 
 func (o *stampedeOrigin) restart(ctx context.Context) error {
 	o.proc.kill()
 	return o.start(ctx)
+}
+
+// stampedeTracker is "stampede tracker" on the origin host. A restart
+// listens on the address of the first start, which the manifest names.
+type stampedeTracker struct {
+	env  *runEnv
+	addr string // host:port, fixed at the first start
+	proc *proc
+}
+
+var trackerLine = regexp.MustCompile(`tracker on http://([^/\s]+)/announce`)
+
+func (t *stampedeTracker) url() string { return "http://" + t.addr + "/announce" }
+
+func (t *stampedeTracker) start(ctx context.Context) error {
+	e := t.env
+	listen := e.origin.IP + ":0"
+	if t.addr != "" {
+		listen = t.addr
+	}
+	ready := make(chan string, 1)
+	p, err := startProc(procSpec{name: "tracker", argv: e.origin.Command(e.bin, "tracker", "--listen", listen, "-q"),
+		stderr: func(line string, _ time.Time) {
+			if m := trackerLine.FindStringSubmatch(line); m != nil {
+				select {
+				case ready <- m[1]:
+				default:
+				}
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	t.proc = p
+	select {
+	case addr := <-ready:
+		if t.addr == "" {
+			t.addr = addr
+		} else if addr != t.addr {
+			p.kill()
+			return fmt.Errorf("the restarted tracker listens on %s, not %s", addr, t.addr)
+		}
+		return nil
+	case <-p.done:
+		return fmt.Errorf("tracker did not start: %s", p.describe())
+	case <-time.After(30 * time.Second):
+		p.kill()
+		return errors.New("tracker did not print its address within 30s")
+	case <-ctx.Done():
+		p.kill()
+		return ctx.Err()
+	}
+}
+
+func (t *stampedeTracker) restart(ctx context.Context) error {
+	t.proc.kill()
+	return t.start(ctx)
+}
+
+var announcesLine = regexp.MustCompile(`(?m)^stampede_tracker_announces_total\{[^}]*\} (\d+)`)
+
+// announces is the tracker's count of announces since it started.
+func (t *stampedeTracker) announces(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := t.env.origin.HTTPClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
+	}
+	ms := announcesLine.FindAllSubmatch(body, -1)
+	if len(ms) == 0 {
+		return 0, errors.New("tracker /metrics has no stampede_tracker_announces_total")
+	}
+	var n int64
+	for _, m := range ms {
+		v, err := strconv.ParseInt(string(m[1]), 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		n += v
+	}
+	return n, nil
 }
 
 // stampedeSys: every peer runs "stampede get". With the swarm they trade
@@ -289,6 +405,10 @@ func (s *stampedeSys) notes() []string {
 		return []string{"stampede get has no --max-upload-rate/--seed-time yet: its peers fetch from the origin only, " +
 			"as the HTTP baseline does."}
 	}
+	if s.origin.tracker != nil {
+		return []string{"stampede: the tracker runs as a process of its own on the origin host (stampede tracker, " +
+			"named in the manifest with serve --tracker), so that the restart tracker fault can restart it alone."}
+	}
 	return nil
 }
 
@@ -297,8 +417,23 @@ func (s *stampedeSys) originBytes(ctx context.Context) (int64, error) {
 	return s.origin.originBytes(ctx)
 }
 func (s *stampedeSys) restartOrigin(ctx context.Context) error { return s.origin.restart(ctx) }
-func (s *stampedeSys) restartTracker(context.Context) error    { return errUnsupported }
-func (s *stampedeSys) stop()                                   { s.origin.stop() }
+func (s *stampedeSys) restartTracker(ctx context.Context) error {
+	if s.origin.tracker == nil {
+		return errUnsupported
+	}
+	return s.origin.tracker.restart(ctx)
+}
+func (s *stampedeSys) stop() { s.origin.stop() }
+
+func (s *stampedeSys) corruptible() string {
+	switch {
+	case s.http:
+		return "the HTTP baseline's peers do not upload"
+	case !s.env.feats.Swarm:
+		return "this stampede get has no swarm"
+	}
+	return ""
+}
 
 func (s *stampedeSys) peer(id int, h *Host, c Class, dir string) peerCmd {
 	e := s.env
@@ -347,6 +482,7 @@ func (s *curlSys) originBytes(ctx context.Context) (int64, error) { return s.ori
 func (s *curlSys) restartOrigin(ctx context.Context) error        { return s.origin.restart(ctx) }
 func (s *curlSys) restartTracker(context.Context) error           { return errUnsupported }
 func (s *curlSys) stop()                                          { s.origin.stop() }
+func (s *curlSys) corruptible() string                            { return "curl's peers do not upload" }
 
 func (s *curlSys) peer(id int, h *Host, c Class, dir string) peerCmd {
 	out := filepath.Join(dir, s.env.file)
@@ -364,6 +500,7 @@ type progressLine struct {
 	Phase string  `json:"phase"`
 	Size  int64   `json:"size"`
 	Done  int64   `json:"done"`
+	Up    *int64  `json:"up"` // bytes sent to peers; absent from older binaries
 }
 
 // parseProgressJSON reads one --progress-json line; ok is false for any

@@ -170,6 +170,8 @@ type Progress struct {
 	Phase string // "connecting", "verifying", "downloading", "finishing"
 	Size  int64  // -1 while unknown
 	Done  int64  // bytes verified and written (or checked on disk while verifying)
+	// Uploaded counts piece bytes sent to other peers (0 outside a swarm).
+	Uploaded int64
 }
 
 // Download is one download in progress. Create it with New, watch it with
@@ -182,6 +184,7 @@ type Download struct {
 	size     atomic.Int64
 	done     atomic.Int64
 	received atomic.Int64
+	peer     atomic.Pointer[node.Node] // the swarm's node, once started
 
 	sk        sink      // opened once per download (see openSink)
 	completed time.Time // when the file was published, if before Run ends (seeding)
@@ -248,7 +251,11 @@ func RemoteName(u *url.URL) string {
 
 // Progress returns a snapshot; safe from any goroutine.
 func (d *Download) Progress() Progress {
-	return Progress{Phase: d.phase.Load().(string), Size: d.size.Load(), Done: d.done.Load()}
+	p := Progress{Phase: d.phase.Load().(string), Size: d.size.Load(), Done: d.done.Load()}
+	if nd := d.peer.Load(); nd != nil {
+		p.Uploaded = nd.Stats().BytesToPeers
+	}
+	return p
 }
 
 func (d *Download) count(reason string) {

@@ -16,8 +16,12 @@ import (
 // errNoRanges: the server answered a Range request with the whole file.
 var errNoRanges = errors.New("server ignores Range requests")
 
-// busyError is a 503 to honour.
-type busyError struct{ wait time.Duration }
+// busyError is a 503 to honour. peers are those an overloaded origin
+// named (overload.go).
+type busyError struct {
+	wait  time.Duration
+	peers []string
+}
 
 func (e *busyError) Error() string { return fmt.Sprintf("server busy (503), retry after %v", e.wait) }
 
@@ -30,6 +34,9 @@ type attempt struct {
 	buf      []byte
 	late     bool // its deadline passed (counted once against the window)
 	dropped  bool // cancelled by the loop; its outcome does not count
+	// overload asks for overload mode: the origin may answer past its
+	// limits with another piece (stored, then reported as *overloadAnswer).
+	overload bool
 	// handedOff is set by the attempt's goroutine when the sink took buf
 	// (and will return it to the free list itself).
 	handedOff bool
@@ -279,6 +286,9 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	if v := ifRange(etag, lm); v != "" {
 		hdr.Set("If-Range", v)
 	}
+	if a.overload {
+		hdr.Set(capabilitiesHeader, capabilityOverload)
+	}
 	resp, err := d.do(ctx, http.MethodGet, in.url, hdr, reason)
 	if err != nil {
 		return err
@@ -289,10 +299,17 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	}
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
+		if a.overload && resp.Header.Get(pieceHeader) != "" {
+			return d.readOverloadAnswer(ctx, m, sk, a, free, resp)
+		}
 	case http.StatusOK:
 		return errNoRanges
 	case http.StatusServiceUnavailable:
-		return &busyError{wait: retryAfter(resp.Header, time.Now())}
+		be := &busyError{wait: retryAfter(resp.Header, time.Now())}
+		if a.overload {
+			be.peers = parsePeers(resp.Header)
+		}
+		return be
 	case http.StatusRequestedRangeNotSatisfiable:
 		return fmt.Errorf("%w: server says bytes %d-%d are outside the file", ErrChanged, off, off+n-1)
 	default:

@@ -84,21 +84,25 @@ func (s *Source) PiecesRejected() int {
 // Fetcher returns the origin fetcher of a node downloading into st (opened
 // for this source's manifest): each piece is requested with Range and
 // If-Range, the response checked (status, validators, Content-Range,
-// Content-Length) and the body verified by st before it is written.
-func (s *Source) Fetcher(st *store.File) node.OriginFetcher {
+// Content-Length) and the body verified by st before it is written. An
+// overloaded origin's answers (another piece, peers) go to the node nd
+// returns, which must be set before the node runs.
+func (s *Source) Fetcher(st *store.File, nd func() *node.Node) node.OriginFetcher {
 	return s.d.originFetcher(s.m, s.in, &fileSink{st: st}, func() {
 		s.mu.Lock()
 		s.rejected++
 		s.mu.Unlock()
-	})
+	}, nd)
 }
 
 // originFetcher is the origin side of a swarm download: it reuses the
 // piece path of the HTTP downloader (the same checks of status, validators
 // and Content-Range; the sink verifies the bytes) and sorts its errors into
 // those worth retrying and those that end the download (node.FatalError).
-// onRejected, if set, is called for each corrupt piece (serialised).
-func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onRejected func()) node.OriginFetcher {
+// onRejected, if set, is called for each corrupt piece (serialised); nd
+// returns the node, which hears of pieces and peers an overloaded origin
+// hands out.
+func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onRejected func(), nd func() *node.Node) node.OriginFetcher {
 	var (
 		bufs       = make(chan []byte, 8) // piece buffers for origin fetches, reused
 		mu         sync.Mutex             // guards the following
@@ -113,7 +117,7 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 			buf = make([]byte, m.PieceSize)
 		}
 		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: buf}
+		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true}
 		err := d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+reason)
 		if a.handedOff {
 			buf = <-free
@@ -121,6 +125,23 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 		select {
 		case bufs <- buf:
 		default:
+		}
+		// An overloaded origin's answer: another piece, stored, and peers.
+		// The node learns both; for the piece asked it is a busy answer,
+		// which keeps the scheduler off the origin for its Retry-After.
+		// Neither it nor a 503 naming peers counts against MaxRetryAfter:
+		// the origin is pointing us at the swarm, and the node's stall
+		// timeout watches that the swarm delivers.
+		if oa, ok := errors.AsType[*overloadAnswer](err); ok {
+			nd().Stored(ctx, oa.piece)
+			if len(oa.peers) > 0 {
+				nd().AddPeers(ctx, oa.peers)
+			}
+			return oa.wait, err
+		}
+		if be, ok := errors.AsType[*busyError](err); ok && len(be.peers) > 0 {
+			nd().AddPeers(ctx, be.peers)
+			return be.wait, err
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -47,10 +47,11 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	// checks of status, validators and Content-Range, then the store
 	// verifies the bytes (source.go).
 	var (
+		nd        *node.Node // set before it runs, which is before any origin fetch
 		once      sync.Once
 		finishErr error
 	)
-	fetchOrigin := d.originFetcher(m, in, sk, func() { res.PiecesRejected++ })
+	fetchOrigin := d.originFetcher(m, in, sk, func() { res.PiecesRejected++ }, func() *node.Node { return nd })
 
 	ncfg := d.cfg.Swarm.Node
 	ncfg.Manifest, ncfg.Store = m, fs.st
@@ -74,10 +75,11 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 		})
 		return finishErr
 	}
-	nd, err := node.New(ncfg)
+	nd, err = node.New(ncfg)
 	if err != nil {
 		return err
 	}
+	d.peer.Store(nd)
 	err = nd.Run(ctx)
 	st := nd.Stats()
 	res.Swarm = &st

@@ -97,8 +97,9 @@ func (o *object) startNode(src *fetch.Source) error {
 	cfg.HTTPClient = g.trackers
 	cfg.UploadLimit = g.upload
 	cfg.SeedTime = -1 // until the cache stops it
+	var nd *node.Node // set before it runs, which is before any origin fetch
 	if src != nil {
-		cfg.Origin = src.Fetcher(cfg.Store)
+		cfg.Origin = src.Fetcher(cfg.Store, func() *node.Node { return nd })
 		cfg.OnPiece = o.onPiece
 		cfg.OnComplete = o.onComplete
 	}

@@ -25,15 +25,15 @@ func TestPieceSizeFor(t *testing.T) {
 		{0, 16 * KiB},
 		{1, 16 * KiB},
 		{16 * KiB, 16 * KiB},
-		{5 * MiB, 16 * KiB},
-		{32 * MiB, 16 * KiB},   // 2048 pieces: the most before pieces grow
-		{32*MiB + 1, 32 * KiB}, // 2049 would be too many
-		{64 * MiB, 32 * KiB},   // 2048 pieces
-		{64*MiB + 1, 64 * KiB}, // 1025 pieces
-		{GiB, 512 * KiB},       // 2048 pieces
-		{8 * GiB, 4 * MiB},     // 2048 pieces of the largest size
-		{8*GiB + 1, 4 * MiB},   // capped: 2049 pieces
-		{1 << 40, 4 * MiB},     // 1 TiB: 262144 pieces, capped
+		{5 * MiB, 16 * KiB},   // 320 pieces
+		{8 * MiB, 16 * KiB},   // 512 pieces: the most before pieces grow
+		{8*MiB + 1, 32 * KiB}, // 513 would be too many
+		{32 * MiB, 64 * KiB},  // 512 pieces
+		{32*MiB + 1, 128 * KiB},
+		{GiB, 2 * MiB},       // 512 pieces
+		{2 * GiB, 4 * MiB},   // 512 pieces of the largest size
+		{2*GiB + 1, 4 * MiB}, // capped: 513 pieces
+		{1 << 40, 4 * MiB},   // 1 TiB: 262144 pieces, capped
 		{manifest.MaxSize, 4 * MiB},
 	} {
 		if got := manifest.PieceSizeFor(c.size); got != c.want {
@@ -42,7 +42,7 @@ func TestPieceSizeFor(t *testing.T) {
 	}
 
 	// Properties over sizes around every power of two: the piece size is a
-	// power of two in range, the piece count stays at most 2048 unless the
+	// power of two in range, the piece count stays at most 512 unless the
 	// size is capped, and it is the smallest such size.
 	for shift := 0; shift <= 50; shift++ {
 		for _, size := range []int64{1<<shift - 1, 1 << shift, 1<<shift + 1} {
@@ -51,16 +51,16 @@ func TestPieceSizeFor(t *testing.T) {
 				t.Fatalf("PieceSizeFor(%d) = %d: not a power of two in [%d, %d]", size, ps, manifest.MinPieceSize, manifest.MaxPieceSize)
 			}
 			count := (size + ps - 1) / ps
-			if count > 2048 && ps != manifest.MaxPieceSize {
+			if count > 512 && ps != manifest.MaxPieceSize {
 				t.Errorf("PieceSizeFor(%d) = %d gives %d pieces", size, ps, count)
 			}
-			if half := ps / 2; half >= manifest.MinPieceSize && (size+half-1)/half <= 2048 {
+			if half := ps / 2; half >= manifest.MinPieceSize && (size+half-1)/half <= 512 {
 				t.Errorf("PieceSizeFor(%d) = %d, but %d already gives %d pieces", size, ps, half, (size+half-1)/half)
 			}
 		}
 	}
-	if n := GiB / manifest.PieceSizeFor(GiB); n < 1024 || n > 2048 {
-		t.Errorf("1 GiB is cut into %d pieces, want 1024..2048", n)
+	if n := GiB / manifest.PieceSizeFor(GiB); n < 256 || n > 512 {
+		t.Errorf("1 GiB is cut into %d pieces, want 256..512", n)
 	}
 }
 

@@ -140,7 +140,10 @@ type originConfig struct {
 	seed         uint64
 	rate         int64
 	maxTransfers int
-	net          network
+	// overloadTransfers is origin.Config.OverloadTransfers (negative: no
+	// overload mode, every request past maxTransfers gets 503).
+	overloadTransfers int
+	net               network
 	// onPiece is called after each piece served (206), with the count so
 	// far; onStarted after each "started" announce, with the count so far.
 	onPiece   func(served int)
@@ -162,7 +165,8 @@ func startOrigin(t *testing.T, cfg originConfig) *testOrigin {
 	tr := tracker.New(tracker.Config{Logger: testLogger(t, slog.LevelWarn)})
 	srv, err := origin.New(origin.Config{
 		Dir: dir, CacheDir: t.TempDir(), Rate: cfg.rate, MaxTransfers: cfg.maxTransfers,
-		Tracker: tr, Logger: testLogger(t, slog.LevelWarn),
+		OverloadTransfers: cfg.overloadTransfers,
+		Tracker:           tr, Logger: testLogger(t, slog.LevelWarn),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -341,19 +345,8 @@ func (o *testOrigin) metric(name string) float64 {
 var swarmBugs = os.Getenv("STAMPEDE_SWARM_BUGS") != ""
 
 // scenarioSwarm is the scheduler configuration of the swarm scenarios: the
-// defaults, except that START is announced only for origin fetches. With
-// the default (QuietRequests false), a START sent when a piece is requested
-// from a peer outlives that request: when the peer leaves, everyone who
-// asked it keeps the others off the origin for that piece for StartTimeout
-// (10 s), and a crowd whose members leave on completion advances in 10 s
-// steps (TestSwarmBugStartClaims). STAMPEDE_SWARM_BUGS=1 runs the scenarios
-// with the plain defaults.
-func scenarioSwarm() swarm.Config {
-	if swarmBugs {
-		return swarm.Config{}
-	}
-	return swarm.Config{QuietRequests: true}
-}
+// defaults.
+func scenarioSwarm() swarm.Config { return swarm.Config{} }
 
 // peerResult is one download's outcome.
 type peerResult struct {

@@ -142,7 +142,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.ListenAddr = ":0"
 	}
 	if cfg.Dial == nil {
-		d := &net.Dialer{Timeout: 5 * time.Second}
+		d := &net.Dialer{Timeout: dialTimeout}
 		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
 	if cfg.HTTPClient == nil {
@@ -319,6 +319,12 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
+// dialTimeout bounds a dial to a peer. A peer whose uplink is saturated
+// drops packets at its bottleneck queue, the SYN-ACK among them; TCP sends
+// the SYN again after 1, 3 and 7 s, so a short timeout (5 s was measured)
+// left late arrivals of a flash crowd of 50 unable to reach anyone.
+const dialTimeout = 15 * time.Second
+
 // maxBatch bounds the events handed to the scheduler at once, so a flood
 // cannot delay its decisions for long.
 const maxBatch = 256
@@ -350,6 +356,7 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.seen++
 	n.mu.Unlock()
 	p.start(ctx)
+	n.log.Debug("peer up", "peer", p.addr, "outbound", j.outbound, "peers", len(n.peers))
 	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
 }
 
@@ -374,6 +381,7 @@ func (n *Node) observe(ev swarm.Event) {
 	switch ev := ev.(type) {
 	case swarm.PeerDown:
 		if p := n.peers[ev.Peer]; p != nil {
+			n.log.Debug("peer down", "peer", p.addr, "why", ev.Reason)
 			delete(n.peers, ev.Peer)
 			if n.byPeerID[p.peerID] == ev.Peer {
 				delete(n.byPeerID, p.peerID)
@@ -421,6 +429,10 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			for _, p := range n.peers {
 				p.sendControl(&wire.Start{Piece: uint32(a.Piece)})
 			}
+		case swarm.AnnounceStop:
+			for _, p := range n.peers {
+				p.sendControl(&wire.Stop{Piece: uint32(a.Piece)})
+			}
 		case swarm.Choke:
 			if p := n.peers[a.Peer]; p != nil {
 				p.sendControl(&wire.Choke{})
@@ -442,6 +454,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			n.connect(ctx, a.Addr)
 		case swarm.Disconnect:
 			if p := n.peers[a.Peer]; p != nil {
+				n.log.Debug("disconnecting", "peer", p.addr, "why", a.Reason, "ban", a.Ban)
 				if a.Ban {
 					n.mu.Lock()
 					n.banned++
@@ -488,6 +501,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 	n.mu.Lock()
 	n.origin[a.Reason]++
 	n.mu.Unlock()
+	n.log.Debug("origin fetch", "piece", a.Piece, "why", a.Reason, "peers", len(n.peers))
 	if n.cfg.Origin == nil {
 		n.postLater(ctx, swarm.OriginResult{Piece: a.Piece, OK: false})
 		return
@@ -501,8 +515,11 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 			}
 			return
 		}
-		if err != nil && busy == 0 {
+		switch {
+		case err != nil && busy == 0:
 			n.log.Info("origin fetch failed", "piece", a.Piece, "err", err)
+		case busy > 0:
+			n.log.Debug("origin busy", "piece", a.Piece, "retry_after", busy)
 		}
 		n.post(ctx, swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy})
 	})
@@ -530,6 +547,15 @@ func (n *Node) Prefer(ctx context.Context, from, count int) {
 // answer without a swarm-size estimate. Same rules as Prefer.
 func (n *Node) AddPeers(ctx context.Context, addrs []string) {
 	n.post(ctx, swarm.TrackerPeers{Addrs: addrs})
+}
+
+// Stored tells the scheduler that piece was verified and stored by the
+// caller, outside the node's own fetches (an overloaded origin answering a
+// request for one piece with another): it is announced to peers and never
+// fetched again, as if an origin fetch of it had succeeded. Same rules as
+// Prefer.
+func (n *Node) Stored(ctx context.Context, piece int) {
+	n.post(ctx, swarm.OriginResult{Piece: piece, OK: true})
 }
 
 // postLater is post for the loop goroutine itself, which must never wait
@@ -580,6 +606,7 @@ func (n *Node) askTracker(ctx context.Context, why string) {
 			if resp.Interval > 0 {
 				n.setInterval(resp.Interval)
 			}
+			n.log.Debug("tracker answered", "why", why, "peers", len(addrs), "swarm_size", resp.SwarmSize)
 			n.post(ctx, swarm.TrackerPeers{Addrs: addrs, SwarmSize: resp.SwarmSize})
 		})
 	}
@@ -634,14 +661,16 @@ func (n *Node) acceptLoop(ctx context.Context) {
 
 func (n *Node) connect(ctx context.Context, addr string) {
 	n.wg.Go(func() {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		defer cancel()
 		c, err := n.cfg.Dial(dctx, addr)
 		if err != nil {
+			n.log.Debug("dial failed", "peer", addr, "err", err)
 			n.post(ctx, swarm.DialFailed{Addr: addr})
 			return
 		}
 		if !n.handshake(ctx, c, true, addr) {
+			n.log.Debug("handshake failed", "peer", addr)
 			n.post(ctx, swarm.DialFailed{Addr: addr})
 		}
 	})
@@ -674,6 +703,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 			}
 		}
 	}
+	tuneConn(c)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)
 	p.outbound = outbound

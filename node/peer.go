@@ -179,6 +179,8 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			ev = swarm.Have{Peer: p.id, Piece: int(msg.Piece)}
 		case *wire.Start:
 			ev = swarm.Started{Peer: p.id, Piece: int(msg.Piece)}
+		case *wire.Stop:
+			ev = swarm.Stopped{Peer: p.id, Piece: int(msg.Piece)}
 		case *wire.Choke:
 			ev = swarm.Choked{Peer: p.id}
 		case *wire.Unchoke:
@@ -342,7 +344,21 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 				return err
 			}
 		case piece := <-p.uploads:
-			if err := p.upload(ctx, w, piece, buf); err != nil {
+			// Control frames that come while a piece is being sent go
+			// between its DATA frames.
+			drain := func() (bool, error) {
+				for {
+					select {
+					case m := <-p.ctrl:
+						if done, err := control(m); done || err != nil {
+							return done, err
+						}
+					default:
+						return false, nil
+					}
+				}
+			}
+			if done, err := p.upload(ctx, w, piece, buf, drain); done || err != nil {
 				return err
 			}
 		case <-idle.C:
@@ -357,38 +373,49 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 	}
 }
 
-// upload sends one piece as DATA frames, shaped by the upload limit. The
-// store verifies the piece as it reads it, so a piece damaged on our disk is
-// never passed on.
-func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte) error {
+// dataChunk is the most bytes of one DATA frame we send: a piece larger than
+// this goes as several frames, with waiting control frames in between.
+const dataChunk = 64 << 10
+
+// upload sends one piece as DATA frames, shaped by the upload limit; between
+// frames drain sends waiting control frames (done: the connection is to
+// close). The store verifies the piece as it reads it, so a piece damaged
+// on our disk is never passed on.
+func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte, drain func() (done bool, err error)) (bool, error) {
 	p.mu.Lock()
 	skip := p.dropUp[piece]
 	delete(p.dropUp, piece)
 	p.mu.Unlock()
 	if skip {
-		return nil
+		return false, nil
 	}
 	data, err := p.n.cfg.Store.ReadPiece(piece, buf)
 	if err != nil {
 		p.n.log.Warn("cannot serve a piece", "piece", piece, "err", err)
 		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})
-		return nil
+		return false, nil
 	}
-	for off := 0; off < len(data); off += wire.MaxData {
-		chunk := data[off:min(len(data), off+wire.MaxData)]
+	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
+	for off := 0; off < len(data); off += dataChunk {
+		if off > 0 {
+			if done, err := drain(); done || err != nil {
+				return done, err
+			}
+		}
+		chunk := data[off:min(len(data), off+dataChunk)]
 		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
-			return err
+			return false, err
 		}
 		if err := w.WriteData(uint32(piece), uint32(off), chunk); err != nil {
-			return err
+			return false, err
 		}
 		p.n.bytesToPeers.Add(int64(len(chunk)))
 	}
 	if err := w.Flush(); err != nil {
-		return err
+		return false, err
 	}
 	p.n.post(ctx, swarm.Uploaded{Peer: p.id, Piece: piece, Bytes: int64(len(data))})
-	return nil
+	return false, nil
 }
 
 // recommendation turns addresses into a RECOMMEND message, skipping any that

@@ -64,7 +64,14 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Etag", v.etag)
 	h.Add("Link", linkHeader((&url.URL{Path: ManifestPrefix + "/" + name}).EscapedPath()))
-	w.onFull = func(h http.Header) { s.addDirDigest(r.Context(), h, name, v, fi.Size()) }
+	if isPage(name) {
+		h.Add("Link", bundleLinkHeader(name))
+	}
+	w.onFull = func(h http.Header) { s.addDirDigest(r.Context(), h, name, v) }
+	w.source = &pieceSource{r: f, entry: func() *entry {
+		e, _ := s.cache.lookup(s.dirKey+name, v)
+		return e
+	}}
 	// ServeContent sets Last-Modified from fi.ModTime() exactly as
 	// fileValidators formats it.
 	http.ServeContent(w, r, path.Base(name), fi.ModTime(), f)
@@ -77,29 +84,35 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 // slot) for seconds.
 const syncDigestMax = 64 << 20
 
-// addDirDigest adds Repr-Digest to a full response, computing the file's
-// manifest and digest first if it is small or cached.
-func (s *Server) addDirDigest(ctx context.Context, h http.Header, name string, v validators, size int64) {
-	if size > syncDigestMax {
-		if e, _ := s.cache.lookup(s.dirKey+name, v); e != nil {
+// addDirDigest adds Repr-Digest to a full response of the file name.
+func (s *Server) addDirDigest(ctx context.Context, h http.Header, name string, v validators) {
+	s.addDigest(ctx, h, s.dirKey+name, v, func(ctx context.Context) (*entry, error) { return s.dirEntry(ctx, name, v) })
+}
+
+// addDigest adds Repr-Digest to a full response of version v of what key
+// names in the cache, computing its manifest and digest with get first if
+// it is small or cached.
+func (s *Server) addDigest(ctx context.Context, h http.Header, key string, v validators, get func(context.Context) (*entry, error)) {
+	if v.size > syncDigestMax {
+		if e, _ := s.cache.lookup(key, v); e != nil {
 			h.Set("Repr-Digest", e.reprDigest())
 			return
 		}
 		s.bg.spawn(func(ctx context.Context) {
-			if _, err := s.dirEntry(ctx, name, v); err != nil && ctx.Err() == nil {
-				s.log.Warn("hashing a file failed", "file", name, "err", err)
+			if _, err := get(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("hashing failed", "key", key, "err", err)
 			}
 		})
 		return
 	}
-	e, err := s.dirEntry(ctx, name, v)
+	e, err := get(ctx)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return // the client is gone
 	case err != nil:
-		s.log.Warn("sending a file without Repr-Digest: hashing it failed", "file", name, "err", err)
+		s.log.Warn("sending a response without Repr-Digest: hashing failed", "key", key, "err", err)
 	case !e.v.matches(v):
-		s.log.Info("sending a file without Repr-Digest: it changed while being sent", "file", name)
+		s.log.Info("sending a response without Repr-Digest: it changed while being sent", "key", key)
 	default:
 		h.Set("Repr-Digest", e.reprDigest())
 	}

@@ -14,15 +14,16 @@ import (
 type kind int
 
 const (
-	kindFile     kind = iota // a file, from Dir or proxied to Upstream
-	kindManifest             // under ManifestPrefix
-	kindMetrics              // /metrics
-	kindOther                // directory indexes, bad methods, bad paths
-	kindTracker              // announces to the embedded tracker
+	kindFile        kind = iota // a file, from Dir or proxied to Upstream
+	kindManifest                // under ManifestPrefix
+	kindMetrics                 // /metrics
+	kindOther                   // directory indexes, bad methods, bad paths
+	kindTracker                 // announces to the embedded tracker
+	kindBundleIndex             // under BundleIndexPrefix
 	numKinds
 )
 
-var kindNames = [numKinds]string{"file", "manifest", "metrics", "other", "tracker"}
+var kindNames = [numKinds]string{"file", "manifest", "metrics", "other", "tracker", "bundle_index"}
 
 // Where a manifest request found its manifest without computing it.
 const (
@@ -51,7 +52,7 @@ const ReasonHeader = "Stampede-Reason"
 // reasonNames are the reasons counted; anything else counts as "other" (a
 // header must not grow the metrics without bound).
 var reasonNames = [...]string{"none", "piece", "retry-late", "retry-error", "stream",
-	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "other"}
+	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "origin:peers-failing", "other"}
 
 func reasonIndex(h string) int {
 	if h == "" {
@@ -70,6 +71,8 @@ type metrics struct {
 	bytesSent         atomic.Int64
 	requests          [numKinds]atomic.Int64
 	rejectedOverload  atomic.Int64
+	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
+	overloadBytes     atomic.Int64              // piece bytes of overload answers
 	manifestsComputed atomic.Int64
 	manifestHits      [numHits]atomic.Int64
 	manifestFailures  atomic.Int64 // computations that failed
@@ -90,7 +93,7 @@ func (m *metrics) countResponse(code int) {
 }
 
 // write prints the metrics in the Prometheus text exposition format.
-func (m *metrics) write(w io.Writer, active, maxTransfers int, rate int64) error {
+func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	var b bytes.Buffer
 	family := func(name, typ, help string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
@@ -130,10 +133,24 @@ func (m *metrics) write(w io.Writer, active, maxTransfers int, rate int64) error
 	family("stampede_origin_rejected_total", "counter", "Requests turned away with 503 and Retry-After, by reason.")
 	sample("stampede_origin_rejected_total", `reason="overload"`, m.rejectedOverload.Load())
 
+	family("stampede_origin_overload_answers_total", "counter", "Requests for a file body past --max-transfers, by what they got: "+
+		"piece (overload mode: 206 with one piece and peers), or 503 because legacy (the client did not ask for overload mode), "+
+		"off (--overload-transfers 0), full (--overload-transfers answers in flight), no-manifest (not computed yet), "+
+		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream).")
+	for i, name := range outcomeNames {
+		sample("stampede_origin_overload_answers_total", `outcome="`+name+`"`, m.overload[i].Load())
+	}
+	family("stampede_origin_overload_bytes_sent_total", "counter", "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
+	sample("stampede_origin_overload_bytes_sent_total", "", m.overloadBytes.Load())
+
 	family("stampede_origin_transfers_active", "gauge", "File bodies being sent.")
-	sample("stampede_origin_transfers_active", "", int64(active))
+	sample("stampede_origin_transfers_active", "", int64(g.activeCount()))
 	family("stampede_origin_transfers_max", "gauge", "File bodies sent at most at once (--max-transfers).")
-	sample("stampede_origin_transfers_max", "", int64(maxTransfers))
+	sample("stampede_origin_transfers_max", "", int64(g.max))
+	family("stampede_origin_overload_answers_active", "gauge", "Overload answers being sent.")
+	sample("stampede_origin_overload_answers_active", "", int64(g.answeringCount()))
+	family("stampede_origin_overload_answers_max", "gauge", "Overload answers sent at most at once, past --max-transfers (--overload-transfers; 0: overload mode off).")
+	sample("stampede_origin_overload_answers_max", "", int64(g.maxAnswers))
 	family("stampede_origin_rate_limit_bytes", "gauge", "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.")
 	sample("stampede_origin_rate_limit_bytes", "", rate)
 

@@ -15,8 +15,15 @@
 //     manifest), whose ETag and LastModified are the validators the file is
 //     served with at that moment. It is never stale.
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
-//     503 Service Unavailable with Retry-After. HEAD, 304 and manifests always
-//     pass.
+//     an overload answer if it asked for one (Stampede-Capabilities:
+//     overload): 206 with one piece of the origin's choosing, the swarm's
+//     peers and the manifest's Link (overload.go, overloadanswer.go);
+//     otherwise, or when no piece can be given, 503 Service Unavailable with
+//     Retry-After. HEAD, 304, manifests and bundle indexes always pass.
+//   - An HTML page P of Dir links its bundle, the page and its same-origin
+//     assets in one resource at /.well-known/stampede/bundle/P, served and
+//     swarmed like a file, with its table of contents at
+//     /.well-known/stampede/bundle-index/P (bundle.go).
 //   - /metrics is in the Prometheus text format.
 //   - With Config.Tracker, the tracker (package tracker) answers at
 //     /.well-known/stampede/tracker/announce, and every manifest served names
@@ -30,7 +37,9 @@
 //
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
 // every request goes through: accounting, shaping, admission), overload.go
-// (the overload policy), dir.go (serving a directory), upstream.go (fronting a
+// (the overload policy), handout.go (which piece an overload answer
+// carries), overloadanswer.go (the answer), dir.go (serving a directory),
+// bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
 // web server), cache.go (the manifest cache), trackers.go (trackers in
 // manifests), metrics.go.
 package origin
@@ -65,9 +74,14 @@ const ManifestContentType = "application/vnd.stampede.manifest+json"
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxTransfers    = 64
-	DefaultMemoryManifests = 256
-	DefaultShutdownGrace   = 5 * time.Second
+	DefaultMaxTransfers      = 64
+	DefaultOverloadTransfers = 16
+	DefaultOverloadCopies    = 1
+	DefaultOverloadWindow    = 30 * time.Second
+	DefaultMemoryManifests   = 256
+	DefaultShutdownGrace     = 5 * time.Second
+	DefaultBundleMaxAssets   = 128
+	DefaultBundleMaxBytes    = 32 << 20
 )
 
 // Config configures a Server. Exactly one of Dir and Upstream is set.
@@ -88,10 +102,33 @@ type Config struct {
 	// MaxTransfers is the most file bodies sent at once; a GET past it is
 	// answered 503 with Retry-After. Default DefaultMaxTransfers.
 	MaxTransfers int
-	// RetryAfter is the Retry-After sent with a 503. 0, the default,
-	// estimates it from the load and spreads it so that the clients turned
-	// away together do not come back together.
+	// RetryAfter is the Retry-After sent with a 503 or an overload answer.
+	// 0, the default, estimates it from the load and spreads it so that the
+	// clients turned away together do not come back together.
 	RetryAfter time.Duration
+
+	// Overload mode (overload.go). Past MaxTransfers, a GET from a client
+	// that sends CapabilitiesHeader with "overload" is answered 206 with one
+	// piece of the origin's choosing, the swarm's peers and the manifest's
+	// Link, instead of 503. OverloadTransfers is the most such answers sent
+	// at once, on top of MaxTransfers: default DefaultOverloadTransfers;
+	// negative turns overload mode off (capable clients get 503 too).
+	OverloadTransfers int
+	// OverloadCopies is how many times each piece of a file is handed out
+	// per OverloadWindow at most; once they all have, capable clients get
+	// 503 until the window ends. It bounds what overload mode costs to
+	// OverloadCopies times the file per window. Defaults
+	// DefaultOverloadCopies and DefaultOverloadWindow.
+	OverloadCopies int
+	OverloadWindow time.Duration
+
+	// BundleMaxAssets and BundleMaxBytes bound the bundle of an HTML page
+	// (bundle.go): at most BundleMaxAssets assets after the page, and at
+	// most BundleMaxBytes in all, the page included; assets that do not
+	// fit are left out. Defaults DefaultBundleMaxAssets and
+	// DefaultBundleMaxBytes.
+	BundleMaxAssets int
+	BundleMaxBytes  int64
 
 	// CacheDir keeps computed manifests across restarts. Default
 	// DefaultCacheDir(). It must not lie inside Dir: the server never writes
@@ -142,15 +179,18 @@ type Server struct {
 	handler http.Handler
 	limiter *ratelimit.Limiter
 	gate    *gate
-	cache   *cache
-	metrics metrics
-	bg      *background
+	// handouts chooses the piece of each overload answer.
+	handouts *handouts
+	cache    *cache
+	metrics  metrics
+	bg       *background
 	// hashSem bounds the manifests computed at once: each already hashes on
 	// every CPU, and the disk or the upstream is shared.
 	hashSem chan struct{}
 
 	// Dir mode.
-	root *os.Root
+	root  *os.Root
+	pages *pageCache // the assets found in HTML pages, for bundles
 	// dirKey prefixes cache keys with the absolute directory, so servers of
 	// different directories can share a CacheDir.
 	dirKey string
@@ -174,14 +214,34 @@ func New(cfg Config) (*Server, error) {
 	if (cfg.Dir == "") == (cfg.Upstream == nil) {
 		return nil, errors.New("origin: set exactly one of Dir and Upstream")
 	}
-	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 {
-		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests and ShutdownGrace must not be negative")
+	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 ||
+		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 {
+		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests, ShutdownGrace, " +
+			"OverloadCopies, OverloadWindow, BundleMaxAssets and BundleMaxBytes must not be negative")
 	}
 	if err := checkTrackerURLs(cfg.Trackers); err != nil {
 		return nil, err
 	}
 	if cfg.MaxTransfers == 0 {
 		cfg.MaxTransfers = DefaultMaxTransfers
+	}
+	switch {
+	case cfg.OverloadTransfers == 0:
+		cfg.OverloadTransfers = DefaultOverloadTransfers
+	case cfg.OverloadTransfers < 0:
+		cfg.OverloadTransfers = 0 // off
+	}
+	if cfg.OverloadCopies == 0 {
+		cfg.OverloadCopies = DefaultOverloadCopies
+	}
+	if cfg.OverloadWindow == 0 {
+		cfg.OverloadWindow = DefaultOverloadWindow
+	}
+	if cfg.BundleMaxAssets == 0 {
+		cfg.BundleMaxAssets = DefaultBundleMaxAssets
+	}
+	if cfg.BundleMaxBytes == 0 {
+		cfg.BundleMaxBytes = DefaultBundleMaxBytes
 	}
 	if cfg.MemoryManifests == 0 {
 		cfg.MemoryManifests = DefaultMemoryManifests
@@ -199,7 +259,8 @@ func New(cfg Config) (*Server, error) {
 		bg:      newBackground(),
 		hashSem: make(chan struct{}, concurrentHashes),
 	}
-	s.gate = newGate(cfg.MaxTransfers, cfg.Rate, cfg.RetryAfter, s.log)
+	s.gate = newGate(cfg.MaxTransfers, cfg.OverloadTransfers, cfg.Rate, cfg.RetryAfter, s.log)
+	s.handouts = newHandouts(cfg.OverloadCopies, cfg.OverloadWindow)
 	if err := s.init(); err != nil {
 		s.Close()
 		return nil, err
@@ -222,6 +283,7 @@ func (s *Server) init() error {
 			return fmt.Errorf("origin: %w", err)
 		}
 		servedDir, s.dirKey = abs, "file:"+abs+"/"
+		s.pages = newPageCache()
 	} else if err := s.initUpstream(); err != nil {
 		return err
 	}
@@ -282,6 +344,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET "+ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
 	if s.root != nil {
 		mux.Handle("GET /", s.route(kindFile, s.serveDir))
+		mux.Handle("GET "+BundlePrefix+"/", s.route(kindFile, s.serveBundle))
+		mux.Handle("GET "+BundleIndexPrefix+"/", s.route(kindBundleIndex, s.serveBundleIndex))
 		mux.Handle("/", s.route(kindOther, func(w *respWriter, r *http.Request) {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed: this origin serves files with GET and HEAD", http.StatusMethodNotAllowed)
@@ -324,8 +388,11 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		e   *entry
 		err error
 	)
-	if s.root != nil {
-		e, err = s.dirManifest(r.Context(), strings.TrimPrefix(r.URL.Path, ManifestPrefix))
+	p := strings.TrimPrefix(r.URL.Path, ManifestPrefix)
+	if page, ok := strings.CutPrefix(p, BundlePrefix+"/"); ok && s.root != nil {
+		e, err = s.bundleManifest(r.Context(), page)
+	} else if s.root != nil {
+		e, err = s.dirManifest(r.Context(), p)
 	} else {
 		e, err = s.upstreamManifest(r.Context(), r)
 	}
@@ -382,7 +449,7 @@ func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
 func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	s.metrics.write(w, s.gate.activeCount(), s.cfg.MaxTransfers, s.cfg.Rate)
+	s.metrics.write(w, s.gate, s.cfg.Rate)
 	if s.cfg.Tracker != nil {
 		s.cfg.Tracker.WriteMetrics(w)
 	}

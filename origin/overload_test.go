@@ -1,20 +1,55 @@
 package origin
 
 import (
+	"fmt"
 	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 func TestDecide(t *testing.T) {
-	if d := decide(load{active: 3, max: 4}, 0.5); d.action != actionAdmit {
-		t.Errorf("below the limit: %+v", d)
+	tests := []struct {
+		name    string
+		l       load
+		action  action
+		outcome int
+	}{
+		{"below the limit", load{active: 3, max: 4}, actionAdmit, 0},
+		{"below the limit, capable", load{active: 3, max: 4, capable: true, maxAnswers: 2}, actionAdmit, 0},
+		{"at the limit, legacy", load{active: 4, max: 4, maxAnswers: 2}, actionReject, outcomeLegacy},
+		{"at the limit, capable", load{active: 4, max: 4, capable: true, maxAnswers: 2}, actionPiece, outcomePiece},
+		{"at the limit, capable, answers full", load{active: 4, max: 4, capable: true, answering: 2, maxAnswers: 2}, actionReject, outcomeFull},
+		{"at the limit, capable, mode off", load{active: 4, max: 4, capable: true}, actionReject, outcomeOff},
+		{"past the limit, capable", load{active: 9, max: 4, capable: true, answering: 1, maxAnswers: 2}, actionPiece, outcomePiece},
 	}
-	if d := decide(load{active: 4, max: 4}, 0.5); d.action != actionReject || d.retryAfter < time.Second {
-		t.Errorf("at the limit: %+v", d)
+	for _, tt := range tests {
+		d := decide(tt.l, 0.5)
+		if d.action != tt.action || (d.action != actionAdmit && d.outcome != tt.outcome) {
+			t.Errorf("%s: %+v, want action %d outcome %s", tt.name, d, tt.action, outcomeNames[tt.outcome])
+		}
+		if d.action != actionAdmit && d.retryAfter < time.Second {
+			t.Errorf("%s: Retry-After %v", tt.name, d.retryAfter)
+		}
+	}
+	// With a rate, a 503 waits for a transfer to end; a piece answer only
+	// spaces the client's requests.
+	l := load{active: 1, max: 1, rate: 1 << 20, remaining: []int64{60 << 20}, capable: true, maxAnswers: 1}
+	if d := decide(l, 0); d.action != actionPiece || d.retryAfter != time.Second {
+		t.Errorf("piece answer with a rate: %+v, want Retry-After 1s", d)
+	}
+	l.capable = false
+	if d := decide(l, 0); d.action != actionReject || d.retryAfter != time.Minute {
+		t.Errorf("503 with a rate: %+v, want Retry-After 1m", d)
 	}
 }
 
@@ -164,4 +199,181 @@ func TestRateShapesEgress(t *testing.T) {
 	if elapsed := time.Since(begin); elapsed < 350*time.Millisecond {
 		t.Errorf("two 1 MiB ranges at 4 MiB/s in all took %v", elapsed)
 	}
+}
+
+// capableGet asks for piece i (or the whole file, i < 0) as a stampede
+// client in the swarm does.
+func (ts *testServer) capableGet(t *testing.T, m *manifest.Manifest, i int) (*http.Response, []byte) {
+	t.Helper()
+	h := []string{CapabilitiesHeader, "gzip-maybe, " + CapabilityOverload}
+	if i >= 0 {
+		off := m.PieceOffset(i)
+		h = append(h, "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(i)-1))
+	}
+	return ts.do(t, "GET", "/f", h...)
+}
+
+// holdHog creates a sparse file of 64 MiB, "hog", in dir, starts a GET of
+// all of it as a 206 (so no digest is computed) and returns once the header
+// has arrived. The body is never read: the origin's write blocks once the
+// socket buffers are full, and the transfer holds its slot until the
+// response is closed.
+func holdHog(t *testing.T, ts *testServer, dir string) *http.Response {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "hog")); err != nil {
+		f, err := os.Create(filepath.Join(dir, "hog"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	req, err := http.NewRequest("GET", ts.url+"/hog", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Range", "bytes=0-")
+	// A connection of its own, so the test's client is not left waiting for it.
+	res, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusPartialContent {
+		res.Body.Close()
+		t.Fatalf("GET hog: %s", res.Status)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+func TestOverloadAnswerPiece(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 23)
+	writeFile(t, dir, "f", data, t0)
+	tr := tracker.New(tracker.Config{})
+	ts := start(t, Config{Dir: dir, MaxTransfers: 1, Tracker: tr, OverloadWindow: time.Hour})
+	m := ts.manifest(t, "/f")
+	n := m.NumPieces()
+
+	// Two peers in the swarm of f.
+	for k, addr := range []string{"192.0.2.7:7000", "[2001:db8::5]:7001"} {
+		req := tracker.AnnounceRequest{Root: m.Root, Size: m.Size, Port: netip.MustParseAddrPort(addr).Port(), Left: m.Size, Event: tracker.EventStarted}
+		req.ID[0] = byte(k + 1)
+		if _, err := tr.Announce(req, netip.MustParseAddrPort(addr)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holdHog(t, ts, dir)
+	etag := ts.validators(t, "/f")
+
+	// A legacy client gets 503, without peers.
+	res, _ := ts.do(t, "GET", "/f", "Range", "bytes=0-99")
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(PeersHeader) != "" {
+		t.Fatalf("legacy client past the limit: %s, peers %q", res.Status, res.Header.Get(PeersHeader))
+	}
+
+	check := func(res *http.Response, body []byte) int {
+		t.Helper()
+		if res.StatusCode != http.StatusPartialContent {
+			t.Fatalf("capable client past the limit: %s", res.Status)
+		}
+		p, err := strconv.Atoi(res.Header.Get(PieceHeader))
+		if err != nil || p < 0 || p >= n {
+			t.Fatalf("%s %q", PieceHeader, res.Header.Get(PieceHeader))
+		}
+		off, ln := m.PieceOffset(p), m.PieceLen(p)
+		if cr := res.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", off, off+ln-1, m.Size) {
+			t.Errorf("piece %d: Content-Range %q", p, cr)
+		}
+		if err := m.VerifyPiece(p, body); err != nil || string(body) != string(data[off:off+ln]) {
+			t.Errorf("piece %d: body of %d bytes does not verify: %v", p, len(body), err)
+		}
+		if res.Header.Get(RootHeader) != m.Root.String() || res.Header.Get("Etag") != etag ||
+			!strings.Contains(res.Header.Get("Link"), `rel="stampede-manifest"`) || res.Header.Get("Repr-Digest") != "" {
+			t.Errorf("piece %d: headers %v", p, res.Header)
+		}
+		if secs, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || secs < 1 {
+			t.Errorf("piece %d: Retry-After %q", p, res.Header.Get("Retry-After"))
+		}
+		peers := strings.Split(res.Header.Get(PeersHeader), ", ")
+		slices.Sort(peers)
+		if !slices.Equal(peers, []string{"192.0.2.7:7000", "[2001:db8::5]:7001"}) {
+			t.Errorf("piece %d: peers %q", p, res.Header.Get(PeersHeader))
+		}
+		return p
+	}
+
+	// The asked piece first; asked again, another one; then every piece
+	// once, whatever is asked.
+	if p := check(ts.capableGet(t, m, 3)); p != 3 {
+		t.Errorf("asked for piece 3, got %d", p)
+	}
+	seen := map[int]bool{3: true}
+	for range n - 1 {
+		p := check(ts.capableGet(t, m, 3))
+		if seen[p] {
+			t.Fatalf("piece %d handed out twice in one round", p)
+		}
+		seen[p] = true
+	}
+	// All given: 503 for capable clients too, still naming peers.
+	res, _ = ts.capableGet(t, m, -1)
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(PeersHeader) == "" || res.Header.Get("Retry-After") == "" {
+		t.Errorf("every piece given: %s, peers %q, Retry-After %q", res.Status, res.Header.Get(PeersHeader), res.Header.Get("Retry-After"))
+	}
+
+	for series, want := range map[string]int64{
+		`stampede_origin_overload_answers_total{outcome="piece"}`:     int64(n),
+		`stampede_origin_overload_answers_total{outcome="legacy"}`:    1,
+		`stampede_origin_overload_answers_total{outcome="exhausted"}`: 1,
+		`stampede_origin_rejected_total{reason="overload"}`:           2,
+		`stampede_origin_overload_bytes_sent_total`:                   m.Size,
+		`stampede_origin_overload_answers_max`:                        DefaultOverloadTransfers,
+	} {
+		if got := ts.metric(t, series); got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
+	}
+}
+
+func TestOverloadAnswerNeedsAManifest(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(fileSize, 24), t0)
+	ts := start(t, Config{Dir: dir, MaxTransfers: 1})
+	holdHog(t, ts, dir)
+	// f's manifest was never asked for: a capable client gets 503 rather
+	// than the origin hashing under overload.
+	res, _ := ts.do(t, "GET", "/f", CapabilitiesHeader, CapabilityOverload)
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("capable client, no manifest yet: %s", res.Status)
+	}
+	if got := ts.metric(t, `stampede_origin_overload_answers_total{outcome="no-manifest"}`); got != 1 {
+		t.Errorf("no-manifest answers %d, want 1", got)
+	}
+}
+
+func TestOverloadModeOff(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(fileSize, 26), t0)
+	ts := start(t, Config{Dir: dir, MaxTransfers: 1, OverloadTransfers: -1})
+	m := ts.manifest(t, "/f")
+	holdHog(t, ts, dir)
+	if res, _ := ts.capableGet(t, m, 0); res.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("overload mode off: %s", res.Status)
+	}
+	if got := ts.metric(t, `stampede_origin_overload_answers_total{outcome="off"}`); got != 1 {
+		t.Errorf("off answers %d, want 1", got)
+	}
+}
+
+// validators returns the ETag a HEAD of path answers with.
+func (ts *testServer) validators(t *testing.T, path string) string {
+	t.Helper()
+	res, _ := ts.do(t, "HEAD", path)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD %s: %s", path, res.Status)
+	}
+	return res.Header.Get("Etag")
 }

@@ -91,7 +91,7 @@ func (s *Server) serveProxy(w *respWriter, r *http.Request) {
 	// Already full: turn a GET away before it costs the upstream a request
 	// (the crowd must not pass through to the server we protect).
 	if r.Method == http.MethodGet && s.gate.activeCount() >= s.cfg.MaxTransfers && !w.admit(http.StatusOK, -1) {
-		w.reject()
+		w.overloaded()
 		return
 	}
 	s.metrics.upstreamRequests[upstreamProxy].Add(1)
@@ -135,7 +135,7 @@ func (s *Server) proxyError(rw http.ResponseWriter, r *http.Request, err error) 
 	w := rw.(*respWriter)
 	switch {
 	case errors.Is(err, errOverloaded):
-		w.reject()
+		w.overloaded()
 	case r.Context().Err() != nil:
 		s.log.Debug("proxied request abandoned by the client", "path", r.URL.Path, "err", err)
 	default:

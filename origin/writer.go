@@ -34,13 +34,18 @@ type respWriter struct {
 	// onFull, if set, runs just before a 200 header goes out, to add the
 	// headers only full responses carry (Repr-Digest).
 	onFull func(http.Header)
+	// source, if set, is what an overload answer is cut from: the file or
+	// bundle being served (overloadanswer.go).
+	source *pieceSource
 
 	status   int // 0 until the header is written
 	bytes    int64
 	decided  bool          // the gate has been asked (or did not need to be)
-	rejected bool          // the response became a 503
-	retry    time.Duration // Retry-After of the 503
-	t        *transfer     // the admitted transfer, nil if none
+	rejected bool          // the response is not the one the handler writes: a 503 or an overload answer
+	retry    time.Duration // Retry-After of the 503 or the overload answer
+	outcome  int           // why the answer past the limit is what it is (outcome*)
+	piece    bool          // the gate said: answer with a piece
+	t        *transfer     // the admitted transfer or overload answer, nil if none
 }
 
 func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -54,7 +59,7 @@ func (w *respWriter) WriteHeader(code int) {
 		return
 	}
 	if !w.admit(code, contentLength(w.Header())) {
-		w.reject()
+		w.overloaded()
 		return
 	}
 	if code == http.StatusOK && w.onFull != nil {
@@ -132,15 +137,31 @@ func (w *respWriter) admit(code int, size int64) bool {
 		return true
 	}
 	t := &transfer{size: size}
-	d := w.s.gate.enter(t, rand.Float64())
+	d := w.s.gate.enter(t, capable(w.req), rand.Float64())
 	switch d.action {
 	case actionAdmit:
 		w.t = t
 		return true
-	default:
-		w.rejected, w.retry = true, d.retryAfter
-		return false
+	case actionPiece:
+		w.t, w.piece = t, true
 	}
+	w.rejected, w.retry, w.outcome = true, d.retryAfter, d.outcome
+	return false
+}
+
+// overloaded answers a request the gate did not admit: with a piece if the
+// gate said so and one can be given, with 503 otherwise.
+func (w *respWriter) overloaded() {
+	if w.piece && w.answerPiece() {
+		w.s.metrics.overload[outcomePiece].Add(1)
+		return
+	}
+	if w.t != nil { // the piece answer's slot, unused
+		w.s.gate.leave(w.t)
+		w.t = nil
+	}
+	w.s.metrics.overload[w.outcome].Add(1)
+	w.reject()
 }
 
 // reject answers 503 with Retry-After, dropping the headers already set for
@@ -150,7 +171,11 @@ func (w *respWriter) reject() {
 	body := fmt.Sprintf("stampede: this origin is sending as many files as it may (%d); retry in %d s\n",
 		w.s.cfg.MaxTransfers, secs)
 	h := w.Header()
+	peers := h.Get(PeersHeader) // set by answerPiece when it found no piece to give
 	clear(h)
+	if peers != "" {
+		h.Set(PeersHeader, peers)
+	}
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

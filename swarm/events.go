@@ -56,6 +56,13 @@ type Started struct {
 	Piece int
 }
 
+// Stopped: the peer withdrew its START for Piece (STOP): that fetch failed
+// and it is not fetching the piece elsewhere.
+type Stopped struct {
+	Peer  PeerID
+	Piece int
+}
+
 // Choked / Unchoked: the peer stopped / started accepting our requests.
 type Choked struct{ Peer PeerID }
 type Unchoked struct{ Peer PeerID }
@@ -134,6 +141,7 @@ func (PeerDown) isEvent()     {}
 func (HaveSet) isEvent()      {}
 func (Have) isEvent()         {}
 func (Started) isEvent()      {}
+func (Stopped) isEvent()      {}
 func (Choked) isEvent()       {}
 func (Unchoked) isEvent()     {}
 func (Received) isEvent()     {}
@@ -173,6 +181,7 @@ const (
 	ReasonNoPeerHasIt = "no-peer-has-it" // nobody we know has it or is fetching it
 	ReasonNoPeers     = "no-peers"       // we know no peers at all
 	ReasonStalled     = "stalled"        // peers have it but it has not come for too long
+	ReasonPeersFail   = "peers-failing"  // only peers that are failing us have it (see suspect)
 )
 
 // Announce: tell every connected peer (HAVE), after a piece was stored.
@@ -180,6 +189,13 @@ type Announce struct{ Piece int }
 
 // AnnounceStart: tell every connected peer we are fetching Piece (START).
 type AnnounceStart struct{ Piece int }
+
+// AnnounceStop: tell every connected peer we no longer fetch Piece (STOP):
+// our START for it is void. Emitted when the fetches of a piece we
+// announced all ended without it (the peer asked left, rejected or timed
+// out, the origin failed) and the decisions of the same step did not start
+// another.
+type AnnounceStop struct{ Piece int }
 
 // Choke / Unchoke: stop / start serving Peer's requests.
 type Choke struct{ Peer PeerID }
@@ -236,6 +252,7 @@ func (Cancel) isAction()        {}
 func (FetchOrigin) isAction()   {}
 func (Announce) isAction()      {}
 func (AnnounceStart) isAction() {}
+func (AnnounceStop) isAction()  {}
 func (Choke) isAction()         {}
 func (Unchoke) isAction()       {}
 func (Serve) isAction()         {}

@@ -49,8 +49,11 @@ func (c *checker) check(acts []Action) {
 			if s.have.Has(a.Piece) {
 				t.Fatalf("FetchOrigin %d: we have it", a.Piece)
 			}
-			if a.Reason != ReasonStalled && s.pieces[a.Piece].avail > 0 {
+			if a.Reason != ReasonStalled && a.Reason != ReasonPeersFail && s.pieces[a.Piece].avail > 0 {
 				t.Fatalf("FetchOrigin %d (%s): %d connected peers have it", a.Piece, a.Reason, s.pieces[a.Piece].avail)
+			}
+			if a.Reason == ReasonPeersFail && s.heldByTrusted(a.Piece) {
+				t.Fatalf("FetchOrigin %d (%s): a peer that is not failing us has it", a.Piece, a.Reason)
 			}
 			if s.claimed(a.Piece) {
 				t.Fatalf("FetchOrigin %d: claimed by another peer", a.Piece)

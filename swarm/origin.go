@@ -1,6 +1,9 @@
 package swarm
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // The origin rule (Slurpie's coordinated backoff, plus START claims):
 //
@@ -15,12 +18,14 @@ import "slices"
 //     HaveSet not yet in), for at most TrackerWait.
 //   - Holding a slice, we fetch only pieces no connected peer has, nobody
 //     claims with START, and we are not fetching already. Peers come first
-//     (Slurpie): while they still have pieces for us we keep one origin
-//     fetch in flight, and the full OriginPipeline only once they have
-//     nothing more to give us (every piece they have that we lack is on its
-//     way). A holder busy with its peers thus still moves new pieces into
-//     the swarm, but speculates half as much on pieces that may already be
-//     in it out of our sight.
+//     (Slurpie): while they still have pieces for us we keep half the
+//     origin pipeline in flight, and all of it only once they have nothing
+//     more to give us (every piece they have that we lack is on its way).
+//     The pipeline is OriginWindow bytes (at least OriginPipeline pieces),
+//     so that about k holders keep the origin's link busy whatever the
+//     piece size. A holder busy with its peers thus still moves new pieces
+//     into the swarm, but speculates half as much on pieces that may
+//     already be in it out of our sight.
 //     Each FetchOrigin comes right after its AnnounceStart, and the piece is
 //     Announced as soon as it is in, so the rest of the swarm gets it from
 //     us.
@@ -39,12 +44,11 @@ func (s *Scheduler) useOrigin() {
 	if !s.holding || s.now.Before(s.busyUntil) || s.settling() {
 		return
 	}
-	// Peers first (Slurpie): while they still have pieces for us, one
-	// origin fetch at a time; the whole pipeline only once they have nothing
-	// more to give us.
-	limit := s.cfg.OriginPipeline
+	// Peers first (Slurpie): while they still have pieces for us, half the
+	// pipeline; the whole of it only once they have nothing more to give us.
+	limit := s.originPipeline()
 	if len(s.originReqs) < limit && !s.starved() {
-		limit = 1
+		limit = max(1, limit/2)
 	}
 	for len(s.originReqs) < limit {
 		i, reason := s.pickOrigin()
@@ -53,6 +57,12 @@ func (s *Scheduler) useOrigin() {
 		}
 		s.fetchOrigin(i, reason)
 	}
+}
+
+// originPipeline is the most origin fetches in flight: OriginWindow bytes,
+// at least OriginPipeline pieces.
+func (s *Scheduler) originPipeline() int {
+	return max(s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen))
 }
 
 // settling reports whether we are still learning what the neighbours the
@@ -95,6 +105,33 @@ func (s *Scheduler) drawSlice() {
 	}
 }
 
+// suspectAfter: a peer that has not delivered anything this long after we
+// first asked it is suspect (see suspect).
+const suspectAfter = time.Second
+
+// suspect reports whether p's have-set should not keep us off the origin:
+// it timed out since its last delivery, or it has never delivered and its
+// oldest request is suspectAfter old. A peer that advertises every piece
+// and never delivers would otherwise hold the whole swarm off the origin
+// until it is dropped, and again after every redial.
+func (s *Scheduler) suspect(p *peer) bool {
+	if p.probation {
+		return true
+	}
+	return p.downTotal == 0 && len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= suspectAfter
+}
+
+// heldByTrusted reports whether a connected peer that is not suspect has
+// piece i.
+func (s *Scheduler) heldByTrusted(i int) bool {
+	for _, p := range s.order {
+		if p.has.Has(i) && !s.suspect(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // pickOrigin chooses the next piece to fetch from the origin and why, or -1.
 func (s *Scheduler) pickOrigin() (int, string) {
 	if s.stalledInUse == 0 && len(s.order) > 0 {
@@ -112,7 +149,7 @@ func (s *Scheduler) pickOrigin() (int, string) {
 	best, bestTier, ties := -1, 0, 0
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
-		if ps.avail > 0 || ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) {
+		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && s.heldByTrusted(i)) {
 			continue
 		}
 		tier := 1
@@ -136,7 +173,10 @@ func (s *Scheduler) pickOrigin() (int, string) {
 		}
 	}
 	reason := ReasonNoPeerHasIt
-	if len(s.order) == 0 && s.dialing == 0 {
+	switch {
+	case best >= 0 && s.pieces[best].avail > 0:
+		reason = ReasonPeersFail
+	case len(s.order) == 0 && s.dialing == 0:
 		reason = ReasonNoPeers
 	}
 	return best, reason
@@ -192,5 +232,6 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 	if ps.reqs == 0 && !s.have.Has(e.Piece) {
 		ps.restart = true
 		s.gen++
+		s.lapsed = append(s.lapsed, e.Piece)
 	}
 }

@@ -128,6 +128,15 @@ func (s *Scheduler) disconnect(p *peer, reason string, ban bool) {
 		}
 	}
 	s.removePeer(p)
+	if !ban && p.addr != "" && (reason == "stalled" || reason == "dont-have") {
+		// A peer dropped for failing us comes back no sooner than a
+		// failed dial would, longer each time: else a peer that
+		// advertises everything and delivers nothing is redialed with a
+		// clean slate every DialBackoff and stalls the swarm again.
+		a := s.addrInfo(p.addr)
+		a.failures++
+		a.retryAt = s.now.Add(s.cfg.DialBackoff << min(a.failures, 6))
+	}
 }
 
 func (s *Scheduler) removePeer(p *peer) {
@@ -434,7 +443,7 @@ func (s *Scheduler) askForPeers() {
 		return
 	}
 	// A refill is worth it only if the tracker knows peers we lack.
-	if len(s.order) >= s.cfg.MinPeers || s.dialing > 0 || s.swarmSize <= len(s.order)+1 ||
+	if len(s.order) >= s.cfg.WantPeers || s.dialing > 0 || s.swarmSize <= len(s.order)+1 ||
 		s.now.Sub(s.lastAsk) < s.cfg.RefillEvery {
 		return
 	}

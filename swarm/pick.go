@@ -208,6 +208,7 @@ func (s *Scheduler) dropReq(p *peer, k int) {
 	if ps.reqs == 0 && !ps.origin && !s.have.Has(i) {
 		ps.restart = true
 		s.gen++
+		s.lapsed = append(s.lapsed, i)
 	}
 }
 

@@ -183,6 +183,8 @@ func (sc *scenario) exec(line string) (err error) {
 		ev = Have{Peer: id(), Piece: num(1)}
 	case "started":
 		ev = Started{Peer: id(), Piece: num(1)}
+	case "stopped":
+		ev = Stopped{Peer: id(), Piece: num(1)}
 	case "choked":
 		ev = Choked{Peer: id()}
 	case "unchoked":
@@ -282,7 +284,9 @@ func (sc *scenario) exec(line string) (err error) {
 // timeout, mintimeout, depth, endgame, strikes, stall, seed.
 func (sc *scenario) config(args []string) error {
 	kv, _ := splitArgs(args)
-	var c Config
+	// The scripts were written with 1 s origin slices, which their
+	// narratives count in; "slice=" still overrides it.
+	c := Config{OriginSlice: time.Second}
 	dur := func(k string, d *time.Duration) error {
 		if v, ok := kv[k]; ok {
 			x, err := time.ParseDuration(v)
@@ -368,6 +372,8 @@ func formatAction(a Action) string {
 		return fmt.Sprintf("announce %d", a.Piece)
 	case AnnounceStart:
 		return fmt.Sprintf("announce-start %d", a.Piece)
+	case AnnounceStop:
+		return fmt.Sprintf("announce-stop %d", a.Piece)
 	case Choke:
 		return fmt.Sprintf("choke %d", a.Peer)
 	case Unchoke:

@@ -149,6 +149,10 @@ func (sm *sim) act(n *simNode, a Action) {
 		for _, id := range slices.Sorted(maps.Keys(n.byID)) {
 			sm.send(n, id, func(dst *simNode, us PeerID) { sm.step(dst, Started{Peer: us, Piece: a.Piece}) })
 		}
+	case AnnounceStop:
+		for _, id := range slices.Sorted(maps.Keys(n.byID)) {
+			sm.send(n, id, func(dst *simNode, us PeerID) { sm.step(dst, Stopped{Peer: us, Piece: a.Piece}) })
+		}
 	case Choke:
 		// The peer voids its requests when it sees Choked: drop them here.
 		if addr, ok := n.byID[a.Peer]; ok {

@@ -79,12 +79,20 @@ type Config struct {
 	// shorter). Default: DefaultPieceLen for every piece.
 	PieceLen func(i int) int64
 
-	// MinPeers: below it the scheduler asks the tracker for more (4).
+	// MinPeers is the floor of WantPeers (4). Below WantPeers, with no
+	// address left to dial, the scheduler asks the tracker for more, at
+	// most every RefillEvery.
 	MinPeers int
-	// MaxPeers: above it the least useful peer is disconnected (24).
+	// MaxPeers: above it the least useful peer is disconnected (64).
 	MaxPeers int
 	// WantPeers: the scheduler dials until it has this many, leaving room for
-	// inbound connections up to MaxPeers ((MinPeers+MaxPeers)/2).
+	// inbound connections up to MaxPeers (24, at least MinPeers):
+	// in a crowd where everyone dials WantPeers, a peer also takes about
+	// as many inbound, and evicting newcomers for lack of room cuts them
+	// off (a flash crowd of 50 with 24 peers at most left a cluster of late
+	// arrivals trading only with each other). A peer that sees a piece in
+	// none of its neighbours fetches it from the origin, so the fuller the
+	// mesh, the fewer copies the origin sends.
 	WantPeers int
 
 	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
@@ -92,9 +100,15 @@ type Config struct {
 	OriginK int
 	// OriginSlice is the length of one origin time slice, τ in Slurpie (1 s).
 	OriginSlice time.Duration
-	// OriginPipeline is the number of origin fetches kept in flight while we
-	// hold a slice (2).
+	// OriginPipeline is the least number of origin fetches kept in flight
+	// while we hold a slice and the peers have nothing more for us (2).
 	OriginPipeline int
+	// OriginWindow is the bytes of origin fetches kept in flight while we
+	// hold a slice and the peers have nothing more for us, when that is
+	// more than OriginPipeline pieces (256 KiB): with small pieces, a
+	// pipeline of whole pieces would leave the origin's link idle between
+	// requests. While the peers still have pieces for us, half of it.
+	OriginWindow int64
 	// StartTimeout is how long another peer's START claim keeps us off a
 	// piece (10 s). Our own claims are re-announced every StartTimeout/2
 	// while the fetch lasts.
@@ -178,13 +192,16 @@ func (c Config) withDefaults() Config {
 		c.PieceLen = func(int) int64 { return DefaultPieceLen }
 	}
 	def(&c.MinPeers, 4)
-	def(&c.MaxPeers, 24)
+	def(&c.MaxPeers, 64)
 	c.MaxPeers = max(c.MaxPeers, c.MinPeers)
-	def(&c.WantPeers, (c.MinPeers+c.MaxPeers)/2)
+	def(&c.WantPeers, min(24, c.MaxPeers))
 	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
 	def(&c.OriginK, 3)
-	defD(&c.OriginSlice, time.Second)
+	defD(&c.OriginSlice, 250*time.Millisecond)
 	def(&c.OriginPipeline, 2)
+	if c.OriginWindow <= 0 {
+		c.OriginWindow = 256 << 10
+	}
 	defD(&c.StartTimeout, 10*time.Second)
 	defD(&c.TrackerWait, 3*time.Second)
 	def(&c.UploadSlots, 8)
@@ -281,8 +298,9 @@ type Scheduler struct {
 	holding, sliceUsed        bool
 	originReqs                []int // origin fetches in flight
 	stalledInUse              int
-	gen                       int // bumped when a piece becomes requestable again
-	preferFrom, preferTo      int // Prefer: [from, to) goes first
+	gen                       int   // bumped when a piece becomes requestable again
+	preferFrom, preferTo      int   // Prefer: [from, to) goes first
+	lapsed                    []int // pieces whose fetches all ended this step
 
 	stats Stats
 }
@@ -381,6 +399,7 @@ func (s *Scheduler) StepAll(evs []Event, now time.Time) []Action {
 	if tick {
 		s.reannounce()
 	}
+	s.withdraw()
 	return s.flush()
 }
 
@@ -398,6 +417,10 @@ func (s *Scheduler) apply(ev Event) {
 		s.onHave(e)
 	case Started:
 		s.onStarted(e)
+	case Stopped:
+		if p := s.peers[e.Peer]; p != nil && s.valid(e.Piece) {
+			s.unclaim(p.id, e.Piece)
+		}
 	case Choked:
 		s.onChoked(e)
 	case Unchoked:
@@ -443,6 +466,22 @@ func (s *Scheduler) schedule() {
 	s.fillRequests()
 	s.useOrigin()
 	s.askForPeers()
+}
+
+// withdraw sends STOP for the pieces we announced START for whose fetches
+// all ended in this step without the piece, unless this step's decisions
+// fetch them again: others would otherwise stay off the origin for them
+// until our claim expired (StartTimeout).
+func (s *Scheduler) withdraw() {
+	for _, i := range s.lapsed {
+		ps := &s.pieces[i]
+		if ps.reqs > 0 || ps.origin || s.have.Has(i) || ps.started.IsZero() || s.now.Sub(ps.started) >= s.cfg.StartTimeout {
+			continue
+		}
+		ps.started = time.Time{}
+		s.emit(AnnounceStop{Piece: i})
+	}
+	s.lapsed = s.lapsed[:0]
 }
 
 func (s *Scheduler) emit(a Action) { s.out = append(s.out, a) }

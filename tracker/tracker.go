@@ -268,6 +268,31 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 	}, nil
 }
 
+// Peers returns up to want peers (at most MaxNumWant) of the swarm of the
+// file with this root and size, picked as for an announce, without counting
+// anyone in or changing the swarm's place among the idle ones: for an
+// overloaded origin that points a client it cannot serve at the swarm. The
+// list is the one cached for announces that come too soon (refreshed at
+// most once a second), so a crowd of such calls costs little. Nil when the
+// tracker knows no such swarm.
+func (t *Tracker) Peers(root manifest.Hash, size int64, want int) []Peer {
+	want = min(max(want, 0), MaxNumWant)
+	if want == 0 {
+		return nil
+	}
+	now := t.cfg.Now()
+	t.mu.Lock()
+	s := t.swarms[swarmKey{root, size}]
+	t.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.metrics.peersRemoved[removedExpired].Add(int64(s.sw.expire(now)))
+	return s.sw.cached(PeerID{}, want, now)
+}
+
 // slotFor returns the slot of key, creating it if need be, and marks it
 // announced at now.
 func (t *Tracker) slotFor(key swarmKey, now time.Time) *slot {

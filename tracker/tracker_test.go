@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -570,5 +571,44 @@ func BenchmarkAnnounce(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+func TestPeersLooksWithoutJoining(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	tr := New(Config{Now: func() time.Time { return now }})
+	root := manifest.Hash{1}
+	if got := tr.Peers(root, 100, 10); got != nil {
+		t.Fatalf("unknown swarm: %v", got)
+	}
+	var b bytes.Buffer
+	tr.WriteMetrics(&b)
+	if !strings.Contains(b.String(), "stampede_tracker_swarms 0\n") {
+		t.Fatalf("Peers created a swarm:\n%s", b.String())
+	}
+	for i, addr := range []string{"192.0.2.1:7000", "192.0.2.2:0", "192.0.2.3:7002"} {
+		ap := netip.MustParseAddrPort(addr)
+		req := AnnounceRequest{Root: root, Size: 100, Port: ap.Port(), Left: 100, Event: EventStarted}
+		req.ID[0] = byte(i + 1)
+		if _, err := tr.Announce(req, ap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := tr.Peers(root, 100, 10)
+	var addrs []string
+	for _, p := range got {
+		addrs = append(addrs, p.Addr.String())
+	}
+	slices.Sort(addrs)
+	if !slices.Equal(addrs, []string{"192.0.2.1:7000", "192.0.2.3:7002"}) {
+		t.Errorf("peers %v, want the two that accept connections", addrs)
+	}
+	if got := tr.Peers(root, 101, 10); got != nil {
+		t.Errorf("another size is another swarm: %v", got)
+	}
+	// Peers expire as for announces.
+	now = now.Add(expiryIntervals * DefaultInterval)
+	if got := tr.Peers(root, 100, 10); len(got) != 0 {
+		t.Errorf("after expiry: %v", got)
 	}
 }

@@ -72,7 +72,7 @@ func FuzzReadFrame(f *testing.F) {
 			var raw []byte
 			for raw == nil {
 				l := int(binary.BigEndian.Uint32(stream[off:]))
-				if stream[off+4] < 12 {
+				if stream[off+4] <= byte(wire.TypeStop) {
 					raw = stream[off : off+4+l]
 				}
 				off += 4 + l
@@ -115,7 +115,7 @@ func FuzzReadFrame(f *testing.F) {
 func onlyUnknown(b []byte) bool {
 	for len(b) >= 5 {
 		l := int(binary.BigEndian.Uint32(b))
-		if b[4] < 12 || l < 1 || 4+l > len(b) {
+		if b[4] <= byte(wire.TypeStop) || l < 1 || 4+l > len(b) {
 			return false
 		}
 		b = b[4+l:]

@@ -68,6 +68,12 @@ type Start struct {
 	Piece uint32
 }
 
+// Stop withdraws the sender's Start for Piece: that fetch failed or was
+// abandoned, and nothing else is fetching the piece for the sender.
+type Stop struct {
+	Piece uint32
+}
+
 // Recommend lists peers the sender recently traded with, most recent first.
 type Recommend struct {
 	Peers []Recommendation
@@ -166,6 +172,7 @@ func (*Recommend) Type() Type { return TypeRecommend }
 func (*Choke) Type() Type     { return TypeChoke }
 func (*Unchoke) Type() Type   { return TypeUnchoke }
 func (*Goodbye) Type() Type   { return TypeGoodbye }
+func (*Stop) Type() Type      { return TypeStop }
 
 // AppendFrame appends m's frame (length, type, payload) to dst. It fails,
 // leaving dst as it was, for a message no receiver would accept whatever the
@@ -208,6 +215,10 @@ func (m *Have) appendPayload(b []byte) ([]byte, error) {
 }
 
 func (m *Start) appendPayload(b []byte) ([]byte, error) {
+	return binary.BigEndian.AppendUint32(b, m.Piece), nil
+}
+
+func (m *Stop) appendPayload(b []byte) ([]byte, error) {
 	return binary.BigEndian.AppendUint32(b, m.Piece), nil
 }
 
@@ -308,6 +319,7 @@ func (m *HaveSet) check(g *Geometry) error {
 
 func (m *Have) check(g *Geometry) error  { return g.checkPiece(TypeHave, m.Piece) }
 func (m *Start) check(g *Geometry) error { return g.checkPiece(TypeStart, m.Piece) }
+func (m *Stop) check(g *Geometry) error  { return g.checkPiece(TypeStop, m.Piece) }
 
 func (m *Request) check(g *Geometry) error {
 	return g.checkRange(TypeRequest, m.Piece, m.Offset, int64(m.Length))
@@ -343,6 +355,8 @@ func decodePayload(t Type, p []byte, g *Geometry) (Message, error) {
 		m = &Have{Piece: binary.BigEndian.Uint32(p)}
 	case TypeStart:
 		m = &Start{Piece: binary.BigEndian.Uint32(p)}
+	case TypeStop:
+		m = &Stop{Piece: binary.BigEndian.Uint32(p)}
 	case TypeRequest:
 		m = &Request{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:])}
 	case TypeCancel:
@@ -390,6 +404,7 @@ var exactPayload = [...]int{
 	TypeChoke:     0,
 	TypeUnchoke:   0,
 	TypeGoodbye:   -1,
+	TypeStop:      4,
 }
 
 // minPayload is the shortest payload of each type.
@@ -398,6 +413,7 @@ var minPayload = [...]int{
 	TypeData:      9,
 	TypeRecommend: 1,
 	TypeGoodbye:   1,
+	TypeStop:      4,
 }
 
 // checkPayloadLen checks a known type's payload length before it is read.

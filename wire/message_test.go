@@ -116,6 +116,7 @@ func everyMessage(t testing.TB) []wire.Message {
 		&wire.Reject{Piece: 4, Offset: 512 * KiB, Length: 512 * KiB, Reason: wire.RejectBusy},
 		&wire.Reject{Piece: 4, Offset: 0, Length: 1, Reason: 200}, // unknown reasons travel as they are
 		&wire.Start{Piece: 10},
+		&wire.Stop{Piece: 10},
 		&wire.Recommend{Peers: []wire.Recommendation{
 			{Addr: netip.MustParseAddrPort("192.0.2.1:6881"), Age: 0},
 			{Addr: netip.MustParseAddrPort("[2001:db8::1]:443"), Age: 70 * time.Second},
@@ -183,6 +184,7 @@ func TestGolden(t *testing.T) {
 		{"reject", &wire.Reject{Piece: 1, Offset: 0, Length: 16384, Reason: wire.RejectBusy},
 			"0000000e 06 00000001 00000000 00004000 03"},
 		{"start", &wire.Start{Piece: 7}, "00000005 07 00000007"},
+		{"stop", &wire.Stop{Piece: 7}, "00000005 0c 00000007"},
 		{"recommend", &wire.Recommend{Peers: []wire.Recommendation{
 			{Addr: netip.MustParseAddrPort("192.0.2.1:6881"), Age: 5 * time.Second},
 			{Addr: netip.MustParseAddrPort("[2001:db8::1]:443"), Age: 70 * time.Second},
@@ -333,7 +335,7 @@ func TestUnknownTypesAreSkipped(t *testing.T) {
 	g := testGeometry(t)
 	stream := rawFrame(200, []byte("from the future"))
 	stream = append(stream, haveSetFrame(t, g)...)
-	stream = append(stream, rawFrame(12)...)
+	stream = append(stream, rawFrame(13)...)
 	stream = append(stream, rawFrame(255, make([]byte, wire.MaxFrame-1))...)
 	stream = append(stream, mustFrame(t, &wire.Have{Piece: 4})...)
 	r := wire.NewReader(bytes.NewReader(stream), g)
@@ -422,6 +424,7 @@ func TestWriterChecks(t *testing.T) {
 		&wire.HaveSet{Set: pieceset.Full(11)},
 		&wire.Have{Piece: 11},
 		&wire.Start{Piece: 12},
+		&wire.Stop{Piece: 11},
 		&wire.Request{Piece: 10, Length: 124},
 		&wire.Cancel{Piece: 0, Offset: MiB, Length: 1},
 		&wire.Reject{Piece: 3},

@@ -29,8 +29,9 @@
 //     frames covering exactly the requested range (at most MaxData bytes
 //     each, increasing offsets) or with one REJECT; the requester may CANCEL;
 //   - on starting to fetch a piece (from the origin or a peer) a side sends
-//     START to everyone, so others pick something else; on storing a
-//     verified piece it sends HAVE to everyone;
+//     START to everyone, so others pick something else; if the fetch fails
+//     and nothing else is fetching the piece for it, STOP withdraws the
+//     START; on storing a verified piece it sends HAVE to everyone;
 //   - now and then a side sends RECOMMEND: peers it recently traded with;
 //   - after KeepAliveInterval without sending anything a side sends
 //     KEEPALIVE; a side that hears nothing for IdleTimeout closes;
@@ -142,6 +143,7 @@ const (
 	TypeChoke     Type = 9  // empty
 	TypeUnchoke   Type = 10 // empty
 	TypeGoodbye   Type = 11 // u8 reason, 0..256 bytes of UTF-8 text
+	TypeStop      Type = 12 // u32 piece
 )
 
 var typeNames = [...]string{
@@ -157,6 +159,7 @@ var typeNames = [...]string{
 	TypeChoke:     "CHOKE",
 	TypeUnchoke:   "UNCHOKE",
 	TypeGoodbye:   "GOODBYE",
+	TypeStop:      "STOP",
 }
 
 func (t Type) String() string {
@@ -185,6 +188,7 @@ var maxPayload = [...]int{
 	TypeChoke:     0,
 	TypeUnchoke:   0,
 	TypeGoodbye:   1 + MaxGoodbyeText,
+	TypeStop:      4,
 }
 
 // ErrMalformed is wrapped by every error reporting a frame that breaks the

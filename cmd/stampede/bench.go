@@ -18,7 +18,7 @@ import (
 )
 
 const benchAbout = `Run benchmark scenarios: every system of a scenario (stampede, plain HTTP from
-the same origin, BitTorrent with aria2c) delivers the same file to the same crowd
+the same origin or from nginx, BitTorrent with aria2c) delivers the same file to the same crowd
 on the same emulated network, and the report compares them with the bounds
 T_KR and T_KR(R). SCENARIO is a scenario file or the name of a standard one
 (bench/scenarios: run 'stampede bench --list'). Writes NAME.json and NAME.html
@@ -30,7 +30,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var (
 		backend  = fs.String("backend", "", "`loopback` or netns (default: each scenario's own)")
 		reps     = fs.Int("reps", 0, "runs per system (default: the scenario's)")
-		systems  = fs.String("systems", "", "comma-separated `LIST` of systems to run (default: the scenario's): stampede, http, curl, aria2")
+		systems  = fs.String("systems", "", "comma-separated `LIST` of systems to run (default: the scenario's): stampede, http, http-nginx, curl, aria2")
 		out      = fs.String("out", ".", "write NAME.json and NAME.html to `DIR`")
 		doc      = fs.String("doc", "", "also write the tables into the generated section of markdown `FILE` (docs/benchmarks.md)")
 		skip     = fs.Bool("skip-unavailable", false, "skip scenarios meant for netns when not root, instead of failing")
@@ -116,8 +116,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		if len(sysNames) > 0 {
 			want = sysNames
 		}
-		if slices.Contains(want, bench.SysAria2) && !*noInst {
-			installAria2(ctx, e)
+		if !*noInst {
+			installBaselines(ctx, e, want)
 		}
 		cmdline := "stampede bench " + strings.Join(args, " ")
 		if len(scenarios) > 1 {
@@ -293,18 +293,33 @@ func spliceDoc(path, name, section string) error {
 
 // installAria2 installs the BitTorrent baseline's Debian packages when they
 // are missing and we are root (apt-get update once per process).
-func installAria2(ctx context.Context, e *env) {
-	missing := bench.MissingAria2Tools()
+func installBaselines(ctx context.Context, e *env, systems []string) {
+	var missing []string
+	if slices.Contains(systems, bench.SysAria2) {
+		missing = append(missing, bench.MissingAria2Tools()...)
+	}
+	if slices.Contains(systems, bench.SysNginx) && bench.NginxMissing() != "" {
+		missing = append(missing, "nginx")
+	}
 	if len(missing) == 0 || os.Geteuid() != 0 {
 		return
 	}
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		return
 	}
-	fmt.Fprintf(e.stderr, "stampede bench: installing %s for the BitTorrent baseline\n", strings.Join(missing, " "))
+	fmt.Fprintf(e.stderr, "stampede bench: installing %s for the baselines\n", strings.Join(missing, " "))
 	aptOnce.Do(func() {
 		_ = exec.CommandContext(ctx, "apt-get", "update", "-qq").Run()
 	})
+	// Debian starts a package's service when it is installed (nginx on
+	// port 80) unless policy-rc.d says no; the bench wants the program
+	// only, and runs it itself.
+	const policy = "/usr/sbin/policy-rc.d"
+	if _, err := os.Lstat(policy); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(policy, []byte("#!/bin/sh\n# written by stampede bench for one apt-get install\nexit 101\n"), 0o755); err == nil {
+			defer os.Remove(policy)
+		}
+	}
 	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "-qq"}, missing...)...)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -29,7 +29,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		peerDown  = fs.String("peer-down", "40Mbit", "each peer's download cap, `RATE` (0: uncapped)")
 		arrivals  = fs.String("arrivals", "all", "how peers arrive: all, every=DURATION, poisson=RATE/s")
 		departure = fs.String("departure", "leave", "when peers leave: leave (on completion) or linger=DURATION")
-		systems   = fs.String("systems", "stampede,http", "comma-separated systems: stampede, http, curl, aria2 (BitTorrent)")
+		systems   = fs.String("systems", "stampede,http", "comma-separated systems: stampede, http, http-nginx, curl, aria2 (BitTorrent)")
 		backend   = fs.String("backend", bench.BackendLoopback, "loopback, or netns (root: namespaces and tc caps)")
 		reps      = fs.Int("reps", 1, "runs per system")
 		seed      = fs.Uint64("seed", 1, "seed for the data and the arrivals")
@@ -57,11 +57,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return withCode(exitIO, err)
 	}
-	for _, s := range sc.Systems {
-		if s == bench.SysAria2 {
-			installAria2(ctx, e)
-		}
-	}
+	installBaselines(ctx, e, sc.Systems)
 	c := bench.CrowdOf(sc)
 	fmt.Fprintf(e.stderr, "stampede demo: %s\nbounds: T_KR %.1f s, plain HTTP at least %.1f s\n\n", sc.Summary(), c.TKR(), c.HTTP())
 	rep, err := runScenario(ctx, e, bench.Config{Scenario: sc, Bin: *bin, Command: "stampede demo " + strings.Join(args, " ")},

@@ -50,13 +50,15 @@ func startProgress(e *env, d *fetch.Download, name string) (stop func()) {
 
 // startJSONProgress writes one JSON object per line to e.stderr every half
 // second, and a last one when stopped: {"t": seconds since start, "phase",
-// "size", "done"}. Test harnesses read it to plot progress over time.
+// "size", "done", "up"}, where done counts verified bytes written and up the
+// bytes sent to other peers. Test harnesses read it to plot progress and
+// peer upload over time.
 func startJSONProgress(e *env, d *fetch.Download) (stop func()) {
 	start := time.Now()
 	emit := func() {
 		p := d.Progress()
-		fmt.Fprintf(e.stderr, `{"t":%.3f,"phase":%q,"size":%d,"done":%d}`+"\n",
-			time.Since(start).Seconds(), p.Phase, p.Size, p.Done)
+		fmt.Fprintf(e.stderr, `{"t":%.3f,"phase":%q,"size":%d,"done":%d,"up":%d}`+"\n",
+			time.Since(start).Seconds(), p.Phase, p.Size, p.Done, p.Uploaded)
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup

@@ -16,16 +16,34 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "serve", "DIR | --upstream URL", `Serve the files of DIR over HTTP, or front the web server at --upstream URL, as an
 origin stampede downloaders get the most of: ranges and validators, a manifest of
 every file at /.well-known/stampede/manifest/PATH (computed once, cached on disk,
-never stale), Repr-Digest on full responses, and metrics at /metrics. Past
---max-transfers concurrent downloads it answers 503 with Retry-After rather than
-slow everyone down. It runs a tracker at /.well-known/stampede/tracker/announce
-and names it in every manifest, unless told to name others (--tracker) or none
-(--no-tracker).`)
+never stale), Repr-Digest on full responses, and metrics at /metrics. It runs a
+tracker at /.well-known/stampede/tracker/announce and names it in every manifest,
+unless told to name others (--tracker) or none (--no-tracker).
+
+Overload: past --max-transfers concurrent downloads it answers at once instead of
+slowing everyone down. A client that sends "Stampede-Capabilities: overload" (stampede
+get does, in the swarm) gets 206 with ONE piece of the origin's choosing, peers of
+the file's swarm (Stampede-Peers) and the manifest's Link, and fetches the rest from
+peers; pieces go out in rounds over the file, so successive clients get different
+ones, and each piece at most --overload-copies times per --overload-window (which
+bounds overload mode's bytes to that many copies of the file per window). At most
+--overload-transfers such answers go out at once. Everyone else, and capable
+clients when no piece can be given, gets 503 with Retry-After.
+
+Pages: an HTML page of DIR (.html, .htm) links its bundle (rel="stampede-bundle"):
+/.well-known/stampede/bundle/PATH is the page and its same-origin assets in one
+file, swarmed like any other, and /.well-known/stampede/bundle-index/PATH lists
+them (JSON: path, offset, size, content type, validators). At most 128 assets and
+32 MiB per bundle. Not in --upstream mode.`)
 	listen := fs.String("listen", ":8080", "listen on `HOST:PORT`")
 	upstream := fs.String("upstream", "", "front the web server at `URL` instead of serving a DIR")
 	rate := fs.String("rate", "0", "cap the egress of file bodies, e.g. 8Mbit, 100MB (0: unlimited)")
-	maxTransfers := fs.Int("max-transfers", origin.DefaultMaxTransfers, "most downloads sent at once; past it, 503 with Retry-After")
-	retryAfter := fs.Duration("retry-after", 0, "Retry-After to send with a 503, e.g. 10s (0: estimated from the load)")
+	maxTransfers := fs.Int("max-transfers", origin.DefaultMaxTransfers, "most downloads sent at once; past it, overload answers or 503 with Retry-After")
+	retryAfter := fs.Duration("retry-after", 0, "Retry-After to send with a 503 or an overload answer, e.g. 10s (0: estimated from the load)")
+	overloadTransfers := fs.Int("overload-transfers", origin.DefaultOverloadTransfers,
+		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
+	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
+	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
 	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR` (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
 	var trackers stringsFlag
@@ -38,11 +56,14 @@ and names it in every manifest, unless told to name others (--tracker) or none
 	}
 
 	cfg := origin.Config{
-		MaxTransfers: *maxTransfers,
-		RetryAfter:   *retryAfter,
-		CacheDir:     *cacheDir,
-		Warm:         *warm,
-		Logger:       e.logger(*quiet),
+		MaxTransfers:      *maxTransfers,
+		RetryAfter:        *retryAfter,
+		OverloadTransfers: *overloadTransfers,
+		OverloadCopies:    *overloadCopies,
+		OverloadWindow:    *overloadWindow,
+		CacheDir:          *cacheDir,
+		Warm:              *warm,
+		Logger:            e.logger(*quiet),
 	}
 	if cfg.Rate, err = units.ParseRate(*rate); err != nil {
 		return usageErrorf("--rate: %v", err)
@@ -52,6 +73,15 @@ and names it in every manifest, unless told to name others (--tracker) or none
 		return usageErrorf("--max-transfers must be at least 1, got %d", *maxTransfers)
 	case *retryAfter < 0:
 		return usageErrorf("--retry-after must not be negative, got %v", *retryAfter)
+	case *overloadTransfers < 0:
+		return usageErrorf("--overload-transfers must not be negative, got %d", *overloadTransfers)
+	case *overloadCopies < 1:
+		return usageErrorf("--overload-copies must be at least 1, got %d", *overloadCopies)
+	case *overloadWindow <= 0:
+		return usageErrorf("--overload-window must be positive, got %v", *overloadWindow)
+	}
+	if *overloadTransfers == 0 {
+		cfg.OverloadTransfers = -1 // off
 	}
 	var what string
 	switch {

@@ -38,6 +38,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--max-transfers", "0"},
 		{dir, "--retry-after", "-1s"},
 		{dir, "--retry-after", "soon"},
+		{dir, "--overload-transfers", "-1"},
+		{dir, "--overload-copies", "0"},
+		{dir, "--overload-window", "0s"},
 		{dir, "--no-such-flag"},
 		{dir, "--cache-dir", filepath.Join(dir, "cache")}, // never write into DIR
 		{dir, "--tracker", "udp://tracker.example:6969"},
@@ -129,7 +132,8 @@ func TestServeHelp(t *testing.T) {
 	if code := run(t.Context(), []string{"help", "serve"}, e); code != exitOK {
 		t.Fatalf("help serve: exit %d", code)
 	}
-	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm", "-tracker", "-no-tracker"} {
+	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm", "-tracker", "-no-tracker",
+		"-overload-transfers", "-overload-copies", "-overload-window", "stampede-bundle"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
 		}

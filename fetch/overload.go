@@ -1,0 +1,106 @@
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+// Overload mode, the client side (the origin side and the exact answer are
+// in package origin, overloadanswer.go). In the swarm, every request to the
+// origin says it can take an overload answer; an origin past its limits
+// then answers 206 with one piece of its choosing (Stampede-Piece), peers
+// of the swarm (Stampede-Peers) and a Retry-After. The piece is verified and
+// stored like any other, the node is told it has it and who the peers are,
+// and the request counts as a busy answer for the piece asked, so the
+// scheduler stays off the origin for the Retry-After and takes the rest
+// from peers.
+
+// Header names of overload mode (origin.CapabilitiesHeader and friends).
+const (
+	capabilitiesHeader = "Stampede-Capabilities"
+	capabilityOverload = "overload"
+	pieceHeader        = "Stampede-Piece"
+	peersHeader        = "Stampede-Peers"
+	rootHeader         = "Stampede-Root"
+)
+
+// maxAnswerPeers bounds the peers taken from one answer.
+const maxAnswerPeers = 50
+
+// overloadAnswer is an overloaded origin's answer to a piece request: it
+// sent (and we stored) another piece, named peers, and asks us to stay away
+// for wait. It is an error for the piece asked.
+type overloadAnswer struct {
+	asked, piece int
+	wait         time.Duration
+	peers        []string
+}
+
+func (e *overloadAnswer) Error() string {
+	return fmt.Sprintf("origin overloaded: asked for piece %d, got piece %d and %d peers; retry after %v",
+		e.asked, e.piece, len(e.peers), e.wait)
+}
+
+// readOverloadAnswer checks and stores the piece of an overload answer to
+// attempt a. The response's validators were checked already.
+func (d *Download) readOverloadAnswer(ctx context.Context, m *manifest.Manifest, sk sink, a *attempt, free chan<- []byte, resp *http.Response) error {
+	h := resp.Header
+	j, err := strconv.Atoi(strings.TrimSpace(h.Get(pieceHeader)))
+	if err != nil || j < 0 || j >= m.NumPieces() {
+		return fmt.Errorf("%w: overload answer names piece %q of %d", ErrProtocol, h.Get(pieceHeader), m.NumPieces())
+	}
+	if root := h.Get(rootHeader); root != "" && !strings.EqualFold(root, m.Root.String()) {
+		return fmt.Errorf("%w: overload answer for root %s, the manifest's is %s", ErrChanged, root, m.Root)
+	}
+	off, n := m.PieceOffset(j), m.PieceLen(j)
+	cr, err := httphdr.ParseContentRange(h.Get("Content-Range"))
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: overload answer: %v", ErrProtocol, err)
+	case cr.Size >= 0 && cr.Size != m.Size:
+		return fmt.Errorf("%w: the file is now %d bytes, the manifest says %d", ErrChanged, cr.Size, m.Size)
+	case cr.First != off || cr.Last != off+n-1:
+		return fmt.Errorf("%w: overload answer for piece %d has Content-Range %q", ErrProtocol, j, h.Get("Content-Range"))
+	case resp.ContentLength >= 0 && resp.ContentLength != n:
+		return fmt.Errorf("%w: overload answer for piece %d: Content-Length %d for a %d-byte piece", ErrProtocol, j, resp.ContentLength, n)
+	}
+	data := a.buf[:n]
+	k, err := io.ReadFull(d.lim.Reader(ctx, resp.Body), data)
+	d.received.Add(int64(k))
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: overload answer for piece %d: body ended after %d of %d bytes: %w", ErrProtocol, j, k, n, err)
+	}
+	a.handedOff = true
+	if err := sk.put(j, data, free); err != nil {
+		return fmt.Errorf("overload answer for piece %d: %w", j, err)
+	}
+	return &overloadAnswer{asked: a.piece, piece: j, wait: retryAfter(h, time.Now()), peers: parsePeers(h)}
+}
+
+// parsePeers reads the peers of a Stampede-Peers header, skipping what is
+// not an "ip:port" with a port.
+func parsePeers(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values(peersHeader) {
+		for f := range strings.SplitSeq(v, ",") {
+			ap, err := netip.ParseAddrPort(strings.TrimSpace(f))
+			if err != nil || ap.Port() == 0 || len(out) == maxAnswerPeers {
+				continue
+			}
+			out = append(out, ap.String())
+		}
+	}
+	return out
+}

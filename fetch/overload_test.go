@@ -1,0 +1,373 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+// overloadOrigin is origin.Server with its tracker on loopback, behind a
+// handler that measures what capable clients get for file.
+type overloadOrigin struct {
+	url, base string
+	data      []byte
+	dir       string
+
+	answered     chan struct{} // closed at the first overload answer
+	answeredOnce sync.Once
+
+	mu          sync.Mutex // guards the following
+	capableBody int64      // file body bytes sent to capable clients
+	pieces      map[int]int
+	withPeers   int // overload answers naming peers
+	statuses    map[int]int
+}
+
+type countWriter struct {
+	http.ResponseWriter
+	n      int64
+	status int
+}
+
+func (w *countWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+func startOverloadOrigin(t *testing.T, size int, cfg origin.Config) *overloadOrigin {
+	t.Helper()
+	o := &overloadOrigin{dir: t.TempDir(), data: randomData(size, 77), pieces: map[int]int{}, statuses: map[int]int{},
+		answered: make(chan struct{})}
+	if err := os.WriteFile(filepath.Join(o.dir, "file.bin"), o.data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Dir, cfg.CacheDir, cfg.Logger = o.dir, t.TempDir(), log
+	cfg.Tracker = tracker.New(tracker.Config{Logger: log})
+	srv, err := origin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := srv.Handler()
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/file.bin" || r.Header.Get(capabilitiesHeader) == "" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		cw := &countWriter{ResponseWriter: w}
+		inner.ServeHTTP(cw, r)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if cw.status == http.StatusOK || cw.status == http.StatusPartialContent {
+			o.capableBody += cw.n
+		}
+		o.statuses[cw.status]++
+		if p := w.Header().Get(pieceHeader); p != "" {
+			o.answeredOnce.Do(func() { close(o.answered) })
+			i, _ := strconv.Atoi(p)
+			o.pieces[i]++
+			if w.Header().Get(peersHeader) != "" {
+				o.withPeers++
+			}
+		}
+	})}
+	go hs.Serve(ln)
+	t.Cleanup(func() {
+		hs.Close()
+		srv.Close()
+	})
+	o.base = "http://" + ln.Addr().String()
+	o.url = o.base + "/file.bin"
+	return o
+}
+
+// hog occupies the origin's only transfer slot with a download it never
+// reads: a 64 MiB sparse file, asked as a range so that no digest is
+// computed. The origin's write blocks once the socket buffers are full.
+func (o *overloadOrigin) hog(t *testing.T) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(o.dir, "hog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	req, _ := http.NewRequest("GET", o.base+"/hog", nil)
+	req.Header.Set("Range", "bytes=0-")
+	tr := &http.Transport{}
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusPartialContent {
+		t.Fatalf("hog: %s", res.Status)
+	}
+	t.Cleanup(func() {
+		res.Body.Close()
+		tr.CloseIdleConnections()
+	})
+}
+
+// legacyGet is a plain HTTP client (net/http, no stampede header) asking
+// for the file; it reports the status, Retry-After and how long the answer
+// took.
+func legacyGet(t *testing.T, url string) (int, string, time.Duration) {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	start := time.Now()
+	res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, res.Header.Get("Retry-After"), time.Since(start)
+}
+
+// legacyTimeBound is how soon a legacy client must be told 503: at once,
+// however busy the origin is, rather than after a slow timeout. Answers
+// take milliseconds; the bound leaves room for the race detector and a
+// shared machine running fifty peers.
+const legacyTimeBound = 2 * time.Second
+
+// TestOverloadedOriginSwarm: 50 capable clients (stampede get in the swarm)
+// against an origin whose only transfer slot is taken: every one of their
+// requests is past the limit, so what they get from the origin is overload
+// answers, one piece each, and the rest comes from each other. The origin
+// hands each piece out at most once per window (OverloadCopies 1, a window
+// longer than the test), so the file bytes it sends them are at most one
+// copy of the file: that is the bound asserted. Meanwhile plain HTTP
+// clients get 503 + Retry-After within legacyTimeBound.
+func TestOverloadedOriginSwarm(t *testing.T) {
+	const clients, size = 50, 2 << 20
+	o := startOverloadOrigin(t, size, origin.Config{MaxTransfers: 1, OverloadWindow: time.Hour})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	m, err := Manifest(ctx, nil, o.url) // computed before the crowd: overload answers need it
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.hog(t)
+
+	code, retry, took := legacyGet(t, o.url)
+	if code != http.StatusServiceUnavailable || retry == "" || took > legacyTimeBound {
+		t.Fatalf("legacy client before the crowd: %d, Retry-After %q, after %v", code, retry, took)
+	}
+
+	// Clients seed until all are done, so that a piece handed to one that
+	// finished early is not lost to the others (a real crowd keeps
+	// arriving; this one is all there is).
+	swarmCtx, stopSeeding := context.WithCancel(ctx)
+	defer stopSeeding()
+	type result struct {
+		res *Result
+		err error
+		out string
+	}
+	results := make([]result, clients)
+	downloads := make([]*Download, clients)
+	for i := range clients {
+		out := filepath.Join(t.TempDir(), "file.bin")
+		d, err := New(Config{
+			URL: o.url, Output: out, Client: NewClient(4),
+			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("client", i),
+			Swarm: SwarmConfig{ListenAddr: "127.0.0.1:0", SeedTime: -1, Node: node.Config{
+				// START only for origin fetches: see node's scenarioSwarm.
+				Swarm: swarm.Config{QuietRequests: true},
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		downloads[i], results[i].out = d, out
+	}
+	var wg sync.WaitGroup
+	for i, d := range downloads {
+		wg.Go(func() { results[i].res, results[i].err = d.Run(swarmCtx) })
+	}
+
+	// A legacy client in the middle of the crowd, once overload answers
+	// are flowing.
+	legacyDone := make(chan struct{})
+	go func() {
+		defer close(legacyDone)
+		select {
+		case <-o.answered:
+			code, retry, took = legacyGet(t, o.url)
+		case <-swarmCtx.Done():
+		}
+	}()
+
+	// Wait for every client to have the whole file (they are seeding), or
+	// for one to fail.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for done := 0; done < clients; {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d clients finished", done, clients)
+		case <-tick.C:
+		}
+		done = 0
+		for _, d := range downloads {
+			if d.Progress().Phase == "seeding" {
+				done++
+			}
+		}
+	}
+	<-legacyDone
+	stopSeeding()
+	wg.Wait()
+
+	want := o.data
+	for i, r := range results {
+		if r.err != nil {
+			t.Errorf("client %d: %v", i, r.err)
+			continue
+		}
+		got, err := os.ReadFile(r.out)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("client %d: the file differs from the origin's (%v)", i, err)
+		}
+	}
+	if code != http.StatusServiceUnavailable || retry == "" || took > legacyTimeBound {
+		t.Errorf("legacy client during the crowd: %d, Retry-After %q, after %v (want 503 within %v)", code, retry, took, legacyTimeBound)
+	}
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var slowest time.Duration
+	for _, r := range results {
+		if r.res != nil {
+			slowest = max(slowest, time.Duration(r.res.Seconds*float64(time.Second)))
+		}
+	}
+	answers, twice := 0, 0
+	for _, n := range o.pieces {
+		answers += n
+		if n > 1 {
+			twice++
+		}
+	}
+	t.Logf("%d clients, %d KiB file of %d pieces: origin sent capable clients %d file bytes (%.2f× the file) in %d overload answers "+
+		"(%d naming peers); their requests got %v; slowest client %v; legacy 503 in %v",
+		clients, size>>10, m.NumPieces(), o.capableBody, float64(o.capableBody)/size, answers, o.withPeers, o.statuses,
+		slowest.Round(time.Millisecond), took)
+	if o.capableBody > size {
+		t.Errorf("the origin sent capable clients %d file bytes, more than the file (%d): the policy hands each piece out once per window", o.capableBody, size)
+	}
+	if answers == 0 || o.withPeers == 0 || twice > 0 || o.statuses[http.StatusOK] > 0 {
+		t.Errorf("overload answers: %d, %d with peers, %d pieces twice, %d full bodies", answers, o.withPeers, twice, o.statuses[http.StatusOK])
+	}
+
+	// curl, the other legacy client, if there is one.
+	if _, err := exec.LookPath("curl"); err == nil {
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, "curl", "-sS", "-o", "/dev/null", "-D", "-", "--max-time", "30", o.url).Output()
+		took := time.Since(start)
+		if err != nil || !strings.Contains(string(out), " 503") || !strings.Contains(strings.ToLower(string(out)), "retry-after:") || took > legacyTimeBound {
+			t.Errorf("curl: %v after %v:\n%s", err, took, out)
+		}
+	}
+}
+
+func TestReadOverloadAnswer(t *testing.T) {
+	data := randomData(200_000, 5)
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
+	last := m.NumPieces() - 1
+	answer := func(i int, body []byte, mod func(h http.Header)) *http.Response {
+		h := http.Header{}
+		off := m.PieceOffset(i)
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+m.PieceLen(i)-1, m.Size))
+		h.Set(pieceHeader, strconv.Itoa(i))
+		h.Set(rootHeader, m.Root.String())
+		h.Set(peersHeader, "192.0.2.7:7000, [2001:db8::5]:7001, bogus, 192.0.2.8:0")
+		h.Set("Retry-After", "3")
+		if mod != nil {
+			mod(h)
+		}
+		return &http.Response{StatusCode: 206, Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body))}
+	}
+	tests := []struct {
+		name string
+		res  *http.Response
+		want func(error) bool
+	}{
+		{"another piece", answer(last, piece(last), nil), func(err error) bool {
+			oa, ok := errors.AsType[*overloadAnswer](err)
+			return ok && oa.asked == 1 && oa.piece == last && oa.wait == 3*time.Second &&
+				slices.Equal(oa.peers, []string{"192.0.2.7:7000", "[2001:db8::5]:7001"})
+		}},
+		{"corrupt", answer(2, bytes.Repeat([]byte{1}, int(m.PieceLen(2))), nil), isCorrupt},
+		{"short", answer(2, piece(2)[:100], nil), func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"range not the piece", answer(2, piece(2), func(h http.Header) { h.Set(pieceHeader, "3") }),
+			func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"piece out of range", answer(2, piece(2), func(h http.Header) { h.Set(pieceHeader, strconv.Itoa(last+1)) }),
+			func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"other root", answer(2, piece(2), func(h http.Header) { h.Set(rootHeader, strings.Repeat("ab", 32)) }),
+			func(err error) bool { return errors.Is(err, ErrChanged) }},
+	}
+	for _, tt := range tests {
+		d, err := New(Config{URL: "http://x/f", Output: filepath.Join(t.TempDir(), "f")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk, err := d.openSink(m, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := make(chan []byte, 1)
+		a := &attempt{piece: 1, buf: make([]byte, m.PieceSize), overload: true}
+		err = d.readOverloadAnswer(t.Context(), m, sk, a, free, tt.res)
+		if !tt.want(err) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+		stored := sk.(*fileSink).st.Count()
+		if ok := tt.name == "another piece"; (stored == 1) != ok {
+			t.Errorf("%s: %d pieces stored", tt.name, stored)
+		}
+		sk.close()
+	}
+}

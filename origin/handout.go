@@ -1,0 +1,123 @@
+package origin
+
+import (
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/pieceset"
+)
+
+// Which piece an overload answer carries. Successive capable clients must
+// get different pieces, so that the swarm holds as much of the file as
+// possible after as few answers as possible, and the origin must not hand
+// out the same piece again and again when its holder is merely unknown to
+// the asker. So, per file, the pieces are handed out in rounds: a piece
+// goes out a second time only once every piece has gone out once (the one
+// handed out least often goes first), and after Copies rounds within one
+// Window nothing more goes out until the window ends. Within a round the
+// asked piece (the one the client's scheduler wanted: nobody it knows has
+// it) wins if it has not gone out yet in this round; otherwise the next
+// one not handed out after the last one given, so that answers walk the
+// file instead of piling up at its start.
+//
+// That bounds the bytes overload mode costs: at most Copies times the file
+// per Window per file, whatever the crowd does. A piece whose every holder
+// left before passing it on is handed out again at the latest one window
+// later.
+
+// handout is the pure state of one file's overload answers.
+type handout struct {
+	start  time.Time     // of the current window
+	round  int           // rounds completed in this window
+	given  *pieceset.Set // pieces handed out in the current round
+	cursor int           // where the search for a piece not given starts
+}
+
+func newHandout(n int, now time.Time) *handout {
+	return &handout{start: now, given: pieceset.New(n)}
+}
+
+// pick returns the piece to hand out at now, preferring asked (-1: no
+// preference), and records it; with ok false, every piece has gone out
+// copies times in this window, which ends at retry.
+func (h *handout) pick(asked int, now time.Time, copies int, window time.Duration) (piece int, retry time.Time, ok bool) {
+	if now.Sub(h.start) >= window || now.Before(h.start) {
+		h.start, h.round, h.cursor = now, 0, 0
+		h.given = pieceset.New(h.given.Len())
+	}
+	if h.round >= copies {
+		return -1, h.start.Add(window), false
+	}
+	n := h.given.Len()
+	piece = -1
+	switch {
+	case asked >= 0 && asked < n && !h.given.Has(asked):
+		piece = asked
+	default:
+		if piece = h.given.NextMissing(h.cursor); piece < 0 {
+			piece = h.given.NextMissing(0)
+		}
+		h.cursor = piece + 1
+	}
+	h.given.Add(piece)
+	if h.given.Complete() {
+		h.round++
+		h.given = pieceset.New(n)
+		h.cursor = 0
+	}
+	return piece, time.Time{}, true
+}
+
+// handoutKey names a file version: its manifest's root and size.
+type handoutKey struct {
+	root manifest.Hash
+	size int64
+}
+
+// maxHandoutFiles bounds the files whose handouts are remembered (a bitset
+// of the pieces each, 256 bytes for 2048 pieces); past it the one used
+// least recently is forgotten, which only lets its pieces go out again.
+const maxHandoutFiles = 1024
+
+// handouts holds the handout of every file answered in overload mode.
+type handouts struct {
+	copies int
+	window time.Duration
+
+	mu    sync.Mutex // guards files
+	files map[handoutKey]*handoutSlot
+}
+
+type handoutSlot struct {
+	h    *handout
+	used time.Time
+}
+
+func newHandouts(copies int, window time.Duration) *handouts {
+	return &handouts{copies: copies, window: window, files: make(map[handoutKey]*handoutSlot)}
+}
+
+// pick chooses the piece of m to hand out now (see handout.pick).
+func (hs *handouts) pick(m *manifest.Manifest, asked int, now time.Time) (piece int, retry time.Time, ok bool) {
+	key := handoutKey{m.Root, m.Size}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	s := hs.files[key]
+	if s == nil {
+		if len(hs.files) >= maxHandoutFiles {
+			var oldest handoutKey
+			first := true
+			for k, v := range hs.files {
+				if first || v.used.Before(hs.files[oldest].used) {
+					oldest, first = k, false
+				}
+			}
+			delete(hs.files, oldest)
+		}
+		s = &handoutSlot{h: newHandout(m.NumPieces(), now)}
+		hs.files[key] = s
+	}
+	s.used = now
+	return s.h.pick(asked, now, hs.copies, hs.window)
+}
