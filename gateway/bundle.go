@@ -68,14 +68,17 @@ type bundleRef struct {
 	page   bool // the page itself, which is revalidated before use
 }
 
-// refKey names a URL in g.pages: scheme, host and request URI.
-func refKey(scheme, host, requestURI string) string {
-	return strings.ToLower(scheme) + "://" + strings.ToLower(host) + requestURI
+// refKey names a URL in g.pages: scheme, host and path (unescaped, as the
+// index gives members' paths). The query is not part of it: the origin
+// builds a bundle from the files its page names, queries dropped
+// (docs/architecture.md), so /style.css?v=3 is the member /style.css.
+func refKey(scheme, host, path string) string {
+	return strings.ToLower(scheme) + "://" + strings.ToLower(host) + path
 }
 
 // serveFromBundle answers a request for an asset of a cached bundle.
 func (g *Gateway) serveFromBundle(req *request) bool {
-	key := refKey(req.target.Scheme, req.target.Host, req.target.RequestURI())
+	key := refKey(req.target.Scheme, req.target.Host, req.target.Path)
 	g.mu.Lock()
 	ref := g.pages[key]
 	g.mu.Unlock()
@@ -145,7 +148,7 @@ func (g *Gateway) serveMember(req *request, o *object, m bundleMember, h http.He
 // and opening the bundle's download.
 func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*bundleRef, *object, error) {
 	t := req.target
-	pageKey := refKey(t.Scheme, t.Host, t.RequestURI())
+	pageKey := refKey(t.Scheme, t.Host, t.Path)
 	etag := probe.Header.Get("ETag")
 	g.mu.Lock()
 	ref := g.pages[pageKey]
@@ -166,11 +169,11 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	idx, err := g.fetchIndex(req.r.Context(), iu)
+	idx, idxETag, err := g.fetchIndex(req.r.Context(), iu)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := idx.check(bu); err != nil {
+	if err := idx.check(iu, bu); err != nil {
 		return nil, nil, fmt.Errorf("bundle index %s: %w", iu, err)
 	}
 	page := idx.Members[0]
@@ -181,8 +184,9 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("bundle %s: %w", bu, err)
 	}
-	if src.Manifest().Size != idx.Size {
-		return nil, nil, fmt.Errorf("bundle %s has %d bytes, its index says %d", bu, src.Manifest().Size, idx.Size)
+	if bm := src.Manifest(); bm.Size != idx.Size || (idxETag != "" && bm.ETag != "" && bm.ETag != idxETag) {
+		return nil, nil, fmt.Errorf("bundle %s (%d bytes, ETag %s) is not the one its index describes (%d bytes, ETag %s)",
+			bu, bm.Size, bm.ETag, idx.Size, idxETag)
 	}
 	o, err := g.cache.acquire(src.Manifest(), src)
 	if err != nil {
@@ -192,46 +196,49 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	return ref, o, nil
 }
 
-// fetchIndex downloads and decodes a bundle index.
-func (g *Gateway) fetchIndex(ctx context.Context, u *url.URL) (*bundleIndex, error) {
+// fetchIndex downloads and decodes a bundle index, and returns it with
+// its ETag (the bundle's, at a stampede origin).
+func (g *Gateway) fetchIndex(ctx context.Context, u *url.URL) (*bundleIndex, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Add("Via", "1.1 "+g.via)
 	resp, err := g.fetches.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bundle index %s: %s", u, resp.Status)
+		return nil, "", fmt.Errorf("bundle index %s: %s", u, resp.Status)
 	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
-		return nil, fmt.Errorf("bundle index %s has content type %q, want application/json", u, ct)
+		return nil, "", fmt.Errorf("bundle index %s has content type %q, want application/json", u, ct)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxIndexBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("bundle index %s: %w", u, err)
+		return nil, "", fmt.Errorf("bundle index %s: %w", u, err)
 	}
 	if len(body) > maxIndexBytes {
-		return nil, fmt.Errorf("bundle index %s is larger than %d bytes", u, maxIndexBytes)
+		return nil, "", fmt.Errorf("bundle index %s is larger than %d bytes", u, maxIndexBytes)
 	}
 	idx := &bundleIndex{}
 	if err := json.Unmarshal(body, idx); err != nil {
-		return nil, fmt.Errorf("bundle index %s: %w", u, err)
+		return nil, "", fmt.Errorf("bundle index %s: %w", u, err)
 	}
-	return idx, nil
+	return idx, resp.Header.Get("ETag"), nil
 }
 
-// check validates an index against the bundle URL it came for.
-func (idx *bundleIndex) check(bundle *url.URL) error {
+// check validates an index, fetched from index, against the bundle URL
+// the page links.
+func (idx *bundleIndex) check(index, bundle *url.URL) error {
+	named, err := index.Parse(idx.Bundle)
 	switch {
 	case idx.Version != 1:
 		return fmt.Errorf("version %d, want 1", idx.Version)
-	case idx.Bundle != bundle.EscapedPath() && idx.Bundle != bundle.Path:
-		return fmt.Errorf("names bundle %q, the page links %q", idx.Bundle, bundle.EscapedPath())
+	case err != nil || named.String() != bundle.String():
+		return fmt.Errorf("names bundle %q, the page links %s", idx.Bundle, bundle)
 	case idx.Size <= 0:
 		return fmt.Errorf("bundle size %d", idx.Size)
 	case len(idx.Members) == 0 || len(idx.Members) > maxMembers:
@@ -241,7 +248,7 @@ func (idx *bundleIndex) check(bundle *url.URL) error {
 	for k, m := range idx.Members {
 		switch {
 		case !strings.HasPrefix(m.Path, "/") || strings.HasPrefix(m.Path, "//") ||
-			strings.ContainsFunc(m.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			strings.ContainsFunc(m.Path, func(r rune) bool { return r < ' ' || r == 0x7f }):
 			return fmt.Errorf("member %d: bad path %q", k, m.Path)
 		case seen[m.Path]:
 			return fmt.Errorf("member %d: path %q twice", k, m.Path)

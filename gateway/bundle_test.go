@@ -14,9 +14,10 @@ import (
 // bundle Link and serves the bundle index.
 type bundleSite struct {
 	*testOrigin
-	files   map[string][]byte
-	members []bundleMember
-	index   []byte
+	files     map[string][]byte
+	members   []bundleMember
+	index     []byte
+	indexETag string // the bundle's, as a stampede origin sends it
 }
 
 var sitePaths = []string{"/index.html", "/style.css", "/app.js", "/img/logo.png"}
@@ -49,6 +50,9 @@ func startBundleSite(t *testing.T) *bundleSite {
 			ContentType: h.Get("Content-Type"), ETag: h.Get("ETag"), LastModified: h.Get("Last-Modified")})
 		off += int64(len(files[p]))
 	}
+	rec := httptest.NewRecorder()
+	o.srv.Handler().ServeHTTP(rec, httptest.NewRequest("HEAD", BundlePrefix+"index.html", nil))
+	s.indexETag = rec.Result().Header.Get("ETag")
 	s.setIndex(t, s.members)
 	o.setWrap(func(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 		switch r.URL.Path {
@@ -57,6 +61,7 @@ func startBundleSite(t *testing.T) *bundleSite {
 		case BundleIndexPrefix + "index.html":
 			w.Header().Set("Content-Type", "application/json")
 			o.mu.Lock()
+			w.Header().Set("ETag", s.indexETag)
 			w.Write(s.index)
 			o.mu.Unlock()
 			return true
@@ -114,6 +119,14 @@ func TestPageBundle(t *testing.T) {
 			t.Errorf("%s: the origin was asked %d times", p, n)
 		}
 	}
+	// A query does not change the member (the origin drops queries when it
+	// builds a bundle).
+	resp, body = get(t, c, "GET", s.base+"/style.css?v=3", nil)
+	if resp.Header.Get(Header) != "bundle" {
+		t.Errorf("/style.css?v=3: answered %q", resp.Header.Get(Header))
+	}
+	mustEqual(t, "/style.css?v=3", body, s.files["/style.css"])
+
 	// Conditional and range requests on an asset.
 	logo := s.members[3]
 	resp, _ = get(t, c, "GET", s.base+logo.Path, http.Header{"If-None-Match": {logo.ETag}})
@@ -153,13 +166,26 @@ func TestPageBundlePrefixForm(t *testing.T) {
 	mustEqual(t, "/style.css", body, s.files["/style.css"])
 }
 
-// An index that describes another version of the page is ignored: the
-// page is served as a file, its assets from the origin.
+// An index that describes another version of the page, or of the bundle,
+// is ignored: the page is served as a file, its assets from the origin.
 func TestPageBundleStaleIndex(t *testing.T) {
-	s := startBundleSite(t)
-	stale := append([]bundleMember(nil), s.members...)
-	stale[0].ETag = `"an-older-page"`
-	s.setIndex(t, stale)
+	t.Run("page", func(t *testing.T) {
+		s := startBundleSite(t)
+		stale := append([]bundleMember(nil), s.members...)
+		stale[0].ETag = `"an-older-page"`
+		s.setIndex(t, stale)
+		checkNoBundle(t, s)
+	})
+	t.Run("bundle", func(t *testing.T) {
+		s := startBundleSite(t)
+		s.mu.Lock()
+		s.indexETag = `"an-older-bundle"`
+		s.mu.Unlock()
+		checkNoBundle(t, s)
+	})
+}
+
+func checkNoBundle(t *testing.T, s *bundleSite) {
 	g := startGateway(t, Config{})
 	resp, body := get(t, g.proxyClient(), "GET", s.base+"/index.html", nil)
 	mustEqual(t, "page", body, s.files["/index.html"])
@@ -175,12 +201,18 @@ func TestPageBundleStaleIndex(t *testing.T) {
 
 func TestBundleIndexChecks(t *testing.T) {
 	bu := mustURL(t, "http://o/.well-known/stampede/bundle/p.html")
+	iu := mustURL(t, "http://o/.well-known/stampede/bundle-index/p.html")
 	good := func() *bundleIndex {
 		return &bundleIndex{Version: 1, Bundle: "/.well-known/stampede/bundle/p.html", Size: 10,
 			Members: []bundleMember{{Path: "/p.html", Offset: 0, Size: 6}, {Path: "/a.css", Offset: 6, Size: 4}}}
 	}
-	if err := good().check(bu); err != nil {
+	if err := good().check(iu, bu); err != nil {
 		t.Fatalf("good index refused: %v", err)
+	}
+	spaced := good()
+	spaced.Members[1].Path = "/a b.css" // paths are not escaped
+	if err := spaced.check(iu, bu); err != nil {
+		t.Fatalf("a path with a space refused: %v", err)
 	}
 	for name, breakIt := range map[string]func(*bundleIndex){
 		"version":        func(x *bundleIndex) { x.Version = 2 },
@@ -190,13 +222,13 @@ func TestBundleIndexChecks(t *testing.T) {
 		"negative":       func(x *bundleIndex) { x.Members[1].Offset = -1 },
 		"relative path":  func(x *bundleIndex) { x.Members[1].Path = "a.css" },
 		"other host":     func(x *bundleIndex) { x.Members[1].Path = "//evil/a.css" },
-		"space in path":  func(x *bundleIndex) { x.Members[1].Path = "/a b.css" },
+		"control char":   func(x *bundleIndex) { x.Members[1].Path = "/a\nb.css" },
 		"duplicate path": func(x *bundleIndex) { x.Members[1].Path = "/p.html" },
 		"zero size":      func(x *bundleIndex) { x.Size = 0 },
 	} {
 		x := good()
 		breakIt(x)
-		if err := x.check(bu); err == nil {
+		if err := x.check(iu, bu); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -257,4 +289,41 @@ func (d *dropManifestLink) WriteHeader(code int) {
 func (d *dropManifestLink) Write(p []byte) (int, error) {
 	d.WriteHeader(http.StatusOK)
 	return d.ResponseWriter.Write(p)
+}
+
+// Against the real origin side (origin.Server publishes bundles of HTML
+// pages in directory mode).
+func TestPageBundleFromStampedeServe(t *testing.T) {
+	files := map[string][]byte{
+		"index.html": []byte(`<!doctype html><link rel=stylesheet href="/style.css?v=2">` +
+			`<script src="js/app.js"></script><img src="a%20b.png"><img src="img/logo.png">`),
+		"style.css":    []byte("p { margin: 0 }\n"),
+		"js/app.js":    []byte("let x = 1\n"),
+		"a b.png":      randomBytes(3000, 70),
+		"img/logo.png": randomBytes(50<<10, 71),
+	}
+	o := startOrigin(t, files, originOpts{})
+	g := startGateway(t, Config{})
+	c := g.proxyClient()
+	resp, body := get(t, c, "GET", o.base+"/index.html", nil)
+	if resp.Header.Get(Header) != "bundle" {
+		t.Fatalf("page: %s, answered %q (Link %v)", resp.Status, resp.Header.Get(Header), resp.Header.Values("Link"))
+	}
+	mustEqual(t, "page", body, files["index.html"])
+	for _, p := range []string{"/style.css?v=2", "/js/app.js", "/a%20b.png", "/img/logo.png"} {
+		direct, want := get(t, plainClient(), "GET", o.base+p, nil)
+		before := o.count("GET "+direct.Request.URL.Path) + o.count("HEAD "+direct.Request.URL.Path)
+		resp, body := get(t, c, "GET", o.base+p, nil)
+		if resp.Header.Get(Header) != "bundle" {
+			t.Errorf("%s: answered %q", p, resp.Header.Get(Header))
+		}
+		mustEqual(t, p, body, want)
+		if resp.Header.Get("Content-Type") != direct.Header.Get("Content-Type") || resp.Header.Get("ETag") != direct.Header.Get("ETag") {
+			t.Errorf("%s: type %q ETag %q, the origin says %q %q", p, resp.Header.Get("Content-Type"), resp.Header.Get("ETag"),
+				direct.Header.Get("Content-Type"), direct.Header.Get("ETag"))
+		}
+		if after := o.count("GET "+direct.Request.URL.Path) + o.count("HEAD "+direct.Request.URL.Path); after != before {
+			t.Errorf("%s: the gateway asked the origin", p)
+		}
+	}
 }

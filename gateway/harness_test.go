@@ -247,7 +247,6 @@ func mustEqual(t testing.TB, what string, got, want []byte) {
 	}
 }
 
-
 func mustURL(t testing.TB, s string) *url.URL {
 	t.Helper()
 	u, err := url.Parse(s)
