@@ -5,7 +5,9 @@
 #     /dev/null: median throughput and their ratio;
 #   - cold: time to first byte and total time through the gateway for
 #     100 MiB files it has never seen (a fresh file each time; the origin's
-#     manifest is computed beforehand), next to curl straight from serve;
+#     manifest is computed beforehand), next to curl straight from serve and
+#     to `stampede get` (which joins the swarm, as the gateway's node does)
+#     of other fresh 100 MiB files;
 #   - the gateway's peak RSS (VmHWM) over the whole run.
 # Usage: scripts/bench-gateway.sh [SIZE_MiB (default 1024)] [REPS (default 5)]
 set -euo pipefail
@@ -27,6 +29,7 @@ mkdir -p "$work/www"
 dd if=/dev/urandom of="$work/www/big.bin" bs=1M count="$size_mib" status=none
 for i in $(seq "$reps"); do
 	dd if=/dev/urandom of="$work/www/cold$i.bin" bs=1M count=100 status=none
+	dd if=/dev/urandom of="$work/www/getcold$i.bin" bs=1M count=100 status=none
 done
 
 addr_of() { # log file: waits for "http://ADDR/" in it
@@ -46,7 +49,7 @@ gw_pid=$!
 pids+=($gw_pid)
 gw=$(addr_of "$work/gw.log")
 # Every manifest computed before anything is measured.
-for f in big.bin $(seq -f 'cold%g.bin' "$reps"); do
+for f in big.bin $(seq -f 'cold%g.bin' "$reps") $(seq -f 'getcold%g.bin' "$reps"); do
 	curl -sf -o /dev/null "$origin/.well-known/stampede/manifest/$f"
 done
 
@@ -68,6 +71,11 @@ echo "== cold: 100 MiB files the gateway has never seen, $reps of them"
 for i in $(seq "$reps"); do
 	echo "cold-direct  $(timed "$origin/cold$i.bin")" | tee -a "$work/results"
 	echo "cold-gateway $(timed -x "$gw" "$origin/cold$i.bin")" | tee -a "$work/results"
+	start=$EPOCHREALTIME
+	"$bin" get -q "$origin/getcold$i.bin" -o "$work/getcold.out"
+	echo "cold-get $(awk "BEGIN { print $EPOCHREALTIME - $start }")" | tee -a "$work/results"
+	cmp -s "$work/getcold.out" "$work/www/getcold$i.bin" || { echo "get's copy differs"; exit 1; }
+	rm -f "$work/getcold.out"
 done
 hwm=$(grep VmHWM "/proc/$gw_pid/status" | awk '{print $2}')
 
@@ -86,5 +94,7 @@ for name in ("cold-direct", "cold-gateway"):
     t, f = col(name, 1), col(name, 2)
     print(f"{name:13s} first byte median {1000*statistics.median(f):6.1f} ms ({1000*f[0]:.1f}-{1000*f[-1]:.1f}), "
           f"100 MiB in median {statistics.median(t):.3f} s ({t[0]:.3f}-{t[-1]:.3f})")
+t = col("cold-get", 1)
+print(f"cold-get      stampede get (swarm path) of 100 MiB in median {statistics.median(t):.3f} s ({t[0]:.3f}-{t[-1]:.3f})")
 print(f"gateway peak RSS (VmHWM) over the run: {hwm/1024:.0f} MiB")
 PY
