@@ -70,9 +70,15 @@ func openCache(g *Gateway, dir string, max int64) (*cache, error) {
 		use time.Time
 	}
 	var keep []found
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
 	for _, e := range ents {
 		name := e.Name()
 		switch {
+		case strings.Contains(name, idSep) && !strings.Contains(name, ".") && !names[name+manifestSuffix]:
+			c.remove(name) // a file of ours without its manifest
 		case strings.HasSuffix(name, store.PartSuffix):
 			c.remove(name)
 		case strings.HasSuffix(name, manifestSuffix):
@@ -294,8 +300,8 @@ func (c *cache) dropLocked(o *object) {
 // unread.
 func (c *cache) drop(o *object) {
 	c.mu.Lock()
+	destroy := !o.gone && o.readers == 0
 	c.dropLocked(o)
-	destroy := o.readers == 0
 	c.mu.Unlock()
 	if destroy {
 		c.destroyLater([]*object{o})

@@ -67,7 +67,8 @@ const Header = "Stampede-Gateway"
 // Config configures a Gateway. Zero values take the documented defaults.
 type Config struct {
 	// CacheDir holds downloaded files (default DefaultCacheDir()). Files
-	// complete there survive restarts; partial ones do not.
+	// complete there survive restarts; partial ones do not. One gateway
+	// per directory.
 	CacheDir string
 	// CacheSize bounds the bytes of files kept in CacheDir (default
 	// DefaultCacheSize). A file that does not fit, even after evicting
