@@ -233,3 +233,43 @@ func TestConnectTunnel(t *testing.T) {
 	}
 	mustEqual(t, "tunnelled bytes", got, payload)
 }
+
+// A protocol upgrade (as WebSocket does) passes through: 101, then bytes
+// both ways.
+func TestPassThroughUpgrade(t *testing.T) {
+	origin := serveOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			w.WriteHeader(http.StatusOK) // the gateway's probe: no upgrade in a HEAD
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		io.Copy(c, brw) // echo until the client closes
+	}))
+	g := startGateway(t, Config{})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	host := strings.TrimPrefix(origin, "http://")
+	io.WriteString(conn, "GET "+origin+"/up HTTP/1.1\r\nHost: "+host+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	msg := randomBytes(10000, 9)
+	go conn.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "echoed after the upgrade", got, msg)
+}
