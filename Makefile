@@ -31,6 +31,7 @@ BENCH_SCENARIOS ?= ci faults staggered poisson pool flash20 flash50
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchtime=3x ./manifest
 	./scripts/bench-get.sh
+	./scripts/bench-gateway.sh
 	./bin/stampede bench --skip-unavailable --out bench/out --doc docs/benchmarks.md $(BENCH_SCENARIOS)
 
 fuzz:

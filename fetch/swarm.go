@@ -2,9 +2,7 @@ package fetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -47,77 +45,13 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 
 	// Origin fetches reuse the piece path of the HTTP downloader: the same
 	// checks of status, validators and Content-Range, then the store
-	// verifies the bytes.
+	// verifies the bytes (source.go).
 	var (
-		nd         *node.Node             // set before it runs, which is before any origin fetch
-		bufs       = make(chan []byte, 8) // piece buffers for origin fetches, reused
-		once       sync.Once
-		finishErr  error
-		mu         sync.Mutex // guards the following
-		busyWaited time.Duration
-		corrupt    = map[int]int{}
+		nd        *node.Node // set before it runs, which is before any origin fetch
+		once      sync.Once
+		finishErr error
 	)
-	fetchOrigin := func(ctx context.Context, piece int, reason string) (time.Duration, error) {
-		var buf []byte
-		select {
-		case buf = <-bufs:
-		default:
-			buf = make([]byte, m.PieceSize)
-		}
-		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true}
-		err := d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+reason)
-		if a.handedOff {
-			buf = <-free
-		}
-		select {
-		case bufs <- buf:
-		default:
-		}
-		// An overloaded origin's answer: another piece, stored, and peers.
-		// The node learns both; for the piece asked it is a busy answer,
-		// which keeps the scheduler off the origin for its Retry-After.
-		// Neither it nor a 503 naming peers counts against MaxRetryAfter:
-		// the origin is pointing us at the swarm, and the node's stall
-		// timeout watches that the swarm delivers.
-		if oa, ok := errors.AsType[*overloadAnswer](err); ok {
-			nd.Stored(ctx, oa.piece)
-			if len(oa.peers) > 0 {
-				nd.AddPeers(ctx, oa.peers)
-			}
-			return oa.wait, err
-		}
-		if be, ok := errors.AsType[*busyError](err); ok && len(be.peers) > 0 {
-			nd.AddPeers(ctx, be.peers)
-			return be.wait, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		var se *StatusError
-		switch {
-		case err == nil:
-			return 0, nil
-		case errors.As(err, new(*busyError)):
-			be, _ := errors.AsType[*busyError](err)
-			busyWaited += be.wait
-			if busyWaited > d.cfg.MaxRetryAfter {
-				return be.wait, &node.FatalError{Err: &StatusError{URL: in.url.String(), Code: 503,
-					Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}}
-			}
-			return be.wait, err
-		case isCorrupt(err):
-			res.PiecesRejected++
-			if corrupt[piece]++; corrupt[piece] > d.cfg.Retries {
-				return 0, &node.FatalError{Err: fmt.Errorf("%w: piece %d from the origin was corrupt %d times: %v", ErrVerify, piece, corrupt[piece], err)}
-			}
-			return 0, err
-		case errors.Is(err, ErrChanged), errors.Is(err, ErrLocal), errors.Is(err, errNoRanges),
-			errors.As(err, &se) && se.Code != http.StatusServiceUnavailable && se.Code < 500:
-			// Retrying cannot help: stop the download with the reason.
-			return 0, &node.FatalError{Err: err}
-		}
-		return 0, err
-	}
+	fetchOrigin := d.originFetcher(m, in, sk, func() { res.PiecesRejected++ }, func() *node.Node { return nd })
 
 	ncfg := d.cfg.Swarm.Node
 	ncfg.Manifest, ncfg.Store = m, fs.st

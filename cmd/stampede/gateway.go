@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/stampede-dev/stampede/gateway"
+	"github.com/stampede-dev/stampede/internal/units"
+)
+
+func runGateway(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "gateway", "[--listen HOST:PORT]", `Run a local HTTP proxy that gets files through the swarm for programs that know
+nothing of stampede. Use it as a proxy (curl -x http://127.0.0.1:8642 URL, or
+http_proxy=http://127.0.0.1:8642 for apt and pip) or by URL prefix
+(curl http://127.0.0.1:8642/https://host/path). Files whose origin publishes a
+manifest are downloaded through the swarm, every piece verified, and streamed in
+order as soon as their first pieces arrive; Range, HEAD and conditional requests
+are answered from the cache. Complete files stay in a bounded cache and the most
+recently used are seeded. Other origins are proxied straight through; HTTPS
+(CONNECT) tunnels pass untouched. See docs/gateway.md.`)
+	listen := fs.String("listen", gateway.DefaultListen, "listen on `HOST:PORT` (keep it on loopback: the gateway has no access control)")
+	cacheDir := fs.String("cache-dir", "", "keep downloaded files in `DIR` (default: the user cache directory's stampede/gateway)")
+	cacheSize := fs.String("cache-size", "10GiB", "most bytes of files kept in the cache, e.g. 2GiB, 500MB")
+	window := fs.String("window", "32MiB", "how far ahead of each reader pieces are fetched first")
+	maxSeeds := fs.Int("max-seeds", gateway.DefaultMaxSeeds, "most complete files seeded at once, the most recently used (0: none)")
+	peerListen := fs.String("peer-listen", ":0", "accept peers on `HOST:PORT` (port 0: one port per file)")
+	upStr := fs.String("max-upload-rate", "0", "cap what we upload to peers, all files together, `RATE` (0: unlimited)")
+	quiet := fs.Bool("q", false, "log only warnings and errors")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("gateway takes no arguments, got %q", pos)
+	}
+	cfg := gateway.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxSeeds: *maxSeeds, Logger: e.logger(*quiet)}
+	if cfg.CacheSize, err = units.ParseSize(*cacheSize); err != nil || cfg.CacheSize <= 0 {
+		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", *cacheSize)
+	}
+	if cfg.Window, err = units.ParseSize(*window); err != nil || cfg.Window <= 0 {
+		return usageErrorf("--window %q: want a positive size such as 32MiB", *window)
+	}
+	if cfg.UploadRate, err = units.ParseRate(*upStr); err != nil {
+		return usageErrorf("--max-upload-rate: %v", err)
+	}
+	switch {
+	case *maxSeeds < 0:
+		return usageErrorf("--max-seeds must not be negative, got %d", *maxSeeds)
+	case *maxSeeds == 0:
+		cfg.MaxSeeds = -1 // gateway.Config: negative means none
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return withCode(exitIO, err)
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	fmt.Fprintf(e.stderr, "gateway on http://%s/ (curl -x http://%s URL, or http://%s/URL)\n", addr, addr, addr)
+	if e.ready != nil {
+		e.ready(addr)
+	}
+	return g.Serve(ctx, ln)
+}
