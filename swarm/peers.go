@@ -64,7 +64,7 @@ func (p *peer) findReq(i int) int {
 type addrInfo struct {
 	banned    bool
 	failedUs  bool // last dropped for stalling or lying (see disconnect)
-	connected int // connections with this address
+	connected int  // connections with this address
 	dialing   bool
 	dialAt    time.Time
 	failures  int
