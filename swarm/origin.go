@@ -10,10 +10,11 @@ import (
 //   - Time is cut into slices of OriginSlice. At the start of each slice we
 //     draw: we hold the origin for the slice with probability min(1, k/n),
 //     n = max(the tracker's swarm size, connected peers + 1), scaled down
-//     by OriginSlice/d when our origin fetches take d > OriginSlice (they
-//     outlive the slice they start in) and n > k. So about k peers of the
-//     swarm have fetches in flight at any moment, however large n is and
-//     however slow the origin; a lone downloader (n = 1) always holds it. The first draw waits for the tracker's
+//     by 4·OriginSlice/d when our origin fetches take d > 4·OriginSlice
+//     (they outlive the slice they start in) and n > k. So about k peers
+//     of the swarm hold the origin at any moment, and the fetches of at
+//     most about 4k are in flight, however large n is and however slow
+//     the origin; a lone downloader (n = 1) always holds it. The first draw waits for the tracker's
 //     answer (or TrackerWait), so a flash crowd does not all start with
 //     n = 1, and after each tracker answer origin use waits while we are
 //     still learning what the new neighbours have (a dial in progress, a
@@ -103,16 +104,22 @@ func (s *Scheduler) originFetchTime() time.Duration {
 	return d
 }
 
+// originHold is how many slices' holders may have fetches in flight at
+// once before the draw is scaled down (see drawSlice).
+const originHold = 4
+
 func (s *Scheduler) drawSlice() {
 	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN()))
 	// Fetches outlive the slice in which they start: with fetches taking
 	// d > OriginSlice, the holders of d/OriginSlice slices have theirs in
-	// flight at once. Scale the draw down so that about k peers' fetches
-	// are in flight, however slow the origin gets (else a slower origin
-	// means more fetches at once, which makes it slower still). With
-	// n <= k everyone may hold the origin all the time anyway.
-	if d := s.originFetchTime(); p < 1 && d > s.cfg.OriginSlice {
-		p *= float64(s.cfg.OriginSlice) / float64(d)
+	// flight at once. Up to originHold that is welcome (it keeps a
+	// saturated origin's link busy: scaling from OriginSlice on cut the
+	// testbed's origin to two thirds of its link); beyond, scale the draw
+	// down, so that a slower origin does not get ever more fetches at
+	// once, which would make it slower still. With n <= k everyone may
+	// hold the origin all the time anyway.
+	if d, hold := s.originFetchTime(), originHold*s.cfg.OriginSlice; p < 1 && d > hold {
+		p *= float64(hold) / float64(d)
 	}
 	s.holding = s.rng.Float64() < p
 	s.sliceUsed = false
