@@ -20,12 +20,17 @@ func testContext(t *testing.T) context.Context {
 // TestSwarmLoopback: 20 peers on real loopback download a file from an
 // origin capped well below what they could take together; every copy is
 // right and the origin sends little more than one copy, since peers serve
-// each other. Peers leave as soon as they are done.
+// each other. Peers stay a second after they are done: with SeedTime 0 the
+// last peer is sometimes left alone (under -race, one of three runs: 18%
+// of its pieces missing when the rest left), and fetches what it lacks
+// from the origin with nobody to share it with, which passed the 1.5 copies
+// in such a small crowd. Leaving at once is covered by the testbed's
+// crowds (bench/scenarios: departure leave) and TestLastPieceFewPieces.
 func TestSwarmLoopback(t *testing.T) {
 	const peers, size, rate = 20, 4 * MiB, 2 * MiB
 	ctx := testContext(t)
 	o := startOrigin(t, originConfig{size: size, seed: 1, rate: rate})
-	results := runSwarm(ctx, t, o, loopback{}, peers, func(int) peerConfig { return peerConfig{} })
+	results := runSwarm(ctx, t, o, loopback{}, peers, func(int) peerConfig { return peerConfig{seedTime: time.Second} })
 	checkAll(t, o, results)
 	logPeers(t, results)
 	sent := o.metric("stampede_origin_bytes_sent_total")
@@ -39,14 +44,14 @@ func TestSwarmLoopback(t *testing.T) {
 }
 
 // TestSwarmMemnet is TestSwarmLoopback over the in-memory network, with
-// capped links and some latency.
+// capped links and some latency (peers stay a second, as there).
 func TestSwarmMemnet(t *testing.T) {
 	const peers, size, rate = 20, 4 * MiB, 2 * MiB
 	ctx := testContext(t)
 	nw := memNetwork{memnet.New()}
 	o := startOrigin(t, originConfig{size: size, seed: 2, rate: rate, net: nw})
 	link := memnet.HostConfig{Up: 4 * MiB, Down: 16 * MiB, Latency: 5 * time.Millisecond}
-	results := runSwarm(ctx, t, o, nw, peers, func(int) peerConfig { return peerConfig{link: link} })
+	results := runSwarm(ctx, t, o, nw, peers, func(int) peerConfig { return peerConfig{link: link, seedTime: time.Second} })
 	checkAll(t, o, results)
 	logPeers(t, results)
 	sent := o.metric("stampede_origin_bytes_sent_total")
