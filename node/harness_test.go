@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,12 +205,17 @@ func (o *testOrigin) pieceOf(rangeHdr string) int {
 	return int(rs[0].Start / o.m.PieceSize)
 }
 
-// countingWriter records the status and body bytes of one response.
+// countingWriter records the status and body bytes of one response. A body
+// stops counting in o.bodies when its last byte is written (or the handler
+// returns): the origin frees its transfer slot right after that, before its
+// handler returns, so counting until the return would see the next body
+// start while this one still counts.
 type countingWriter struct {
 	http.ResponseWriter
 	o      *testOrigin
 	status int
-	body   bool // counted in o.bodies
+	body   bool  // counted in o.bodies
+	left   int64 // body bytes still to write (-1: unknown)
 }
 
 func (w *countingWriter) WriteHeader(code int) {
@@ -221,6 +227,10 @@ func (w *countingWriter) WriteHeader(code int) {
 			w.o.maxBodies = max(w.o.maxBodies, w.o.bodies)
 			w.o.mu.Unlock()
 			w.body = true
+			w.left = -1
+			if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil {
+				w.left = n
+			}
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -233,6 +243,12 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
 	w.o.mu.Lock()
 	w.o.bodyBytes += int64(n)
+	if w.body && w.left >= 0 {
+		if w.left -= int64(n); w.left <= 0 {
+			w.o.bodies--
+			w.body = false
+		}
+	}
 	w.o.mu.Unlock()
 	return n, err
 }
