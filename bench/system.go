@@ -170,38 +170,11 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 		argv = append(argv, "--rate", strconv.FormatInt(e.sc.OriginUp, 10))
 	}
 	argv = append(argv, e.sc.ServeArgs...)
-	ready := make(chan string, 1)
-	p, err := startProc(procSpec{name: "origin", argv: e.origin.Command(argv...), stderr: func(line string, _ time.Time) {
-		if m := servingLine.FindStringSubmatch(line); m != nil {
-			select {
-			case ready <- m[1]:
-			default:
-			}
-		}
-	}})
+	p, err := startListening(ctx, "origin", e.origin.Command(argv...), servingLine, &o.addr)
 	if err != nil {
 		return err
 	}
 	o.proc = p
-	select {
-	case addr := <-ready:
-		// A restart listens on the address fixed by the first start; the
-		// poller reads it meanwhile, so it is written only once.
-		if o.addr == "" {
-			o.addr = addr
-		} else if addr != o.addr {
-			p.kill()
-			return fmt.Errorf("the restarted origin listens on %s, not %s", addr, o.addr)
-		}
-	case <-p.done:
-		return fmt.Errorf("origin did not start: %s", p.describe())
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return errors.New("origin did not print its address within 30s")
-	case <-ctx.Done():
-		p.kill()
-		return ctx.Err()
-	}
 	// Have the manifest computed (or read from the cache) before the clock
 	// starts: hashing is not delivery.
 	resp, err := o.get(ctx, "/.well-known/stampede/manifest/"+e.file)
@@ -300,37 +273,49 @@ func (t *stampedeTracker) start(ctx context.Context) error {
 	if t.addr != "" {
 		listen = t.addr
 	}
-	ready := make(chan string, 1)
-	p, err := startProc(procSpec{name: "tracker", argv: e.origin.Command(e.bin, "tracker", "--listen", listen, "-q"),
-		stderr: func(line string, _ time.Time) {
-			if m := trackerLine.FindStringSubmatch(line); m != nil {
-				select {
-				case ready <- m[1]:
-				default:
-				}
-			}
-		}})
+	p, err := startListening(ctx, "tracker", e.origin.Command(e.bin, "tracker", "--listen", listen, "-q"), trackerLine, &t.addr)
 	if err != nil {
 		return err
 	}
 	t.proc = p
-	select {
-	case addr := <-ready:
-		if t.addr == "" {
-			t.addr = addr
-		} else if addr != t.addr {
-			p.kill()
-			return fmt.Errorf("the restarted tracker listens on %s, not %s", addr, t.addr)
+	return nil
+}
+
+// startListening starts a server process and waits for the stderr line
+// (matching line, whose first group is host:port) that says where it
+// listens. *addr is set at the first start; a restart must listen on the
+// same address, which the peers (or the manifest) already know.
+func startListening(ctx context.Context, name string, argv []string, line *regexp.Regexp, addr *string) (*proc, error) {
+	ready := make(chan string, 1)
+	p, err := startProc(procSpec{name: name, argv: argv, stderr: func(l string, _ time.Time) {
+		if m := line.FindStringSubmatch(l); m != nil {
+			select {
+			case ready <- m[1]:
+			default:
+			}
 		}
-		return nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case got := <-ready:
+		// The poller reads *addr meanwhile, so it is written only once.
+		if *addr == "" {
+			*addr = got
+		} else if got != *addr {
+			p.kill()
+			return nil, fmt.Errorf("the restarted %s listens on %s, not %s", name, got, *addr)
+		}
+		return p, nil
 	case <-p.done:
-		return fmt.Errorf("tracker did not start: %s", p.describe())
+		return nil, fmt.Errorf("%s did not start: %s", name, p.describe())
 	case <-time.After(30 * time.Second):
 		p.kill()
-		return errors.New("tracker did not print its address within 30s")
+		return nil, fmt.Errorf("%s did not print its address within 30s", name)
 	case <-ctx.Done():
 		p.kill()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 

@@ -3,14 +3,12 @@ package fetch
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -61,30 +59,8 @@ func (d *Download) readOverloadAnswer(ctx context.Context, m *manifest.Manifest,
 	if root := h.Get(rootHeader); root != "" && !strings.EqualFold(root, m.Root.String()) {
 		return fmt.Errorf("%w: overload answer for root %s, the manifest's is %s", ErrChanged, root, m.Root)
 	}
-	off, n := m.PieceOffset(j), m.PieceLen(j)
-	cr, err := httphdr.ParseContentRange(h.Get("Content-Range"))
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: overload answer: %v", ErrProtocol, err)
-	case cr.Size >= 0 && cr.Size != m.Size:
-		return fmt.Errorf("%w: the file is now %d bytes, the manifest says %d", ErrChanged, cr.Size, m.Size)
-	case cr.First != off || cr.Last != off+n-1:
-		return fmt.Errorf("%w: overload answer for piece %d has Content-Range %q", ErrProtocol, j, h.Get("Content-Range"))
-	case resp.ContentLength >= 0 && resp.ContentLength != n:
-		return fmt.Errorf("%w: overload answer for piece %d: Content-Length %d for a %d-byte piece", ErrProtocol, j, resp.ContentLength, n)
-	}
-	data := a.buf[:n]
-	k, err := io.ReadFull(d.lim.Reader(ctx, resp.Body), data)
-	d.received.Add(int64(k))
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: overload answer for piece %d: body ended after %d of %d bytes: %w", ErrProtocol, j, k, n, err)
-	}
-	a.handedOff = true
-	if err := sk.put(j, data, free); err != nil {
-		return fmt.Errorf("overload answer for piece %d: %w", j, err)
+	if err := d.readPiece(ctx, m, sk, j, a, free, resp, fmt.Sprintf("overload answer for piece %d", j)); err != nil {
+		return err
 	}
 	return &overloadAnswer{asked: a.piece, piece: j, wait: retryAfter(h, time.Now()), peers: parsePeers(h)}
 }

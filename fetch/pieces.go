@@ -315,19 +315,27 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	default:
 		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
 	}
+	return d.readPiece(ctx, m, sk, i, a, free, resp, fmt.Sprintf("piece %d", i))
+}
+
+// readPiece checks that resp (a 206) carries exactly piece j of m, reads it
+// into a.buf and hands it to the sink, which verifies it before writing.
+// what names the answer in errors.
+func (d *Download) readPiece(ctx context.Context, m *manifest.Manifest, sk sink, j int, a *attempt, free chan<- []byte, resp *http.Response, what string) error {
+	off, n := m.PieceOffset(j), m.PieceLen(j)
 	cr, err := httphdr.ParseContentRange(resp.Header.Get("Content-Range"))
 	if err != nil {
-		return fmt.Errorf("%w: piece %d: %v", ErrProtocol, i, err)
+		return fmt.Errorf("%w: %s: %v", ErrProtocol, what, err)
 	}
 	if cr.Size >= 0 && cr.Size != m.Size {
 		return fmt.Errorf("%w: the file is now %d bytes, the manifest says %d", ErrChanged, cr.Size, m.Size)
 	}
 	if cr.First != off || cr.Last != off+n-1 {
-		return fmt.Errorf("%w: piece %d: asked for bytes %d-%d, got Content-Range %q",
-			ErrProtocol, i, off, off+n-1, resp.Header.Get("Content-Range"))
+		return fmt.Errorf("%w: %s: asked for bytes %d-%d, got Content-Range %q",
+			ErrProtocol, what, off, off+n-1, resp.Header.Get("Content-Range"))
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != n {
-		return fmt.Errorf("%w: piece %d: Content-Length %d for a %d-byte range", ErrProtocol, i, resp.ContentLength, n)
+		return fmt.Errorf("%w: %s: Content-Length %d for a %d-byte range", ErrProtocol, what, resp.ContentLength, n)
 	}
 	data := a.buf[:n]
 	k, err := io.ReadFull(d.lim.Reader(ctx, resp.Body), data)
@@ -336,10 +344,10 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: piece %d: body ended after %d of %d bytes: %w", ErrProtocol, i, k, n, err)
+		return fmt.Errorf("%w: %s: body ended after %d of %d bytes: %w", ErrProtocol, what, k, n, err)
 	}
 	a.handedOff = true
-	return sk.put(i, data, free)
+	return sk.put(j, data, free)
 }
 
 // validators are what the download must keep seeing: the manifest's, or the
