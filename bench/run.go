@@ -398,11 +398,12 @@ func (r *runner) launch(id int) error {
 		pr.Corrupting = true
 	}
 	var summary *bytes.Buffer
+	var logf *os.File // STAMPEDE_BENCH_PEER_LOGS; closed when the peer exits
 	switch pc.progress {
 	case progressJSON:
 		summary = new(bytes.Buffer)
 		spec.collect = summary
-		logf := peerLog(id)
+		logf = peerLog(id)
 		spec.stderr = func(line string, at time.Time) {
 			if p, ok := parseProgressJSON(line); ok {
 				ev := evProgress{peer: id, at: at, done: p.Done, phase: p.Phase}
@@ -423,6 +424,9 @@ func (r *runner) launch(id int) error {
 	}
 	p, err := startProc(spec)
 	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
 		pr.State, pr.Error = string(PeerFailed), err.Error()
 		go r.send(evExit{peer: id})
 		return nil
@@ -433,6 +437,9 @@ func (r *runner) launch(id int) error {
 	pr.Progress = []Point{{T: pr.Start, V: 0}}
 	go func() {
 		<-p.done
+		if logf != nil {
+			logf.Close() // the copying ended before done closed
+		}
 		ev := evExit{peer: id}
 		if summary != nil {
 			ev.summary = summary.Bytes() // the copying ended before done closed

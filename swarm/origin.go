@@ -185,9 +185,10 @@ func (s *Scheduler) pickOrigin() (int, string) {
 	// eligible piece at random: holders that do not see each other's START
 	// claims rarely pick the same piece.
 	best, bestTier, ties := -1, 0, 0
+	suspects := slices.ContainsFunc(s.order, s.suspect) // else avail says it all
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
-		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && s.heldByTrusted(i)) {
+		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && (!suspects || s.heldByTrusted(i))) {
 			continue
 		}
 		tier := 1
