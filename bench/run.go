@@ -260,6 +260,12 @@ func (b *bencher) runOnce(ctx context.Context, sys system, rep int) (*RunResult,
 	if v, err := sys.originBytes(context.Background()); err == nil {
 		r.observeOrigin(time.Now(), v)
 	}
+	if d, ok := sys.(metricsDumper); ok {
+		if f := debugLog(fmt.Sprintf("origin-metrics-%s-%d.txt", r.run.Label, r.run.Rep)); f != nil {
+			d.dumpMetrics(context.Background(), f)
+			f.Close()
+		}
+	}
 	r.finish()
 	r.removeOutputs()
 	return r.run, err
@@ -890,11 +896,18 @@ func loadAverage() float64 {
 // for the scheduler (add --get-args=-v for its decisions), not part of the
 // report. nil when unset or on error.
 func peerLog(id int) *os.File {
+	return debugLog(fmt.Sprintf("peer-%d.log", id))
+}
+
+// debugLog opens name in the STAMPEDE_BENCH_PEER_LOGS directory for
+// appending; nil when unset or on error. Besides the peers' logs it keeps
+// the origin's last /metrics of each run (metricsDumper).
+func debugLog(name string) *os.File {
 	dir := os.Getenv("STAMPEDE_BENCH_PEER_LOGS")
 	if dir == "" {
 		return nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("peer-%d.log", id)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil
 	}

@@ -217,20 +217,37 @@ func (o *stampedeOrigin) url(path string) string { return "http://" + o.addr + p
 
 var bytesSentLine = regexp.MustCompile(`(?m)^stampede_origin_bytes_sent_total (\d+)`)
 
-// originBytes reads stampede_origin_bytes_sent_total from /metrics.
-func (o *stampedeOrigin) originBytes(ctx context.Context) (int64, error) {
+// metrics reads the origin's /metrics.
+func (o *stampedeOrigin) metrics(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.url("/metrics"), nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := o.env.origin.HTTPClient().Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+}
+
+// metricsDumper is a system whose origin has Prometheus metrics worth
+// keeping for debugging (STAMPEDE_BENCH_PEER_LOGS).
+type metricsDumper interface {
+	dumpMetrics(ctx context.Context, w io.Writer)
+}
+
+func (s *stampedeSys) dumpMetrics(ctx context.Context, w io.Writer) {
+	if body, err := s.origin.metrics(ctx); err == nil {
+		w.Write(body)
+	}
+}
+
+// originBytes reads stampede_origin_bytes_sent_total from /metrics.
+func (o *stampedeOrigin) originBytes(ctx context.Context) (int64, error) {
+	body, err := o.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}

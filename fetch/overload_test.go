@@ -97,7 +97,7 @@ func startOverloadOrigin(t *testing.T, size int, cfg origin.Config) *overloadOri
 			o.capableBody += cw.n
 		}
 		o.statuses[cw.status]++
-		if p := w.Header().Get(pieceHeader); p != "" {
+		if p := w.Header().Get(pieceHeader); p != "" && w.Header().Get("Retry-After") != "" { // not a pick answer
 			o.answeredOnce.Do(func() { close(o.answered) })
 			i, _ := strconv.Atoi(p)
 			o.pieces[i]++

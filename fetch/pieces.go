@@ -11,6 +11,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/pieceset"
 )
 
 // errNoRanges: the server answered a Range request with the whole file.
@@ -37,6 +38,10 @@ type attempt struct {
 	// overload asks for overload mode: the origin may answer past its
 	// limits with another piece (stored, then reported as *overloadAnswer).
 	overload bool
+	// candidates are other pieces the origin may send instead (pick.go);
+	// got is the piece the response carried (piece, or the origin's pick).
+	candidates []int
+	got        int
 	// handedOff is set by the attempt's goroutine when the sink took buf
 	// (and will return it to the free list itself).
 	handedOff bool
@@ -289,6 +294,10 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	if a.overload {
 		hdr.Set(capabilitiesHeader, capabilityOverload)
 	}
+	if len(a.candidates) > 0 {
+		hdr.Set(candidatesHeader, pieceset.FormatList(a.candidates))
+	}
+	a.got = i
 	resp, err := d.do(ctx, http.MethodGet, in.url, hdr, reason)
 	if err != nil {
 		return err
@@ -299,8 +308,12 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	}
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
-		if a.overload && resp.Header.Get(pieceHeader) != "" {
+		switch {
+		case resp.Header.Get(pieceHeader) == "":
+		case a.overload && resp.Header.Get("Retry-After") != "":
 			return d.readOverloadAnswer(ctx, m, sk, a, free, resp)
+		case len(a.candidates) > 0:
+			return d.readPickAnswer(ctx, m, sk, a, free, resp)
 		}
 	case http.StatusOK:
 		return errNoRanges

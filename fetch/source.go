@@ -12,6 +12,7 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/swarm"
 )
 
 // ErrNoManifest: the server links no manifest for the file (OpenSource).
@@ -109,7 +110,8 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 		busyWaited time.Duration
 		corrupt    = map[int]int{}
 	)
-	return func(ctx context.Context, piece int, reason string) (time.Duration, error) {
+	return func(ctx context.Context, f swarm.FetchOrigin) (got int, wait time.Duration, err error) {
+		piece := f.Piece
 		var buf []byte
 		select {
 		case buf = <-bufs:
@@ -117,8 +119,8 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 			buf = make([]byte, m.PieceSize)
 		}
 		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true}
-		err := d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+reason)
+		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true, candidates: f.Candidates}
+		err = d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+f.Reason)
 		if a.handedOff {
 			buf = <-free
 		}
@@ -137,39 +139,39 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 			if len(oa.peers) > 0 {
 				nd().AddPeers(ctx, oa.peers)
 			}
-			return oa.wait, err
+			return -1, oa.wait, err
 		}
 		if be, ok := errors.AsType[*busyError](err); ok && len(be.peers) > 0 {
 			nd().AddPeers(ctx, be.peers)
-			return be.wait, err
+			return -1, be.wait, err
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		var se *StatusError
 		switch {
 		case err == nil:
-			return 0, nil
+			return a.got, 0, nil
 		case errors.As(err, new(*busyError)):
 			be, _ := errors.AsType[*busyError](err)
 			busyWaited += be.wait
 			if busyWaited > d.cfg.MaxRetryAfter {
-				return be.wait, &node.FatalError{Err: &StatusError{URL: in.url.String(), Code: 503,
+				return -1, be.wait, &node.FatalError{Err: &StatusError{URL: in.url.String(), Code: 503,
 					Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}}
 			}
-			return be.wait, err
+			return -1, be.wait, err
 		case isCorrupt(err):
 			if onRejected != nil {
 				onRejected()
 			}
 			if corrupt[piece]++; corrupt[piece] > d.cfg.Retries {
-				return 0, &node.FatalError{Err: fmt.Errorf("%w: piece %d from the origin was corrupt %d times: %v", ErrVerify, piece, corrupt[piece], err)}
+				return -1, 0, &node.FatalError{Err: fmt.Errorf("%w: piece %d from the origin was corrupt %d times: %v", ErrVerify, piece, corrupt[piece], err)}
 			}
-			return 0, err
+			return -1, 0, err
 		case errors.Is(err, ErrChanged), errors.Is(err, ErrLocal), errors.Is(err, errNoRanges),
 			errors.As(err, &se) && se.Code != http.StatusServiceUnavailable && se.Code < 500:
 			// Retrying cannot help: stop the download with the reason.
-			return 0, &node.FatalError{Err: err}
+			return -1, 0, &node.FatalError{Err: err}
 		}
-		return 0, err
+		return -1, 0, err
 	}
 }

@@ -32,11 +32,12 @@ import (
 	"github.com/stampede-dev/stampede/wire"
 )
 
-// OriginFetcher fetches piece i from the origin and stores it (verified);
-// reason is why the scheduler chose the origin (counted by the origin). It
-// returns the origin's Retry-After when it answered 503, and an error when
-// the piece could not be had.
-type OriginFetcher func(ctx context.Context, piece int, reason string) (busy time.Duration, err error)
+// OriginFetcher carries out f: it fetches f.Piece from the origin, or
+// another of f.Candidates if the origin picks one, and stores it
+// (verified); f.Reason is why the scheduler chose the origin (counted by
+// the origin). It returns the piece stored, the origin's Retry-After when
+// it answered 503, and an error when no piece could be had.
+type OriginFetcher func(ctx context.Context, f swarm.FetchOrigin) (got int, busy time.Duration, err error)
 
 // Config describes one peer. Zero values take the documented defaults.
 type Config struct {
@@ -92,10 +93,16 @@ type Stats struct {
 	PeersSeen      int            `json:"peers_seen"`
 	PeersBanned    int            `json:"peers_banned"`
 	QueueDrops     int64          `json:"send_queue_drops"`
-	// RequestTimeouts counts peers that missed a request's deadline: their
-	// requests were taken back and asked elsewhere (the scheduler's count,
-	// refreshed every tick).
+	// The scheduler's counts, refreshed every tick. RequestTimeouts counts
+	// peers that missed a request's deadline: their requests were taken
+	// back and asked elsewhere. Cancels counts requests withdrawn (timeouts,
+	// endgame, a piece got elsewhere); DuplicatePieces, pieces from peers we
+	// had already (PiecesFromPeer leaves them out); OriginPicked, origin
+	// fetches answered with another piece than the one asked.
 	RequestTimeouts int `json:"request_timeouts"`
+	Cancels         int `json:"cancels"`
+	DuplicatePieces int `json:"duplicate_pieces"`
+	OriginPicked    int `json:"origin_picked"`
 }
 
 // Node is one running peer.
@@ -126,10 +133,9 @@ type Node struct {
 
 	mu       sync.Mutex // guards the following
 	origin   map[string]int
-	fromPeer int
 	seen     int
 	banned   int
-	timeouts int           // the scheduler's Stats.Timeouts
+	lastSched swarm.Stats // the scheduler's, as of the last tick
 	interval time.Duration // the tracker's announce interval
 }
 
@@ -193,8 +199,9 @@ func (n *Node) Stats() Stats {
 	}
 	return Stats{
 		BytesFromPeers: n.bytesFromPeers.Load(), BytesToPeers: n.bytesToPeers.Load(),
-		PiecesFromPeer: n.fromPeer, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
-		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.timeouts,
+		PiecesFromPeer: n.lastSched.Received - n.lastSched.Duplicates, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
+		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
+		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
 	}
 }
 
@@ -389,12 +396,12 @@ func (n *Node) observe(ev swarm.Event) {
 			p.close()
 		}
 	case swarm.Received:
-		n.mu.Lock()
-		n.fromPeer++
-		n.mu.Unlock()
 		n.stored(ev.Piece)
 	case swarm.OriginResult:
-		if ev.OK {
+		switch {
+		case ev.OK && ev.Picked:
+			n.stored(ev.Got)
+		case ev.OK:
 			n.stored(ev.Piece)
 		}
 	}
@@ -417,6 +424,9 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			}
 		case swarm.Cancel:
 			if p := n.peers[a.Peer]; p != nil {
+				if a.Timeout {
+					n.log.Debug("request timed out", "peer", p.addr, "piece", a.Piece)
+				}
 				p.cancel(a.Piece, n.m.PieceLen(a.Piece))
 			}
 		case swarm.FetchOrigin:
@@ -507,7 +517,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		return
 	}
 	n.wg.Go(func() {
-		busy, err := n.cfg.Origin(ctx, a.Piece, a.Reason)
+		got, busy, err := n.cfg.Origin(ctx, a)
 		if fe, ok := errors.AsType[*FatalError](err); ok {
 			select {
 			case n.fatal <- fe.Err:
@@ -521,7 +531,12 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		case busy > 0:
 			n.log.Debug("origin busy", "piece", a.Piece, "retry_after", busy)
 		}
-		n.post(ctx, swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy})
+		res := swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy}
+		if err == nil && got != a.Piece {
+			n.log.Debug("origin picked", "asked", a.Piece, "got", got)
+			res.Picked, res.Got = true, got
+		}
+		n.post(ctx, res)
 	})
 }
 
@@ -627,7 +642,7 @@ func (n *Node) setInterval(d time.Duration) {
 func (n *Node) schedStats() {
 	st := n.sched.Stats()
 	n.mu.Lock()
-	n.timeouts = st.Timeouts
+	n.lastSched = st
 	n.mu.Unlock()
 }
 

@@ -176,9 +176,9 @@ func TestRejectDontHaveDropsPeer(t *testing.T) {
 	f.announce(ctx, httpClient(fh.Dial), trURL)
 
 	st := openStore(t, m, data, func(int) bool { return false })
-	origin := func(ctx context.Context, piece int, _ string) (time.Duration, error) {
-		off := m.PieceOffset(piece)
-		return 0, st.WritePiece(piece, data[off:off+m.PieceLen(piece)])
+	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(f.Piece)
+		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
 	}
 	start := time.Now()
 	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
@@ -426,9 +426,9 @@ func TestDisconnectStuckPeer(t *testing.T) {
 	f := newFakePeer(t, m, fln, deafTalker)
 	f.announce(ctx, httpClient(fh.Dial), trURL)
 	st := openStore(t, m, data, func(int) bool { return false })
-	origin := func(ctx context.Context, piece int, _ string) (time.Duration, error) {
-		off := m.PieceOffset(piece)
-		return 0, st.WritePiece(piece, data[off:off+m.PieceLen(piece)])
+	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(f.Piece)
+		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
 	}
 	startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1,
 		Swarm: swarm.Config{RequestTimeout: 300 * time.Millisecond, MinRequestTimeout: 100 * time.Millisecond}})

@@ -45,14 +45,21 @@ type peerConn struct {
 
 	mu        sync.Mutex // guards the following
 	wanted    map[int]*assembly
-	cancelled map[int]bool // pieces whose late DATA is dropped quietly
+	cancelled map[int]bool // pieces we cancelled: DATA without an assembly is dropped quietly
 	dropUp    map[int]bool // uploads the peer cancelled
 }
 
 // assembly is a requested piece being filled by DATA frames.
+// assembly collects the DATA of one piece we asked for. buf is allocated by
+// the first DATA, so a request that never gets an answer costs no buffer.
+// A cancelled request keeps its assembly: the peer may have started the
+// piece before our CANCEL reached it, and a whole piece that arrives late is
+// still stored if we lack it, rather than its upload wasted.
 type assembly struct {
-	buf []byte
-	got int
+	length    int
+	buf       []byte
+	got       int
+	cancelled bool
 }
 
 // closeNow is queued to make the writer flush and close.
@@ -119,8 +126,10 @@ func (p *peerConn) sendControl(m wire.Message) {
 
 func (p *peerConn) request(piece int, length int64) {
 	p.mu.Lock()
-	if p.wanted[piece] == nil {
-		p.wanted[piece] = &assembly{buf: make([]byte, length)}
+	if a := p.wanted[piece]; a == nil {
+		p.wanted[piece] = &assembly{length: int(length)}
+	} else {
+		a.cancelled = false
 	}
 	p.mu.Unlock()
 	p.sendControl(&wire.Request{Piece: uint32(piece), Length: uint32(length)})
@@ -128,7 +137,9 @@ func (p *peerConn) request(piece int, length int64) {
 
 func (p *peerConn) cancel(piece int, length int64) {
 	p.mu.Lock()
-	delete(p.wanted, piece)
+	if a := p.wanted[piece]; a != nil {
+		a.cancelled = true
+	}
 	p.cancelled[piece] = true
 	p.mu.Unlock()
 	p.sendControl(&wire.Cancel{Piece: uint32(piece), Length: uint32(length)})
@@ -198,10 +209,10 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			p.mu.Unlock()
 		case *wire.Reject:
 			p.mu.Lock()
-			_, was := p.wanted[int(msg.Piece)]
+			a := p.wanted[int(msg.Piece)]
 			delete(p.wanted, int(msg.Piece))
 			p.mu.Unlock()
-			if was {
+			if a != nil && !a.cancelled {
 				ev = swarm.Rejected{Peer: p.id, Piece: int(msg.Piece), Reason: rejectedWhy(msg.Reason)}
 			}
 		case *wire.Data:
@@ -256,15 +267,18 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 		}
 		return nil, fmt.Errorf("unrequested data for piece %d", piece)
 	}
-	if int(d.Offset) != a.got || a.got+len(d.Bytes) > len(a.buf) {
+	if int(d.Offset) != a.got || a.got+len(d.Bytes) > a.length {
 		p.mu.Unlock()
 		if late {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("piece %d: data at offset %d, expected %d", piece, d.Offset, a.got)
 	}
+	if a.buf == nil {
+		a.buf = make([]byte, a.length)
+	}
 	a.got += copy(a.buf[a.got:], d.Bytes)
-	full := a.got == len(a.buf)
+	full := a.got == a.length
 	if full {
 		delete(p.wanted, piece)
 	}
@@ -273,13 +287,17 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	if !full {
 		return nil, nil
 	}
+	if a.cancelled && p.n.cfg.Store.Has(piece) {
+		// Late, and we got it elsewhere meanwhile.
+		return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(a.length)}, nil
+	}
 	if err := p.n.cfg.Store.WritePiece(piece, a.buf); err != nil {
 		if errors.Is(err, manifest.ErrCorruptPiece) {
 			return swarm.Corrupt{Peer: p.id, Piece: piece}, nil
 		}
 		return nil, fmt.Errorf("store piece %d: %w", piece, err)
 	}
-	return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(len(a.buf))}, nil
+	return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(a.length)}, nil
 }
 
 // closeGrace bounds the flush of what is queued for a peer we are leaving.

@@ -72,6 +72,7 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 		e, _ := s.cache.lookup(s.dirKey+name, v)
 		return e
 	}}
+	s.pickPiece(w, r, w.source.entry())
 	// ServeContent sets Last-Modified from fi.ModTime() exactly as
 	// fileValidators formats it.
 	http.ServeContent(w, r, path.Base(name), fi.ModTime(), f)

@@ -69,55 +69,71 @@ func (h *handout) pick(asked int, now time.Time, copies int, window time.Duratio
 	return piece, time.Time{}, true
 }
 
-// handoutKey names a file version: its manifest's root and size.
-type handoutKey struct {
-	root manifest.Hash
-	size int64
-}
-
-// maxHandoutFiles bounds the files whose handouts are remembered (a bitset
-// of the pieces each, 256 bytes for 2048 pieces); past it the one used
-// least recently is forgotten, which only lets its pieces go out again.
-const maxHandoutFiles = 1024
-
 // handouts holds the handout of every file answered in overload mode.
 type handouts struct {
 	copies int
 	window time.Duration
-
-	mu    sync.Mutex // guards files
-	files map[handoutKey]*handoutSlot
-}
-
-type handoutSlot struct {
-	h    *handout
-	used time.Time
+	files  perFile[*handout]
 }
 
 func newHandouts(copies int, window time.Duration) *handouts {
-	return &handouts{copies: copies, window: window, files: make(map[handoutKey]*handoutSlot)}
+	return &handouts{copies: copies, window: window}
 }
 
 // pick chooses the piece of m to hand out now (see handout.pick).
 func (hs *handouts) pick(m *manifest.Manifest, asked int, now time.Time) (piece int, retry time.Time, ok bool) {
-	key := handoutKey{m.Root, m.Size}
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	s := hs.files[key]
+	hs.files.with(m, now, func() *handout { return newHandout(m.NumPieces(), now) }, func(h *handout) {
+		piece, retry, ok = h.pick(asked, now, hs.copies, hs.window)
+	})
+	return piece, retry, ok
+}
+
+// fileKey names a file version: its manifest's root and size.
+type fileKey struct {
+	root manifest.Hash
+	size int64
+}
+
+// maxMemoFiles bounds the files a perFile remembers (a few bytes per piece
+// each); past it the one used least recently is forgotten, which only lets
+// the origin treat its pieces as never sent.
+const maxMemoFiles = 1024
+
+// perFile is per-file-version state of the origin's piece choices (the
+// overload handouts, the piece picks), bounded to maxMemoFiles files.
+type perFile[V any] struct {
+	mu    sync.Mutex // guards files and every V in it
+	files map[fileKey]*memoSlot[V]
+}
+
+type memoSlot[V any] struct {
+	v    V
+	used time.Time
+}
+
+// with calls f with m's state, made by fresh if m has none, under the lock.
+func (pf *perFile[V]) with(m *manifest.Manifest, now time.Time, fresh func() V, f func(V)) {
+	key := fileKey{m.Root, m.Size}
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	if pf.files == nil {
+		pf.files = make(map[fileKey]*memoSlot[V])
+	}
+	s := pf.files[key]
 	if s == nil {
-		if len(hs.files) >= maxHandoutFiles {
-			var oldest handoutKey
+		if len(pf.files) >= maxMemoFiles {
+			var oldest fileKey
 			first := true
-			for k, v := range hs.files {
-				if first || v.used.Before(hs.files[oldest].used) {
+			for k, v := range pf.files {
+				if first || v.used.Before(pf.files[oldest].used) {
 					oldest, first = k, false
 				}
 			}
-			delete(hs.files, oldest)
+			delete(pf.files, oldest)
 		}
-		s = &handoutSlot{h: newHandout(m.NumPieces(), now)}
-		hs.files[key] = s
+		s = &memoSlot[V]{v: fresh()}
+		pf.files[key] = s
 	}
 	s.used = now
-	return s.h.pick(asked, now, hs.copies, hs.window)
+	f(s.v)
 }

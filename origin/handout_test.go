@@ -70,14 +70,14 @@ func TestHandoutCopies(t *testing.T) {
 
 func TestHandoutsBounded(t *testing.T) {
 	hs := newHandouts(1, time.Minute)
-	for i := range maxHandoutFiles + 10 {
+	for i := range maxMemoFiles + 10 {
 		m := &manifest.Manifest{Size: int64(i + 1), PieceSize: manifest.MinPieceSize}
 		m.Root[0], m.Root[1] = byte(i), byte(i>>8)
 		if _, _, ok := hs.pick(m, 0, t0.Add(time.Duration(i))); !ok {
 			t.Fatalf("file %d: exhausted", i)
 		}
 	}
-	if len(hs.files) != maxHandoutFiles {
-		t.Errorf("%d files remembered, want at most %d", len(hs.files), maxHandoutFiles)
+	if len(hs.files.files) != maxMemoFiles {
+		t.Errorf("%d files remembered, want at most %d", len(hs.files.files), maxMemoFiles)
 	}
 }

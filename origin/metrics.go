@@ -73,6 +73,8 @@ type metrics struct {
 	rejectedOverload  atomic.Int64
 	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
+	pieceSends        [numSends]atomic.Int64    // single-piece responses, first copy or again
+	picksSwapped      atomic.Int64              // of those, sent instead of the piece asked (pick.go)
 	manifestsComputed atomic.Int64
 	manifestHits      [numHits]atomic.Int64
 	manifestFailures  atomic.Int64 // computations that failed
@@ -105,7 +107,7 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 		fmt.Fprintf(&b, "%s%s %d\n", name, labels, v)
 	}
 
-	family("stampede_origin_bytes_sent_total", "counter", "Response body bytes sent.")
+	family("stampede_origin_bytes_sent_total", "counter", "Response body bytes sent, except those of /metrics itself.")
 	sample("stampede_origin_bytes_sent_total", "", m.bytesSent.Load())
 
 	family("stampede_origin_requests_total", "counter", "Requests answered, by what they asked for.")
@@ -142,6 +144,13 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	}
 	family("stampede_origin_overload_bytes_sent_total", "counter", "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
 	sample("stampede_origin_overload_bytes_sent_total", "", m.overloadBytes.Load())
+
+	family("stampede_origin_piece_sends_total", "counter", "Single-piece range responses of files whose manifest is cached, by whether the piece had been sent before (first, again): swarm peers should make nearly all of them first.")
+	for i, name := range sendNames {
+		sample("stampede_origin_piece_sends_total", `copy="`+name+`"`, m.pieceSends[i].Load())
+	}
+	family("stampede_origin_piece_picks_total", "counter", "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
+	sample("stampede_origin_piece_picks_total", "", m.picksSwapped.Load())
 
 	family("stampede_origin_transfers_active", "gauge", "File bodies being sent.")
 	sample("stampede_origin_transfers_active", "", int64(g.activeCount()))

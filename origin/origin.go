@@ -181,6 +181,8 @@ type Server struct {
 	gate    *gate
 	// handouts chooses the piece of each overload answer.
 	handouts *handouts
+	// picks remembers which pieces of each file went out (pick.go).
+	picks perFile[*sentLedger]
 	cache    *cache
 	metrics  metrics
 	bg       *background

@@ -37,6 +37,9 @@ type respWriter struct {
 	// source, if set, is what an overload answer is cut from: the file or
 	// bundle being served (overloadanswer.go).
 	source *pieceSource
+	// picked, if set, is told once whether the piece pickPiece chose goes
+	// out (a 206 admitted by the gate) or not (pick.go).
+	picked func(sent bool)
 
 	status   int // 0 until the header is written
 	bytes    int64
@@ -58,7 +61,12 @@ func (w *respWriter) WriteHeader(code int) {
 		w.ResponseWriter.WriteHeader(code)
 		return
 	}
-	if !w.admit(code, contentLength(w.Header())) {
+	admitted := w.admit(code, contentLength(w.Header()))
+	if w.picked != nil {
+		w.picked(admitted && code == http.StatusPartialContent)
+		w.picked = nil
+	}
+	if !admitted {
 		w.overloaded()
 		return
 	}
@@ -119,7 +127,10 @@ func (w *respWriter) Flush() { w.FlushError() }
 
 func (w *respWriter) count(n int64) {
 	w.bytes += n
-	w.s.metrics.bytesSent.Add(n)
+	if w.kind != kindMetrics {
+		// What the origin serves; scrapes of /metrics are the operator's.
+		w.s.metrics.bytesSent.Add(n)
+	}
 	if w.t != nil {
 		w.t.sent.Add(n)
 	}

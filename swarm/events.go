@@ -93,11 +93,15 @@ type Rejected struct {
 }
 
 // OriginResult: a FetchOrigin finished. OK means the piece is verified and
-// stored. Busy is the origin's Retry-After when it answered 503 (0 otherwise).
+// stored: Piece, or with Picked the origin's choice among the fetch's
+// Candidates, Got, instead. Busy is the origin's Retry-After when it
+// answered 503 (0 otherwise).
 type OriginResult struct {
-	Piece int
-	OK    bool
-	Busy  time.Duration
+	Piece  int
+	OK     bool
+	Busy   time.Duration
+	Picked bool
+	Got    int
 }
 
 // PeerRequest: the peer asked us for Piece (upload side).
@@ -170,17 +174,24 @@ type Request struct {
 	Piece int
 }
 
-// Cancel: withdraw an outstanding request (endgame duplicates, timeouts).
+// Cancel: withdraw an outstanding request: the piece came from elsewhere
+// (endgame duplicates), or Peer missed a deadline (Timeout, for the logs).
 type Cancel struct {
-	Peer  PeerID
-	Piece int
+	Peer    PeerID
+	Piece   int
+	Timeout bool
 }
 
 // FetchOrigin: fetch Piece from the origin over HTTP. Reason is one of the
-// OriginReason constants, counted in metrics and --json.
+// OriginReason constants, counted in metrics and --json. Candidates are
+// other pieces the origin may send instead (OriginResult.Picked): the
+// origin sees every fetch of the crowd and sends the piece it has sent
+// least, so peers that do not see each other's START claims still fetch
+// different pieces. Empty when only Piece will do (a preferred piece).
 type FetchOrigin struct {
-	Piece  int
-	Reason string
+	Piece      int
+	Reason     string
+	Candidates []int
 }
 
 // Origin request reasons.

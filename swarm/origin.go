@@ -54,13 +54,19 @@ func (s *Scheduler) useOrigin() {
 		limit = max(1, limit/2)
 	}
 	for len(s.originReqs) < limit {
-		i, reason := s.pickOrigin()
+		i, reason, cands := s.pickOrigin()
 		if i < 0 {
 			return
 		}
-		s.fetchOrigin(i, reason)
+		s.fetchOrigin(i, reason, cands)
 	}
 }
+
+// maxOriginCandidates bounds FetchOrigin.Candidates: a random sample of the
+// eligible pieces is enough for the origin to find one it has not sent
+// while the crowd still lacks many, and at the end the eligible pieces are
+// few and all offered.
+const maxOriginCandidates = 32
 
 // originPipeline is the most origin fetches in flight: OriginWindow bytes,
 // at least OriginPipeline pieces.
@@ -170,14 +176,17 @@ func (s *Scheduler) heldByTrusted(i int) bool {
 	return false
 }
 
-// pickOrigin chooses the next piece to fetch from the origin and why, or -1.
-func (s *Scheduler) pickOrigin() (int, string) {
+// pickOrigin chooses the next piece to fetch from the origin and why, or
+// -1, and the other eligible pieces the origin may send instead (a sample
+// of at most maxOriginCandidates; none for a stalled or preferred piece,
+// which only that piece will do).
+func (s *Scheduler) pickOrigin() (int, string, []int) {
 	if s.stalledInUse == 0 && len(s.order) > 0 {
 		for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 			ps := &s.pieces[i]
 			if ps.avail > 0 && !ps.origin && !ps.firstReq.IsZero() &&
 				s.now.Sub(ps.firstReq) >= s.cfg.StallAfter && !s.claimed(i) {
-				return i, ReasonStalled
+				return i, ReasonStalled, nil
 			}
 		}
 	}
@@ -185,11 +194,20 @@ func (s *Scheduler) pickOrigin() (int, string) {
 	// eligible piece at random: holders that do not see each other's START
 	// claims rarely pick the same piece.
 	best, bestTier, ties := -1, 0, 0
+	eligible := 0
+	cands := s.candBuf[:0]
 	suspects := slices.ContainsFunc(s.order, s.suspect) // else avail says it all
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
 		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && (!suspects || s.heldByTrusted(i))) {
 			continue
+		}
+		// A uniform sample of the eligible pieces (reservoir), the
+		// chosen one among them; it is taken out below.
+		if eligible++; len(cands) < maxOriginCandidates+1 {
+			cands = append(cands, i)
+		} else if k := s.rng.IntN(eligible); k < len(cands) {
+			cands[k] = i
 		}
 		tier := 1
 		switch {
@@ -218,10 +236,21 @@ func (s *Scheduler) pickOrigin() (int, string) {
 	case len(s.order) == 0 && s.dialing == 0:
 		reason = ReasonNoPeers
 	}
-	return best, reason
+	s.candBuf = cands
+	if best < 0 || bestTier < 0 {
+		return best, reason, nil
+	}
+	out := make([]int, 0, len(cands))
+	for _, c := range cands {
+		if c != best && len(out) < maxOriginCandidates {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return best, reason, out
 }
 
-func (s *Scheduler) fetchOrigin(i int, reason string) {
+func (s *Scheduler) fetchOrigin(i int, reason string, cands []int) {
 	ps := &s.pieces[i]
 	ps.origin, ps.stalled, ps.restart = true, reason == ReasonStalled, false
 	ps.fetchAt = s.now
@@ -238,7 +267,7 @@ func (s *Scheduler) fetchOrigin(i int, reason string) {
 	}
 	s.stats.OriginFetches[reason]++
 	s.announceStart(i)
-	s.emit(FetchOrigin{Piece: i, Reason: reason})
+	s.emit(FetchOrigin{Piece: i, Reason: reason, Candidates: cands})
 }
 
 func (s *Scheduler) onOriginResult(e OriginResult) {
@@ -264,6 +293,21 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		}
 	}
 	switch {
+	case e.OK && e.Picked:
+		// The origin sent another of the candidates: store it, and free
+		// the piece asked (its START is withdrawn) for anyone to fetch.
+		s.stats.OriginOK++
+		s.stats.OriginPicked++
+		if ps.reqs == 0 && !s.have.Has(e.Piece) {
+			s.gen++
+			s.lapsed = append(s.lapsed, e.Piece)
+		}
+		if !s.valid(e.Got) {
+			s.stats.Invalid++
+			return
+		}
+		s.addPiece(e.Got)
+		return
 	case e.OK:
 		s.stats.OriginOK++
 		s.addPiece(e.Piece)

@@ -233,9 +233,19 @@ func (s *Scheduler) checkTimeouts() {
 		if typical < 0 {
 			typical = s.typicalPieceTime()
 		}
+		// A request's clock runs from when it was sent or, if later, from
+		// the peer's last delivery to us, with the requests still before
+		// it queued: a peer that keeps delivering is busy, not stalled,
+		// whatever it serves others in between. Taking its requests back
+		// would only have them sent twice (a piece it already started
+		// arrives all the same).
 		late := -1
 		for k, r := range p.reqs {
-			if s.now.Sub(r.sent) >= s.timeout(p, r.ahead, typical) {
+			start, ahead := r.sent, r.ahead
+			if p.lastRecv.After(start) {
+				start, ahead = p.lastRecv, k
+			}
+			if s.now.Sub(start) >= s.timeout(p, ahead, typical) {
 				late = k
 				break
 			}
@@ -246,7 +256,7 @@ func (s *Scheduler) checkTimeouts() {
 		s.stats.Timeouts++
 		p.avoidPiece(p.reqs[late].piece)
 		for len(p.reqs) > 0 {
-			s.emit(Cancel{Peer: p.id, Piece: p.reqs[0].piece})
+			s.emit(Cancel{Peer: p.id, Piece: p.reqs[0].piece, Timeout: true})
 			s.stats.Cancels++
 			s.dropReq(p, 0)
 		}

@@ -134,7 +134,7 @@ func (s *Scheduler) pieceTime(p *peer, ahead int) (time.Duration, bool) {
 // requests quickly once the others show what normal is.
 func (s *Scheduler) timeout(p *peer, ahead int, typical time.Duration) time.Duration {
 	if d, ok := s.pieceTime(p, ahead); ok {
-		return min(max(4*d, s.cfg.MinRequestTimeout), 8*s.cfg.RequestTimeout)
+		return min(max(8*d, s.cfg.MinRequestTimeout), 8*s.cfg.RequestTimeout)
 	}
 	if typical == 0 {
 		return s.cfg.RequestTimeout

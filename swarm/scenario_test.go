@@ -36,6 +36,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/scenarios/*.golden f
 //	corrupt ID P                Corrupt
 //	rejected ID P [REASON]      Rejected
 //	origin P ok|fail|busy=2s    OriginResult
+//	origin P ok got=Q           OriginResult: the origin picked Q instead
 //	request ID P                PeerRequest (the peer asks us)
 //	uploaded ID P [bytes=N]     Uploaded
 //	recommended ID A,B          Recommended
@@ -197,6 +198,9 @@ func (sc *scenario) exec(line string) (err error) {
 		ev = Rejected{Peer: id(), Piece: num(1), Reason: strings.Join(pos[2:], " ")}
 	case "origin":
 		e := OriginResult{Piece: num(0), OK: slices.Contains(pos, "ok")}
+		if g, ok := kv["got"]; ok {
+			e.Picked, e.Got = true, int(parseInt(g))
+		}
 		if b, ok := kv["busy"]; ok {
 			d, err := time.ParseDuration(b)
 			if err != nil {
@@ -367,6 +371,9 @@ func formatAction(a Action) string {
 	case Cancel:
 		return fmt.Sprintf("cancel %d %d", a.Peer, a.Piece)
 	case FetchOrigin:
+		if len(a.Candidates) > 0 {
+			return fmt.Sprintf("fetch-origin %d (%s) or %s", a.Piece, a.Reason, pieceset.FormatList(a.Candidates))
+		}
 		return fmt.Sprintf("fetch-origin %d (%s)", a.Piece, a.Reason)
 	case Announce:
 		return fmt.Sprintf("announce %d", a.Piece)
@@ -461,3 +468,4 @@ func parseSet(s string, n int) (*pieceset.Set, error) {
 	}
 	return set, nil
 }
+

@@ -246,6 +246,7 @@ type Stats struct {
 	// OriginFetches counts FetchOrigin actions by reason.
 	OriginFetches                        map[string]int
 	OriginOK, OriginErrors, OriginBusy   int
+	OriginPicked                         int // OK results that brought another candidate (OriginResult.Picked)
 	OriginSlicesDrawn, OriginSlicesWon   int
 	OriginSlicesUsed                     int // won slices in which we fetched
 	Requests, Cancels, Timeouts, Rejects int
@@ -306,6 +307,7 @@ type Scheduler struct {
 	gen                       int   // bumped when a piece becomes requestable again
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
 	lapsed                    []int // pieces whose fetches all ended this step
+	candBuf                   []int // pickOrigin's sample, reused
 
 	stats Stats
 }

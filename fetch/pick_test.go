@@ -1,0 +1,109 @@
+package fetch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/swarm"
+)
+
+func TestReadPickAnswer(t *testing.T) {
+	data := randomData(200_000, 6)
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
+	answer := func(i int, named string, body []byte) *http.Response {
+		h := http.Header{}
+		off := m.PieceOffset(i)
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+m.PieceLen(i)-1, m.Size))
+		h.Set(pieceHeader, named)
+		return &http.Response{StatusCode: 206, Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body))}
+	}
+	// The request asked for piece 1 offering 2 and 4.
+	tests := []struct {
+		name   string
+		res    *http.Response
+		got    int // -1: an error
+		stored int
+		isErr  func(error) bool
+	}{
+		{"an offered piece", answer(4, "4", piece(4)), 4, 1, nil},
+		{"a piece not offered", answer(3, "3", piece(3)), -1, 0, func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"named one, sent another", answer(2, "4", piece(2)), -1, 0, func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"not a number", answer(2, "two", piece(2)), -1, 0, func(err error) bool { return errors.Is(err, ErrProtocol) }},
+		{"corrupt", answer(2, "2", bytes.Repeat([]byte{7}, int(m.PieceLen(2)))), -1, 0, isCorrupt},
+		{"short", answer(2, "2", piece(2)[:10]), -1, 0, func(err error) bool { return errors.Is(err, ErrProtocol) }},
+	}
+	for _, tt := range tests {
+		d, err := New(Config{URL: "http://x/f", Output: filepath.Join(t.TempDir(), "f")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk, err := d.openSink(m, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &attempt{piece: 1, got: 1, buf: make([]byte, m.PieceSize), candidates: []int{2, 4}}
+		err = d.readPickAnswer(t.Context(), m, sk, a, make(chan []byte, 1), tt.res)
+		switch {
+		case tt.isErr == nil && (err != nil || a.got != tt.got):
+			t.Errorf("%s: got piece %d, %v; want %d", tt.name, a.got, err, tt.got)
+		case tt.isErr != nil && !tt.isErr(err):
+			t.Errorf("%s: %v", tt.name, err)
+		}
+		if n := sk.(*fileSink).st.Count(); n != tt.stored {
+			t.Errorf("%s: %d pieces stored, want %d", tt.name, n, tt.stored)
+		}
+		sk.close()
+	}
+}
+
+// TestSwarmOriginPicks: peers that cannot see each other, all asking the
+// origin for piece 0 and offering every other piece, each get a piece
+// nobody got before, until every piece went out once.
+func TestSwarmOriginPicks(t *testing.T) {
+	o := startOverloadOrigin(t, 4<<20, origin.Config{})
+	var fetchers []node.OriginFetcher
+	var m *manifest.Manifest
+	const peers = 3
+	for k := range peers {
+		src, err := OpenSource(t.Context(), Config{URL: o.url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = src.Manifest()
+		st, err := store.Open(filepath.Join(t.TempDir(), fmt.Sprintf("f%d", k)), m, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		fetchers = append(fetchers, src.Fetcher(st, func() *node.Node { return nil }))
+	}
+	n := m.NumPieces()
+	all := make([]int, 0, n-1)
+	for i := 1; i < n; i++ {
+		all = append(all, i)
+	}
+	seen := map[int]bool{}
+	for k := range n {
+		got, _, err := fetchers[k%peers](t.Context(), swarm.FetchOrigin{Piece: 0, Reason: swarm.ReasonNoPeerHasIt, Candidates: all})
+		if err != nil {
+			t.Fatalf("fetch %d: %v", k, err)
+		}
+		if seen[got] {
+			t.Fatalf("fetch %d got piece %d, sent before while others were not", k, got)
+		}
+		seen[got] = true
+	}
+}

@@ -1,0 +1,89 @@
+package node
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+// TestLatePieceKept: a piece whose request we cancelled (it timed out) but
+// that the peer had already started arrives whole: it is stored if we
+// still lack it, not thrown away, and dropped quietly if we have it.
+func TestLatePieceKept(t *testing.T) {
+	data := make([]byte, 300_000)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(t.TempDir(), "f"), m, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := &Node{cfg: Config{Store: st}, m: m}
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	p := newPeerConn(n, 1, c1, wire.PeerID{}, "192.0.2.1:1")
+	go func() { // the control frames request and cancel queue
+		for range p.ctrl {
+		}
+	}()
+	defer close(p.ctrl)
+
+	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
+	deliver := func(i int) swarm.Event {
+		t.Helper()
+		var ev swarm.Event
+		b := piece(i)
+		for off := 0; off < len(b); off += 16 << 10 {
+			e, err := p.data(&wire.Data{Piece: uint32(i), Offset: uint32(off), Bytes: b[off:min(len(b), off+16<<10)]})
+			if err != nil {
+				t.Fatalf("piece %d at %d: %v", i, off, err)
+			}
+			if e != nil {
+				ev = e
+			}
+		}
+		return ev
+	}
+
+	// Asked, cancelled, then the whole piece: stored.
+	p.request(0, m.PieceLen(0))
+	p.cancel(0, m.PieceLen(0))
+	if ev, ok := deliver(0).(swarm.Received); !ok || ev.Piece != 0 || !st.Has(0) {
+		t.Fatalf("late piece 0: event %#v, stored %v", ev, st.Has(0))
+	}
+	// Asked, cancelled, got elsewhere, then late: reported, not stored twice.
+	p.request(1, m.PieceLen(1))
+	p.cancel(1, m.PieceLen(1))
+	if err := st.WritePiece(1, piece(1)); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := deliver(1).(swarm.Received); !ok || ev.Piece != 1 {
+		t.Fatalf("late piece 1 we have: event %#v", ev)
+	}
+	// A second copy of a piece after its assembly finished: dropped
+	// quietly (we cancelled it once), not a protocol error.
+	if ev := deliver(1); ev != nil {
+		t.Fatalf("second late copy: event %#v", ev)
+	}
+	// Data nobody asked for is still an error.
+	if _, err := p.data(&wire.Data{Piece: 2, Bytes: piece(2)[:100]}); err == nil {
+		t.Fatal("unrequested data accepted")
+	}
+	// A request that never got an answer holds no buffer.
+	p.request(3, m.PieceLen(3))
+	p.cancel(3, m.PieceLen(3))
+	if a := p.wanted[3]; a == nil || a.buf != nil {
+		t.Fatalf("cancelled, unanswered request: %+v", a)
+	}
+}

@@ -1,0 +1,145 @@
+package origin
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+func TestSentLedgerChoose(t *testing.T) {
+	l := newSentLedger(8)
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+	// Unsent: the asked piece wins, candidates or not.
+	if p, _ := l.choose(2, []int{5, 6}, at(0)); p != 2 {
+		t.Fatalf("unsent piece asked: got %d, want 2", p)
+	}
+	// Sent once: the first unsent candidate.
+	if p, _ := l.choose(2, []int{2, 5, 6}, at(1)); p != 5 {
+		t.Fatalf("asked piece sent, candidates unsent: got %d, want 5", p)
+	}
+	if p, _ := l.choose(2, []int{5, 6}, at(2)); p != 6 {
+		t.Fatalf("got %d, want 6", p)
+	}
+	// All sent once: the one sent longest ago (2 at 0 s; 5 at 1 s).
+	if p, _ := l.choose(6, []int{5, 2}, at(3)); p != 2 {
+		t.Fatalf("all sent once: got %d, want 2, the oldest", p)
+	}
+	// Undo takes a send back: 7 is unsent again afterwards.
+	p, undo := l.choose(7, nil, at(4))
+	if p != 7 {
+		t.Fatalf("got %d, want 7", p)
+	}
+	undo()
+	if l.count[7] != 0 || l.last[7] != 0 {
+		t.Fatalf("after undo: count %d last %d", l.count[7], l.last[7])
+	}
+	if p, _ := l.choose(0, []int{7}, at(5)); p != 0 {
+		t.Fatalf("got %d, want 0 (asked, unsent)", p)
+	}
+}
+
+// pieceGet asks for piece i offering cands, as a stampede peer does, and
+// returns the piece the response carries.
+func (ts *testServer) pieceGet(t *testing.T, m *manifest.Manifest, data []byte, i int, cands string, extra ...string) (*http.Response, int) {
+	t.Helper()
+	off := m.PieceOffset(i)
+	h := append([]string{"Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(i)-1)}, extra...)
+	if cands != "" {
+		h = append(h, CandidatesHeader, cands)
+	}
+	res, body := ts.do(t, "GET", "/f", h...)
+	if res.StatusCode != http.StatusPartialContent {
+		return res, -1
+	}
+	p := i
+	if v := res.Header.Get(PieceHeader); v != "" {
+		var err error
+		if p, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("%s %q", PieceHeader, v)
+		}
+		if p == i {
+			t.Errorf("%s names the piece asked", PieceHeader)
+		}
+	}
+	off, n := m.PieceOffset(p), m.PieceLen(p)
+	if cr := res.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, m.Size) {
+		t.Errorf("piece %d: Content-Range %q", p, cr)
+	}
+	if string(body) != string(data[off:off+n]) || (m.Root != manifest.Hash{} && m.VerifyPiece(p, body) != nil) {
+		t.Errorf("piece %d: body does not verify", p)
+	}
+	if res.Header.Get("Retry-After") != "" {
+		t.Errorf("piece %d: a pick answer with Retry-After (reads as an overload answer)", p)
+	}
+	return res, p
+}
+
+func TestPickPiece(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 29)
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir})
+
+	// Before the manifest is computed the origin knows no pieces: the
+	// range asked is served.
+	probe := manifest.Manifest{Size: int64(len(data)), PieceSize: manifest.PieceSizeFor(int64(len(data)))}
+	if _, p := ts.pieceGet(t, &probe, data, 1, "0-3"); p != 1 {
+		t.Fatalf("no manifest yet: got piece %d, want 1", p)
+	}
+
+	m := ts.manifest(t, "/f")
+	n := m.NumPieces()
+	if n < 6 {
+		t.Fatalf("test file has %d pieces", n)
+	}
+	all := fmt.Sprintf("0-%d", n-1)
+	// Peers that all want piece 0 and would take any: each gets a piece
+	// nobody got before, until every piece went out once.
+	got := map[int]bool{}
+	for range n {
+		_, p := ts.pieceGet(t, m, data, 0, all)
+		if got[p] {
+			t.Fatalf("piece %d sent twice before every piece went out once", p)
+		}
+		got[p] = true
+	}
+	// Now every piece went out once: the asked one unless a candidate is
+	// older; piece 0 went out first, so asking 3 offering 0 gets 0.
+	if _, p := ts.pieceGet(t, m, data, 3, "0"); p != 0 {
+		t.Errorf("all sent once, asked 3 offering 0 (sent first): got %d", p)
+	}
+	// Without candidates, or with malformed ones, the piece asked.
+	if _, p := ts.pieceGet(t, m, data, 4, ""); p != 4 {
+		t.Errorf("no candidates: got %d, want 4", p)
+	}
+	if _, p := ts.pieceGet(t, m, data, 4, "1,zz"); p != 4 {
+		t.Errorf("malformed candidates: got %d, want 4", p)
+	}
+	// A stale If-Range gets the whole file (200), without PieceHeader,
+	// and the piece does not count as sent.
+	before := ts.metric(t, `stampede_origin_piece_sends_total{copy="again"}`)
+	res, _ := ts.pieceGet(t, m, data, 5, all, "If-Range", `"stale"`)
+	if res.StatusCode != http.StatusOK || res.Header.Get(PieceHeader) != "" {
+		t.Errorf("stale If-Range: %s, %s %q", res.Status, PieceHeader, res.Header.Get(PieceHeader))
+	}
+	if after := ts.metric(t, `stampede_origin_piece_sends_total{copy="again"}`); after != before {
+		t.Errorf("a 200 counted as a piece sent again (%d -> %d)", before, after)
+	}
+
+	for series, want := range map[string]int64{
+		// n first copies; piece 0, then 4 twice, again.
+		`stampede_origin_piece_sends_total{copy="first"}`: int64(n),
+		`stampede_origin_piece_sends_total{copy="again"}`: 3,
+		`stampede_origin_piece_picks_total`:               int64(n - 1 + 1),
+	} {
+		if got := ts.metric(t, series); got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
+	}
+}
