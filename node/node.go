@@ -131,12 +131,12 @@ type Node struct {
 
 	bytesFromPeers, bytesToPeers, queueDrops atomic.Int64
 
-	mu       sync.Mutex // guards the following
-	origin   map[string]int
-	seen     int
-	banned   int
-	lastSched swarm.Stats // the scheduler's, as of the last tick
-	interval time.Duration // the tracker's announce interval
+	mu        sync.Mutex // guards the following
+	origin    map[string]int
+	seen      int
+	banned    int
+	lastSched swarm.Stats   // the scheduler's, as of the last tick
+	interval  time.Duration // the tracker's announce interval
 }
 
 // New checks cfg and prepares a node.

@@ -182,10 +182,10 @@ type Server struct {
 	// handouts chooses the piece of each overload answer.
 	handouts *handouts
 	// picks remembers which pieces of each file went out (pick.go).
-	picks perFile[*sentLedger]
-	cache    *cache
-	metrics  metrics
-	bg       *background
+	picks   perFile[*sentLedger]
+	cache   *cache
+	metrics metrics
+	bg      *background
 	// hashSem bounds the manifests computed at once: each already hashes on
 	// every CPU, and the disk or the upstream is shared.
 	hashSem chan struct{}

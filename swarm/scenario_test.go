@@ -468,4 +468,3 @@ func parseSet(s string, n int) (*pieceset.Set, error) {
 	}
 	return set, nil
 }
-
