@@ -650,7 +650,7 @@ func (n *Node) schedStats() {
 func (n *Node) leave() {
 	n.schedStats()
 	for _, p := range n.peers {
-		p.sendControl(&wire.Goodbye{Text: "leaving"})
+		p.sendControl(&wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "leaving"})
 		p.closeAfterFlush()
 	}
 	if len(n.cfg.Trackers) == 0 {

@@ -62,6 +62,14 @@ type assembly struct {
 	cancelled bool
 }
 
+// goodbyeError ends a connection whose peer said GOODBYE.
+type goodbyeError struct {
+	reason wire.GoodbyeReason
+	text   string
+}
+
+func (e *goodbyeError) Error() string { return "goodbye: " + e.text }
+
 // closeNow is queued to make the writer flush and close.
 type closeNow struct{ wire.KeepAlive }
 
@@ -83,7 +91,10 @@ func (p *peerConn) start(ctx context.Context) {
 	p.n.wg.Go(func() {
 		err := p.readLoop(ctx)
 		p.close()
-		p.n.post(ctx, swarm.PeerDown{Peer: p.id, Reason: err.Error()})
+		// A peer that is stopping leaves the swarm, not just us.
+		ge, ok := errors.AsType[*goodbyeError](err)
+		left := ok && ge.reason == wire.GoodbyeShutdown
+		p.n.post(ctx, swarm.PeerDown{Peer: p.id, Reason: err.Error(), Left: left})
 	})
 	p.n.wg.Go(func() {
 		if err := p.writeLoop(ctx); err != nil {
@@ -227,7 +238,7 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			}
 			ev = swarm.Recommended{Peer: p.id, Addrs: addrs}
 		case *wire.Goodbye:
-			return fmt.Errorf("goodbye: %s", msg.Text)
+			return &goodbyeError{reason: msg.Reason, text: msg.Text}
 		}
 		if ev != nil {
 			p.n.post(ctx, ev)

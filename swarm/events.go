@@ -35,6 +35,9 @@ type PeerUp struct {
 type PeerDown struct {
 	Peer   PeerID
 	Reason string
+	// Left: the peer said GOODBYE, so it left the swarm (not merely this
+	// connection); the swarm-size estimate of the origin rule drops by one.
+	Left bool
 }
 
 // HaveSet: the peer's whole have-set (sent once after the handshake).

@@ -75,12 +75,15 @@ func (s *Scheduler) originPipeline() int {
 }
 
 // settling reports whether we are still learning what the neighbours the
-// tracker just gave us have: within TrackerWait of its answer, a dial in
-// progress or a connection whose HaveSet has not come. The origin waits,
-// since they may have what we would fetch; bounded, so dead addresses
-// cannot keep us off the origin.
+// tracker gave us when we joined have: within TrackerWait of its first
+// answer, a dial in progress or a connection whose HaveSet has not come.
+// The origin waits, since they may have what we would fetch; bounded, so
+// dead addresses cannot keep us off the origin. Later answers (refill,
+// repair) do not hold the origin: by then we know the swarm, and they are
+// often stale (a straggler whose peers all left was kept off the origin
+// for seconds dialling addresses that refused).
 func (s *Scheduler) settling() bool {
-	if !s.trackerAnswered || s.now.Sub(s.trackerAt) >= s.cfg.TrackerWait {
+	if !s.trackerAnswered || s.now.Sub(s.joinedAt) >= s.cfg.TrackerWait {
 		return false
 	}
 	if s.dialing > 0 {
@@ -94,9 +97,14 @@ func (s *Scheduler) settling() bool {
 	return false
 }
 
-// swarmN is n in the k/n draw.
+// swarmN is n in the k/n draw: the tracker's swarm size less the peers
+// we saw leave since, but at least us and our neighbours. When a crowd
+// finishes and leaves, a straggler's n falls with it, and it takes its
+// last pieces from the origin at once rather than at the odds of a crowd
+// that is gone. (Having no neighbours is not enough: peers that cannot
+// reach each other must still share the origin k at a time.)
 func (s *Scheduler) swarmN() int {
-	return max(s.swarmSize, len(s.order)+1, 1)
+	return max(s.swarmSize-s.departed, len(s.order)+1, 1)
 }
 
 // originFetchTime is how long our origin fetches take: the smoothed time of

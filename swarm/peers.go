@@ -119,6 +119,9 @@ func (s *Scheduler) onPeerUp(e PeerUp) {
 
 func (s *Scheduler) onPeerDown(e PeerDown) {
 	if p := s.peers[e.Peer]; p != nil {
+		if e.Left {
+			s.departed++
+		}
 		s.removePeer(p)
 	}
 }

@@ -27,7 +27,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/scenarios/*.golden f
 //
 //	config pieces=16 k=3 min=2 max=8 seed=1 ...   New + Start (see applyConfig)
 //	up ID [addr=A] [out]        PeerUp
-//	down ID [REASON]            PeerDown
+//	down ID [REASON]            PeerDown (Left if REASON has "left")
 //	haveset ID 0-7,9|all|none   HaveSet
 //	have ID P                   Have
 //	started ID P                Started (START)
@@ -173,7 +173,7 @@ func (sc *scenario) exec(line string) (err error) {
 	case "up":
 		ev = PeerUp{Peer: id(), Addr: kv["addr"], Outbound: slices.Contains(pos, "out")}
 	case "down":
-		ev = PeerDown{Peer: id(), Reason: strings.Join(pos[1:], " ")}
+		ev = PeerDown{Peer: id(), Reason: strings.Join(pos[1:], " "), Left: slices.Contains(pos, "left")}
 	case "haveset":
 		set, err := parseSet(pos[1], len(sc.s.pieces))
 		if err != nil {

@@ -296,6 +296,8 @@ type Scheduler struct {
 
 	trackerAnswered           bool
 	trackerAt                 time.Time // last TrackerPeers
+	joinedAt                  time.Time // first TrackerPeers
+	departed                  int       // peers that left (PeerDown.Left) since the last swarm size
 	swarmSize                 int
 	lastAsk, lastRepair       time.Time
 	nextChoke, nextOptimistic time.Time
@@ -452,9 +454,12 @@ func (s *Scheduler) apply(ev Event) {
 			s.learn(e.Addrs, true)
 		}
 	case TrackerPeers:
+		if !s.trackerAnswered {
+			s.joinedAt = s.now
+		}
 		s.trackerAnswered, s.trackerAt = true, s.now
 		if e.SwarmSize > 0 { // 0: no estimate (a failed announce); keep ours
-			s.swarmSize = e.SwarmSize
+			s.swarmSize, s.departed = e.SwarmSize, 0
 		}
 		s.learn(e.Addrs, false)
 	case DialFailed:
