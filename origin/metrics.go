@@ -73,7 +73,9 @@ type metrics struct {
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
 	manifestsComputed atomic.Int64
 	manifestHits      [numHits]atomic.Int64
-	manifestFailures  atomic.Int64 // computations that failed
+	manifestFailures  atomic.Int64                  // computations that failed
+	cacheRemoved      [numCacheRemoved]atomic.Int64 // files the cache sweeper removed, by why
+	cacheBytes        atomic.Int64                  // bytes of cache files after the last sweep
 	upstreamRequests  [numUpstream]atomic.Int64
 	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by ReasonHeader
 
@@ -142,6 +144,14 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	p.Family("stampede_origin_manifest_cache_hits_total", promtext.Counter, "Manifests found already computed, by where.")
 	for i := range numHits {
 		p.Sample(m.manifestHits[i].Load(), "where", hitNames[i])
+	}
+	p.Family("stampede_origin_manifest_cache_bytes", promtext.Gauge, "Bytes of manifest files in --cache-dir after the last sweep.")
+	p.Sample(m.cacheBytes.Load())
+	p.Family("stampede_origin_manifest_cache_removed_total", promtext.Counter, "Manifest files the cache sweeper removed, by why: "+
+		"gone (the file or page no longer exists), changed (the file has another version), unreadable, "+
+		"temp (a temporary file whose writer died), evicted (least recently used, past the cache's bound).")
+	for i := range numCacheRemoved {
+		p.Sample(m.cacheRemoved[i].Load(), "reason", cacheRemovedNames[i])
 	}
 
 	p.Family("stampede_origin_upstream_requests_total", promtext.Counter, "Requests sent to the upstream, by purpose.")

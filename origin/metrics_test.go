@@ -50,6 +50,10 @@ func TestMetricsExposition(t *testing.T) {
 	m.manifestFailures.Store(1)
 	m.manifestHits[hitMemory].Store(40)
 	m.manifestHits[hitDisk].Store(4)
+	m.cacheBytes.Store(22361)
+	for i := range numCacheRemoved {
+		m.cacheRemoved[i].Store(int64(50 + i))
+	}
 	for i := range numUpstream {
 		m.upstreamRequests[i].Store(int64(30 + i))
 	}

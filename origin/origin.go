@@ -33,15 +33,17 @@
 // A manifest is computed once per version of a file (its path and
 // validators), hashing the merkle tree and the whole-file SHA-256 at once,
 // with concurrent requests for the same version sharing one computation. It is
-// kept in memory and in CacheDir, so a restart does not hash again.
+// kept in memory and in CacheDir, so a restart does not hash again; CacheDir
+// is swept of manifests of files gone or changed, and kept within
+// CacheMaxBytes, least recently used first.
 //
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
 // every request goes through: accounting, shaping, admission), overload.go
 // (the overload policy), handout.go (which piece an overload answer
 // carries), overloadanswer.go (the answer), dir.go (serving a directory),
 // bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
-// web server), cache.go (the manifest cache), trackers.go (trackers in
-// manifests), metrics.go.
+// web server), cache.go (the manifest cache), cachegc.go (keeping its
+// directory bounded), trackers.go (trackers in manifests), metrics.go.
 package origin
 
 import (
@@ -79,6 +81,7 @@ const (
 	DefaultOverloadCopies    = 1
 	DefaultOverloadWindow    = 30 * time.Second
 	DefaultMemoryManifests   = 256
+	DefaultCacheMaxBytes     = 256 << 20
 	DefaultShutdownGrace     = 5 * time.Second
 	DefaultBundleMaxAssets   = 128
 	DefaultBundleMaxBytes    = 32 << 20
@@ -132,8 +135,15 @@ type Config struct {
 
 	// CacheDir keeps computed manifests across restarts. Default
 	// DefaultCacheDir(). It must not lie inside Dir: the server never writes
-	// into what it serves.
+	// into what it serves. Servers may share it.
 	CacheDir string
+	// CacheMaxBytes bounds the manifest files in CacheDir, their sizes
+	// added up: past it the least recently used go (cachegc.go), except
+	// those any server sharing CacheDir used in the last two minutes.
+	// Manifests of files that are gone or changed go whatever the bound.
+	// Default DefaultCacheMaxBytes (256 MiB: a cache file takes about 800
+	// bytes for a file of 100 KiB, 22 KB for 2 GiB, 1.1 MB for 100 GiB).
+	CacheMaxBytes int64
 	// MemoryManifests is how many manifests are kept in memory in front of
 	// CacheDir. Default DefaultMemoryManifests.
 	MemoryManifests int
@@ -215,9 +225,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("origin: set exactly one of Dir and Upstream")
 	}
 	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 ||
-		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 {
+		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 ||
+		cfg.CacheMaxBytes < 0 {
 		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests, ShutdownGrace, " +
-			"OverloadCopies, OverloadWindow, BundleMaxAssets and BundleMaxBytes must not be negative")
+			"OverloadCopies, OverloadWindow, BundleMaxAssets, BundleMaxBytes and CacheMaxBytes must not be negative")
 	}
 	if err := checkTrackerURLs(cfg.Trackers); err != nil {
 		return nil, err
@@ -245,6 +256,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MemoryManifests == 0 {
 		cfg.MemoryManifests = DefaultMemoryManifests
+	}
+	if cfg.CacheMaxBytes == 0 {
+		cfg.CacheMaxBytes = DefaultCacheMaxBytes
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
@@ -304,8 +318,8 @@ func (s *Server) initCache(servedDir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("origin: manifest cache: %w", err)
 	}
-	s.cache = newCache(dir, s.cfg.MemoryManifests, s.bg, &s.metrics, s.log)
-	return nil
+	s.cache = newCache(dir, s.cfg.MemoryManifests, s.cfg.CacheMaxBytes, s.bg, &s.metrics, s.log)
+	return s.bg.spawn(s.cache.sweeper)
 }
 
 // inside reports whether dir is sub or lies below it, following symbolic

@@ -44,7 +44,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
 	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
 	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
-	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR` (default: the user cache directory's stampede/manifests)")
+	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR`, swept of those of files gone or changed and kept under 256 MiB (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
 	var trackers stringsFlag
 	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
