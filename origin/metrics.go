@@ -69,6 +69,7 @@ type metrics struct {
 	bytesSent         atomic.Int64
 	requests          [numKinds]atomic.Int64
 	rejectedOverload  atomic.Int64
+	stalled           atomic.Int64              // responses ended by WriteIdleTimeout
 	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
 	manifestsComputed atomic.Int64
@@ -115,6 +116,9 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 
 	p.Family("stampede_origin_rejected_total", promtext.Counter, "Requests turned away with 503 and Retry-After, by reason.")
 	p.Sample(m.rejectedOverload.Load(), "reason", "overload")
+	p.Family("stampede_origin_responses_stalled_total", promtext.Counter, "Responses ended because their client took none of their bytes "+
+		"for --write-idle-timeout (a file body's transfer slot is freed with it).")
+	p.Sample(m.stalled.Load())
 
 	p.Family("stampede_origin_overload_answers_total", promtext.Counter, "Requests for a file body past --max-transfers, by what they got: "+
 		"piece (overload mode: 206 with one piece and peers), or 503 because legacy (the client did not ask for overload mode), "+

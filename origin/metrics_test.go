@@ -42,6 +42,7 @@ func TestMetricsExposition(t *testing.T) {
 		m.countResponse(code)
 	}
 	m.rejectedOverload.Store(7)
+	m.stalled.Store(3)
 	for i := range numOutcomes {
 		m.overload[i].Store(int64(20 + i))
 	}

@@ -38,7 +38,8 @@
 // CacheMaxBytes, least recently used first.
 //
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
-// every request goes through: accounting, shaping, admission), overload.go
+// every request goes through: accounting, shaping, admission, the write idle
+// timeout), overload.go
 // (the overload policy), handout.go (which piece an overload answer
 // carries), overloadanswer.go (the answer), dir.go (serving a directory),
 // bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
@@ -83,6 +84,7 @@ const (
 	DefaultMemoryManifests   = 256
 	DefaultCacheMaxBytes     = 256 << 20
 	DefaultShutdownGrace     = 5 * time.Second
+	DefaultWriteIdleTimeout  = 30 * time.Second
 	DefaultBundleMaxAssets   = 128
 	DefaultBundleMaxBytes    = 32 << 20
 )
@@ -163,6 +165,15 @@ type Config struct {
 	// Transport makes the requests to Upstream. Default: a clone of
 	// http.DefaultTransport keeping more idle connections per host.
 	Transport http.RoundTripper
+	// WriteIdleTimeout ends a response whose client takes none of its
+	// bytes for this long (a write that makes no progress), freeing the
+	// transfer slot it holds: a client that stops reading must not keep a
+	// slot forever. A client that keeps reading is not cut: on the
+	// sendfile path any byte it takes within the timeout renews it;
+	// elsewhere each write, cut to what a client taking 2 KiB/s takes
+	// within the timeout, must finish within it (writer.go). Default
+	// DefaultWriteIdleTimeout; negative: no timeout.
+	WriteIdleTimeout time.Duration
 	// ShutdownGrace is how long Serve lets transfers in flight finish once
 	// its context is done, before it closes their connections. Default
 	// DefaultShutdownGrace.
@@ -262,6 +273,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	switch {
+	case cfg.WriteIdleTimeout == 0:
+		cfg.WriteIdleTimeout = DefaultWriteIdleTimeout
+	case cfg.WriteIdleTimeout < 0:
+		cfg.WriteIdleTimeout = 0 // none
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -388,9 +405,10 @@ func (s *Server) routes() http.Handler {
 // accounts for the request.
 func (s *Server) route(k kind, serve func(*respWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rw := &respWriter{ResponseWriter: w, s: s, req: r, kind: k, start: time.Now()}
+		conn := newIdleWriter(w, r, s.cfg.WriteIdleTimeout)
+		rw := &respWriter{ResponseWriter: conn, conn: conn, s: s, req: r, kind: k, start: time.Now()}
 		if k == kindFile && s.limiter != nil {
-			rw.shaped = s.limiter.Writer(r.Context(), w)
+			rw.shaped = s.limiter.Writer(r.Context(), conn)
 		}
 		defer rw.finish()
 		serve(rw, r)
@@ -476,7 +494,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler: s.handler,
 		// Slow headers are an attack, slow bodies are a download: only the
-		// former has a deadline.
+		// former has a deadline. A body that makes no progress at all is
+		// another matter: WriteIdleTimeout ends it (writer.go).
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
