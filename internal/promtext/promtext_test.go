@@ -83,6 +83,7 @@ func TestMisusePanics(t *testing.T) {
 		},
 		"odd labels": func(w *promtext.Writer) {
 			w.Family("a", promtext.Counter, "")
+			//lint:ignore SA5012 the misuse this test makes sure panics
 			w.Sample(1, "kind")
 		},
 		"colon in label name": func(w *promtext.Writer) {
