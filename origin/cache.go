@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
@@ -49,6 +50,9 @@ type entry struct {
 	sum  [sha256.Size]byte  // SHA-256 of the whole file
 	// published is the last body served with trackers (see bodyWith).
 	published atomic.Pointer[publishedBody]
+	// touched is when the entry's cache file was last marked used, in Unix
+	// nanoseconds (cachegc.go).
+	touched atomic.Int64
 }
 
 func newEntry(v validators, m *manifest.Manifest, sum [sha256.Size]byte) (*entry, error) {
@@ -67,26 +71,35 @@ func (e *entry) reprDigest() string { return httphdr.FormatReprDigestSHA256(e.su
 // cache holds the manifests computed, in memory and on disk, each under a
 // key naming its file (an absolute path or an upstream URL) and checked
 // against the validators the caller sees now: a manifest of another version
-// is never returned. Computations of the same version are shared.
+// is never returned. Computations of the same version are shared. The
+// disk is kept within maxBytes by a sweeper (cachegc.go).
 type cache struct {
-	dir     string
-	maxMem  int
-	flights *group[*entry]
-	metrics *metrics
-	log     *slog.Logger
+	dir      string
+	maxMem   int
+	maxBytes int64
+	flights  *group[*entry]
+	metrics  *metrics
+	log      *slog.Logger
+	// diskBytes is the size of the cache files as of the last sweep plus
+	// what was written since; kick asks the sweeper for a sweep.
+	diskBytes atomic.Int64
+	kick      chan struct{}
 
 	mu  sync.Mutex // guards mem
 	mem map[string]*entry
 }
 
-func newCache(dir string, maxMem int, bg *background, m *metrics, log *slog.Logger) *cache {
+// newCache returns the cache of dir; its sweeper is the caller's to run.
+func newCache(dir string, maxMem int, maxBytes int64, bg *background, m *metrics, log *slog.Logger) *cache {
 	return &cache{
-		dir:     dir,
-		maxMem:  maxMem,
-		flights: newGroup[*entry](bg),
-		metrics: m,
-		log:     log,
-		mem:     make(map[string]*entry),
+		dir:      dir,
+		maxMem:   maxMem,
+		maxBytes: maxBytes,
+		flights:  newGroup[*entry](bg),
+		metrics:  m,
+		log:      log,
+		kick:     make(chan struct{}, 1),
+		mem:      make(map[string]*entry),
 	}
 }
 
@@ -126,6 +139,7 @@ func (c *cache) lookup(key string, v validators) (*entry, int) {
 	if inMem {
 		// The disk holds the same entry, or an older one.
 		if e.v.matches(v) {
+			c.touch(key, e)
 			return e, hitMemory
 		}
 		return nil, 0
@@ -143,6 +157,7 @@ func (c *cache) lookup(key string, v validators) (*entry, int) {
 	if !e.v.matches(v) {
 		return nil, 0
 	}
+	c.touch(key, e)
 	return e, hitDisk
 }
 
@@ -159,18 +174,15 @@ func (c *cache) remember(key string, e *entry) {
 }
 
 func (c *cache) store(key string, e *entry) {
+	e.touched.Store(time.Now().UnixNano()) // the file is about to be written
 	c.remember(key, e)
 	if err := c.save(key, e); err != nil {
 		c.log.Warn("could not write the manifest cache; the manifest stays in memory only", "err", err)
 	}
 }
 
-// path is key's file in the cache: named by a hash of the key, so any path
-// or URL makes a safe, fixed-length file name.
-func (c *cache) path(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return filepath.Join(c.dir, hex.EncodeToString(sum[:])+".json")
-}
+// path is key's file in the cache.
+func (c *cache) path(key string) string { return filepath.Join(c.dir, cacheName(key)) }
 
 func (c *cache) load(key string) (*entry, error) {
 	data, err := os.ReadFile(c.path(key))
@@ -186,7 +198,7 @@ func (c *cache) save(key string, e *entry) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(c.dir, ".tmp-*")
+	f, err := os.CreateTemp(c.dir, tempPrefix+"*")
 	if err != nil {
 		return err
 	}
@@ -199,8 +211,10 @@ func (c *cache) save(key string, e *entry) error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		return err
 	}
-	return err
+	c.wrote(int64(len(data)))
+	return nil
 }
 
 // diskVersion is the version of the cache file format.

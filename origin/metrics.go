@@ -1,13 +1,11 @@
 package origin
 
 import (
-	"bytes"
-	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/stampede-dev/stampede/internal/promtext"
 )
 
 // kind classifies requests for the metrics.
@@ -71,13 +69,16 @@ type metrics struct {
 	bytesSent         atomic.Int64
 	requests          [numKinds]atomic.Int64
 	rejectedOverload  atomic.Int64
+	stalled           atomic.Int64              // responses ended by WriteIdleTimeout
 	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
 	pieceSends        [numSends]atomic.Int64    // single-piece responses, first copy or again
 	picksSwapped      atomic.Int64              // of those, sent instead of the piece asked (pick.go)
 	manifestsComputed atomic.Int64
 	manifestHits      [numHits]atomic.Int64
-	manifestFailures  atomic.Int64 // computations that failed
+	manifestFailures  atomic.Int64                  // computations that failed
+	cacheRemoved      [numCacheRemoved]atomic.Int64 // files the cache sweeper removed, by why
+	cacheBytes        atomic.Int64                  // bytes of cache files after the last sweep
 	upstreamRequests  [numUpstream]atomic.Int64
 	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by ReasonHeader
 
@@ -96,86 +97,80 @@ func (m *metrics) countResponse(code int) {
 
 // write prints the metrics in the Prometheus text exposition format.
 func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
-	var b bytes.Buffer
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	sample := func(name, labels string, v int64) {
-		if labels != "" {
-			labels = "{" + labels + "}"
-		}
-		fmt.Fprintf(&b, "%s%s %d\n", name, labels, v)
-	}
+	var p promtext.Writer
+	p.Family("stampede_origin_bytes_sent_total", promtext.Counter, "Response body bytes sent, except those of /metrics itself.")
+	p.Sample(m.bytesSent.Load())
 
-	family("stampede_origin_bytes_sent_total", "counter", "Response body bytes sent, except those of /metrics itself.")
-	sample("stampede_origin_bytes_sent_total", "", m.bytesSent.Load())
-
-	family("stampede_origin_requests_total", "counter", "Requests answered, by what they asked for.")
+	p.Family("stampede_origin_requests_total", promtext.Counter, "Requests answered, by what they asked for.")
 	for k := range numKinds {
-		sample("stampede_origin_requests_total", `kind="`+kindNames[k]+`"`, m.requests[k].Load())
+		p.Sample(m.requests[k].Load(), "kind", kindNames[k])
 	}
 
-	family("stampede_origin_file_requests_total", "counter", "File requests by the reason the client gave in the Stampede-Reason header (\"none\": no header, e.g. curl).")
+	p.Family("stampede_origin_file_requests_total", promtext.Counter, "File requests by the reason the client gave in the Stampede-Reason header (\"none\": no header, e.g. curl).")
 	for i, r := range reasonNames {
-		sample("stampede_origin_file_requests_total", `reason="`+r+`"`, m.fileReasons[i].Load())
+		p.Sample(m.fileReasons[i].Load(), "reason", r)
 	}
 
-	family("stampede_origin_responses_total", "counter", "Responses by status code.")
+	p.Family("stampede_origin_responses_total", promtext.Counter, "Responses by status code.")
 	m.mu.Lock()
-	codes := make([]int, 0, len(m.responses))
-	for c := range m.responses {
-		codes = append(codes, c)
-	}
-	slices.Sort(codes)
-	for _, c := range codes {
-		sample("stampede_origin_responses_total", `code="`+strconv.Itoa(c)+`"`, m.responses[c])
-	}
+	promtext.MapSamples(&p, "code", m.responses)
 	m.mu.Unlock()
 
-	family("stampede_origin_rejected_total", "counter", "Requests turned away with 503 and Retry-After, by reason.")
-	sample("stampede_origin_rejected_total", `reason="overload"`, m.rejectedOverload.Load())
+	p.Family("stampede_origin_rejected_total", promtext.Counter, "Requests turned away with 503 and Retry-After, by reason.")
+	p.Sample(m.rejectedOverload.Load(), "reason", "overload")
+	p.Family("stampede_origin_responses_stalled_total", promtext.Counter, "Responses ended because their client took none of their bytes "+
+		"for --write-idle-timeout (a file body's transfer slot is freed with it).")
+	p.Sample(m.stalled.Load())
 
-	family("stampede_origin_overload_answers_total", "counter", "Requests for a file body past --max-transfers, by what they got: "+
+	p.Family("stampede_origin_overload_answers_total", promtext.Counter, "Requests for a file body past --max-transfers, by what they got: "+
 		"piece (overload mode: 206 with one piece and peers), or 503 because legacy (the client did not ask for overload mode), "+
 		"off (--overload-transfers 0), full (--overload-transfers answers in flight), no-manifest (not computed yet), "+
 		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream).")
 	for i, name := range outcomeNames {
-		sample("stampede_origin_overload_answers_total", `outcome="`+name+`"`, m.overload[i].Load())
+		p.Sample(m.overload[i].Load(), "outcome", name)
 	}
-	family("stampede_origin_overload_bytes_sent_total", "counter", "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
-	sample("stampede_origin_overload_bytes_sent_total", "", m.overloadBytes.Load())
+	p.Family("stampede_origin_overload_bytes_sent_total", promtext.Counter, "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
+	p.Sample(m.overloadBytes.Load())
 
-	family("stampede_origin_piece_sends_total", "counter", "Single-piece range responses of files whose manifest is cached, by whether the piece had been sent before (first, again): swarm peers should make nearly all of them first.")
+	p.Family("stampede_origin_piece_sends_total", promtext.Counter, "Single-piece range responses of files whose manifest is cached, by whether the piece had been sent before (first, again): swarm peers should make nearly all of them first.")
 	for i, name := range sendNames {
-		sample("stampede_origin_piece_sends_total", `copy="`+name+`"`, m.pieceSends[i].Load())
+		p.Sample(m.pieceSends[i].Load(), "copy", name)
 	}
-	family("stampede_origin_piece_picks_total", "counter", "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
-	sample("stampede_origin_piece_picks_total", "", m.picksSwapped.Load())
+	p.Family("stampede_origin_piece_picks_total", promtext.Counter, "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
+	p.Sample(m.picksSwapped.Load())
 
-	family("stampede_origin_transfers_active", "gauge", "File bodies being sent.")
-	sample("stampede_origin_transfers_active", "", int64(g.activeCount()))
-	family("stampede_origin_transfers_max", "gauge", "File bodies sent at most at once (--max-transfers).")
-	sample("stampede_origin_transfers_max", "", int64(g.max))
-	family("stampede_origin_overload_answers_active", "gauge", "Overload answers being sent.")
-	sample("stampede_origin_overload_answers_active", "", int64(g.answeringCount()))
-	family("stampede_origin_overload_answers_max", "gauge", "Overload answers sent at most at once, past --max-transfers (--overload-transfers; 0: overload mode off).")
-	sample("stampede_origin_overload_answers_max", "", int64(g.maxAnswers))
-	family("stampede_origin_rate_limit_bytes", "gauge", "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.")
-	sample("stampede_origin_rate_limit_bytes", "", rate)
+	p.Family("stampede_origin_transfers_active", promtext.Gauge, "File bodies being sent.")
+	p.Sample(int64(g.activeCount()))
+	p.Family("stampede_origin_transfers_max", promtext.Gauge, "File bodies sent at most at once (--max-transfers).")
+	p.Sample(int64(g.max))
+	p.Family("stampede_origin_overload_answers_active", promtext.Gauge, "Overload answers being sent.")
+	p.Sample(int64(g.answeringCount()))
+	p.Family("stampede_origin_overload_answers_max", promtext.Gauge, "Overload answers sent at most at once, past --max-transfers (--overload-transfers; 0: overload mode off).")
+	p.Sample(int64(g.maxAnswers))
+	p.Family("stampede_origin_rate_limit_bytes", promtext.Gauge, "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.")
+	p.Sample(rate)
 
-	family("stampede_origin_manifests_computed_total", "counter", "Manifests computed by hashing a file.")
-	sample("stampede_origin_manifests_computed_total", "", m.manifestsComputed.Load())
-	family("stampede_origin_manifest_failures_total", "counter", "Manifest computations that failed.")
-	sample("stampede_origin_manifest_failures_total", "", m.manifestFailures.Load())
-	family("stampede_origin_manifest_cache_hits_total", "counter", "Manifests found already computed, by where.")
+	p.Family("stampede_origin_manifests_computed_total", promtext.Counter, "Manifests computed by hashing a file.")
+	p.Sample(m.manifestsComputed.Load())
+	p.Family("stampede_origin_manifest_failures_total", promtext.Counter, "Manifest computations that failed.")
+	p.Sample(m.manifestFailures.Load())
+	p.Family("stampede_origin_manifest_cache_hits_total", promtext.Counter, "Manifests found already computed, by where.")
 	for i := range numHits {
-		sample("stampede_origin_manifest_cache_hits_total", `where="`+hitNames[i]+`"`, m.manifestHits[i].Load())
+		p.Sample(m.manifestHits[i].Load(), "where", hitNames[i])
+	}
+	p.Family("stampede_origin_manifest_cache_bytes", promtext.Gauge, "Bytes of manifest files in --cache-dir after the last sweep.")
+	p.Sample(m.cacheBytes.Load())
+	p.Family("stampede_origin_manifest_cache_removed_total", promtext.Counter, "Manifest files the cache sweeper removed, by why: "+
+		"gone (the file or page no longer exists), changed (the file has another version), unreadable, "+
+		"temp (a temporary file whose writer died), evicted (least recently used, past the cache's bound).")
+	for i := range numCacheRemoved {
+		p.Sample(m.cacheRemoved[i].Load(), "reason", cacheRemovedNames[i])
 	}
 
-	family("stampede_origin_upstream_requests_total", "counter", "Requests sent to the upstream, by purpose.")
+	p.Family("stampede_origin_upstream_requests_total", promtext.Counter, "Requests sent to the upstream, by purpose.")
 	for i := range numUpstream {
-		sample("stampede_origin_upstream_requests_total", `purpose="`+upstreamNames[i]+`"`, m.upstreamRequests[i].Load())
+		p.Sample(m.upstreamRequests[i].Load(), "purpose", upstreamNames[i])
 	}
-	_, err := w.Write(b.Bytes())
+	_, err := p.WriteTo(w)
 	return err
 }

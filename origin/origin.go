@@ -33,15 +33,18 @@
 // A manifest is computed once per version of a file (its path and
 // validators), hashing the merkle tree and the whole-file SHA-256 at once,
 // with concurrent requests for the same version sharing one computation. It is
-// kept in memory and in CacheDir, so a restart does not hash again.
+// kept in memory and in CacheDir, so a restart does not hash again; CacheDir
+// is swept of manifests of files gone or changed, and kept within
+// CacheMaxBytes, least recently used first.
 //
 // Files: origin.go (Config, Server, routing), writer.go (the response writer
-// every request goes through: accounting, shaping, admission), overload.go
+// every request goes through: accounting, shaping, admission, the write idle
+// timeout), overload.go
 // (the overload policy), handout.go (which piece an overload answer
 // carries), overloadanswer.go (the answer), dir.go (serving a directory),
 // bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
-// web server), cache.go (the manifest cache), trackers.go (trackers in
-// manifests), metrics.go.
+// web server), cache.go (the manifest cache), cachegc.go (keeping its
+// directory bounded), trackers.go (trackers in manifests), metrics.go.
 package origin
 
 import (
@@ -79,7 +82,9 @@ const (
 	DefaultOverloadCopies    = 1
 	DefaultOverloadWindow    = 30 * time.Second
 	DefaultMemoryManifests   = 256
+	DefaultCacheMaxBytes     = 256 << 20
 	DefaultShutdownGrace     = 5 * time.Second
+	DefaultWriteIdleTimeout  = 30 * time.Second
 	DefaultBundleMaxAssets   = 128
 	DefaultBundleMaxBytes    = 32 << 20
 )
@@ -132,8 +137,15 @@ type Config struct {
 
 	// CacheDir keeps computed manifests across restarts. Default
 	// DefaultCacheDir(). It must not lie inside Dir: the server never writes
-	// into what it serves.
+	// into what it serves. Servers may share it.
 	CacheDir string
+	// CacheMaxBytes bounds the manifest files in CacheDir, their sizes
+	// added up: past it the least recently used go (cachegc.go), except
+	// those any server sharing CacheDir used in the last two minutes.
+	// Manifests of files that are gone or changed go whatever the bound.
+	// Default DefaultCacheMaxBytes (256 MiB: a cache file takes about 800
+	// bytes for a file of 100 KiB, 22 KB for 2 GiB, 1.1 MB for 100 GiB).
+	CacheMaxBytes int64
 	// MemoryManifests is how many manifests are kept in memory in front of
 	// CacheDir. Default DefaultMemoryManifests.
 	MemoryManifests int
@@ -153,6 +165,15 @@ type Config struct {
 	// Transport makes the requests to Upstream. Default: a clone of
 	// http.DefaultTransport keeping more idle connections per host.
 	Transport http.RoundTripper
+	// WriteIdleTimeout ends a response whose client takes none of its
+	// bytes for this long (a write that makes no progress), freeing the
+	// transfer slot it holds: a client that stops reading must not keep a
+	// slot forever. A client that keeps reading is not cut: on the
+	// sendfile path any byte it takes within the timeout renews it;
+	// elsewhere each write, cut to what a client taking 2 KiB/s takes
+	// within the timeout, must finish within it (writer.go). Default
+	// DefaultWriteIdleTimeout; negative: no timeout.
+	WriteIdleTimeout time.Duration
 	// ShutdownGrace is how long Serve lets transfers in flight finish once
 	// its context is done, before it closes their connections. Default
 	// DefaultShutdownGrace.
@@ -217,9 +238,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("origin: set exactly one of Dir and Upstream")
 	}
 	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 ||
-		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 {
+		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 ||
+		cfg.CacheMaxBytes < 0 {
 		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests, ShutdownGrace, " +
-			"OverloadCopies, OverloadWindow, BundleMaxAssets and BundleMaxBytes must not be negative")
+			"OverloadCopies, OverloadWindow, BundleMaxAssets, BundleMaxBytes and CacheMaxBytes must not be negative")
 	}
 	if err := checkTrackerURLs(cfg.Trackers); err != nil {
 		return nil, err
@@ -248,8 +270,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MemoryManifests == 0 {
 		cfg.MemoryManifests = DefaultMemoryManifests
 	}
+	if cfg.CacheMaxBytes == 0 {
+		cfg.CacheMaxBytes = DefaultCacheMaxBytes
+	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	switch {
+	case cfg.WriteIdleTimeout == 0:
+		cfg.WriteIdleTimeout = DefaultWriteIdleTimeout
+	case cfg.WriteIdleTimeout < 0:
+		cfg.WriteIdleTimeout = 0 // none
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -306,8 +337,8 @@ func (s *Server) initCache(servedDir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("origin: manifest cache: %w", err)
 	}
-	s.cache = newCache(dir, s.cfg.MemoryManifests, s.bg, &s.metrics, s.log)
-	return nil
+	s.cache = newCache(dir, s.cfg.MemoryManifests, s.cfg.CacheMaxBytes, s.bg, &s.metrics, s.log)
+	return s.bg.spawn(s.cache.sweeper)
 }
 
 // inside reports whether dir is sub or lies below it, following symbolic
@@ -376,9 +407,10 @@ func (s *Server) routes() http.Handler {
 // accounts for the request.
 func (s *Server) route(k kind, serve func(*respWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rw := &respWriter{ResponseWriter: w, s: s, req: r, kind: k, start: time.Now()}
+		conn := newIdleWriter(w, r, s.cfg.WriteIdleTimeout)
+		rw := &respWriter{ResponseWriter: conn, conn: conn, s: s, req: r, kind: k, start: time.Now()}
 		if k == kindFile && s.limiter != nil {
-			rw.shaped = s.limiter.Writer(r.Context(), w)
+			rw.shaped = s.limiter.Writer(r.Context(), conn)
 		}
 		defer rw.finish()
 		serve(rw, r)
@@ -464,7 +496,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler: s.handler,
 		// Slow headers are an attack, slow bodies are a download: only the
-		// former has a deadline.
+		// former has a deadline. A body that makes no progress at all is
+		// another matter: WriteIdleTimeout ends it (writer.go).
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

@@ -39,6 +39,16 @@ type testServer struct {
 // setup, if given, runs before the server accepts connections (test hooks).
 func start(t *testing.T, cfg Config, setup ...func(*Server)) *testServer {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startOn(t, ln, cfg, setup...)
+}
+
+// startOn is start on the listener ln.
+func startOn(t *testing.T, ln net.Listener, cfg Config, setup ...func(*Server)) *testServer {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
@@ -47,14 +57,11 @@ func start(t *testing.T, cfg Config, setup ...func(*Server)) *testServer {
 	}
 	s, err := New(cfg)
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	for _, f := range setup {
 		f(s)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 )
@@ -22,9 +23,11 @@ var errOverloaded = errors.New("origin: at the transfer limit")
 // Otherwise it stays out of the way: without a rate it passes io.ReaderFrom
 // straight through, so that http.ServeContent's copy from an *os.File still
 // becomes sendfile(2), and Unwrap lets http.ResponseController reach the
-// connection.
+// connection. Under it, conn ends the responses whose client stops reading.
 type respWriter struct {
 	http.ResponseWriter
+	// conn is the ResponseWriter above, which ends stalled responses.
+	conn  *idleWriter
 	s     *Server
 	req   *http.Request
 	kind  kind
@@ -202,6 +205,15 @@ func (w *respWriter) reject() {
 // finish runs when the handler returns: it frees the transfer slot and
 // accounts for the request.
 func (w *respWriter) finish() {
+	if w.conn.stalled {
+		w.s.metrics.stalled.Add(1)
+		w.s.log.Debug("ended a response: the client stopped reading", "path", w.req.URL.Path,
+			"remote", w.req.RemoteAddr, "bytes", w.bytes, "write_idle_timeout", w.conn.idle)
+	} else {
+		// What net/http still has to write once we return (buffered bytes,
+		// the end of a chunked body) gets a deadline too.
+		w.conn.arm()
+	}
 	if w.t != nil {
 		w.s.gate.leave(w.t)
 		if hook := w.s.testHookTransferDone; hook != nil {
@@ -232,4 +244,125 @@ func contentLength(h http.Header) int64 {
 		return -1
 	}
 	return n
+}
+
+// minWriteRate sizes the writes, in bytes per second: each is cut to what a
+// client taking minWriteRate takes within the write idle timeout, so that
+// a short timeout does not end the response of such a client for want of
+// a write it could not finish in time. With the default timeout the slices
+// are larger than any write: nothing is cut.
+const minWriteRate = 2 << 10
+
+// idleWriter is the connection end of every response. Before each write it
+// sets the connection's write deadline Config.WriteIdleTimeout ahead
+// (http.ResponseController.SetWriteDeadline), so that a client that stops
+// reading ends its response, and frees the transfer slot it holds, instead
+// of holding it forever; a client that keeps reading keeps pushing the
+// deadline back.
+//
+// A write that misses its deadline ends the response: net/http then closes
+// the connection. The exception is sendfile(2), which sends a whole body in
+// one call: there the deadline is renewed each time it passes if the client
+// took any bytes since it was set, so a body is ended once its client has
+// taken nothing for a whole timeout (within two timeouts of its last byte),
+// however long it takes in all.
+type idleWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	req     *http.Request
+	idle    time.Duration // 0: no deadlines
+	slice   int           // most bytes per write: what a client at minWriteRate takes within idle
+	stalled bool          // a write missed its deadline: the response is over
+}
+
+func newIdleWriter(w http.ResponseWriter, r *http.Request, idle time.Duration) *idleWriter {
+	iw := &idleWriter{ResponseWriter: w, rc: http.NewResponseController(w), req: r}
+	if idle > 0 {
+		iw.idle = idle
+		iw.slice = max(1, int(min(idle.Seconds()*minWriteRate, 1<<30)))
+	}
+	return iw
+}
+
+func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// arm sets the write deadline idle ahead. A ResponseWriter that cannot set
+// deadlines (a recorder in tests, a server of the embedder's that hides
+// its connection) turns them off for the response.
+func (w *idleWriter) arm() {
+	if w.idle > 0 && w.rc.SetWriteDeadline(time.Now().Add(w.idle)) != nil {
+		w.idle = 0
+	}
+}
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	w.arm()
+	if w.idle == 0 {
+		return w.ResponseWriter.Write(p)
+	}
+	var n int
+	for len(p) > 0 {
+		k := min(len(p), w.slice)
+		m, err := w.ResponseWriter.Write(p[:k])
+		n += m
+		if err != nil {
+			w.check(err)
+			return n, err
+		}
+		if p = p[k:]; len(p) > 0 {
+			w.arm()
+		}
+	}
+	return n, nil
+}
+
+// ReadFrom keeps net/http's sendfile path for the files http.ServeContent
+// sends (an *io.LimitedReader over an *os.File); anything else goes
+// through Write, a deadline per write.
+func (w *idleWriter) ReadFrom(src io.Reader) (int64, error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(writerOnly{w}, src)
+	}
+	w.arm()
+	if w.idle == 0 {
+		return rf.ReadFrom(src)
+	}
+	lr, ok := src.(*io.LimitedReader)
+	if !ok {
+		return io.Copy(writerOnly{w}, src)
+	}
+	if _, ok := lr.R.(*os.File); !ok {
+		return io.Copy(writerOnly{w}, src)
+	}
+	var sent int64
+	for {
+		left := lr.N
+		n, err := rf.ReadFrom(lr)
+		sent += n
+		// Go on only where nothing was lost: every byte taken from the file
+		// was handed on (a copy through a buffer that a write gave up on
+		// takes more than it hands on), and net/http saw no failed write of
+		// its own buffers (it cancels the request's context on one).
+		if n > 0 && errors.Is(err, os.ErrDeadlineExceeded) && left-lr.N == n && w.req.Context().Err() == nil {
+			w.arm()
+			continue
+		}
+		w.check(err)
+		return sent, err
+	}
+}
+
+func (w *idleWriter) FlushError() error {
+	w.arm()
+	err := w.rc.Flush()
+	w.check(err)
+	return err
+}
+
+// check notes a write that missed its deadline.
+func (w *idleWriter) check(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.stalled = true
+	}
 }

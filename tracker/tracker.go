@@ -66,7 +66,6 @@
 package tracker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,6 +79,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/promtext"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -395,38 +395,29 @@ func (t *Tracker) WriteMetrics(w io.Writer) error {
 		s.mu.Unlock()
 	}
 
-	var b bytes.Buffer
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	sample := func(name, labels string, v int64) {
-		if labels != "" {
-			labels = "{" + labels + "}"
-		}
-		fmt.Fprintf(&b, "%s%s %d\n", name, labels, v)
-	}
-	family("stampede_tracker_announces_total", "counter", `Well-formed announces, by event ("periodic": none).`)
+	var p promtext.Writer
+	p.Family("stampede_tracker_announces_total", promtext.Counter, `Well-formed announces, by event ("periodic": none).`)
 	for i, e := range events {
-		sample("stampede_tracker_announces_total", `event="`+e.metricName()+`"`, t.metrics.announces[i].Load())
+		p.Sample(t.metrics.announces[i].Load(), "event", e.metricName())
 	}
-	family("stampede_tracker_announces_rate_limited_total", "counter", "Announces less than a second after the same peer's last, answered from the cached peer list.")
-	sample("stampede_tracker_announces_rate_limited_total", "", t.metrics.rateLimited.Load())
-	family("stampede_tracker_announces_rejected_total", "counter", "Announces refused with 400 for bad parameters.")
-	sample("stampede_tracker_announces_rejected_total", "", t.metrics.rejected.Load())
-	family("stampede_tracker_swarms", "gauge", "Swarms tracked.")
-	sample("stampede_tracker_swarms", "", int64(len(slots)))
-	family("stampede_tracker_peers", "gauge", "Peers in the swarms' tables (at most max-peers-per-swarm per swarm).")
-	sample("stampede_tracker_peers", "", peers)
-	family("stampede_tracker_peers_estimated", "gauge", "Sum of the swarms' estimated sizes, counting peers beyond the tables.")
-	sample("stampede_tracker_peers_estimated", "", estimated)
-	family("stampede_tracker_peers_removed_total", "counter", "Peers taken out of a swarm's table, by reason.")
+	p.Family("stampede_tracker_announces_rate_limited_total", promtext.Counter, "Announces less than a second after the same peer's last, answered from the cached peer list.")
+	p.Sample(t.metrics.rateLimited.Load())
+	p.Family("stampede_tracker_announces_rejected_total", promtext.Counter, "Announces refused with 400 for bad parameters.")
+	p.Sample(t.metrics.rejected.Load())
+	p.Family("stampede_tracker_swarms", promtext.Gauge, "Swarms tracked.")
+	p.Sample(int64(len(slots)))
+	p.Family("stampede_tracker_peers", promtext.Gauge, "Peers in the swarms' tables (at most max-peers-per-swarm per swarm).")
+	p.Sample(peers)
+	p.Family("stampede_tracker_peers_estimated", promtext.Gauge, "Sum of the swarms' estimated sizes, counting peers beyond the tables.")
+	p.Sample(estimated)
+	p.Family("stampede_tracker_peers_removed_total", promtext.Counter, "Peers taken out of a swarm's table, by reason.")
 	for i := range numRemoved {
-		sample("stampede_tracker_peers_removed_total", `reason="`+removedNames[i]+`"`, t.metrics.peersRemoved[i].Load())
+		p.Sample(t.metrics.peersRemoved[i].Load(), "reason", removedNames[i])
 	}
-	family("stampede_tracker_swarms_removed_total", "counter", "Swarms dropped, by reason.")
+	p.Family("stampede_tracker_swarms_removed_total", promtext.Counter, "Swarms dropped, by reason.")
 	for i := range numSwarmsRemoved {
-		sample("stampede_tracker_swarms_removed_total", `reason="`+swarmsRemovedNames[i]+`"`, t.metrics.swarmsRemoved[i].Load())
+		p.Sample(t.metrics.swarmsRemoved[i].Load(), "reason", swarmsRemovedNames[i])
 	}
-	_, err := w.Write(b.Bytes())
+	_, err := p.WriteTo(w)
 	return err
 }

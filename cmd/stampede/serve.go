@@ -28,7 +28,9 @@ peers; pieces go out in rounds over the file, so successive clients get differen
 ones, and each piece at most --overload-copies times per --overload-window (which
 bounds overload mode's bytes to that many copies of the file per window). At most
 --overload-transfers such answers go out at once. Everyone else, and capable
-clients when no piece can be given, gets 503 with Retry-After.
+clients when no piece can be given, gets 503 with Retry-After. A client that stops
+reading has its response ended after --write-idle-timeout, which frees its slot;
+a slow one still reading (about 2 KiB/s or more) is not cut.
 
 Pages: an HTML page of DIR (.html, .htm) links its bundle (rel="stampede-bundle"):
 /.well-known/stampede/bundle/PATH is the page and its same-origin assets in one
@@ -44,7 +46,9 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
 	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
 	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
-	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR` (default: the user cache directory's stampede/manifests)")
+	writeIdle := fs.Duration("write-idle-timeout", origin.DefaultWriteIdleTimeout,
+		"end a response whose client takes none of its bytes for this long, freeing its slot (0: never)")
+	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR`, swept of those of files gone or changed and kept under 256 MiB (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
 	var trackers stringsFlag
 	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
@@ -61,6 +65,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		OverloadTransfers: *overloadTransfers,
 		OverloadCopies:    *overloadCopies,
 		OverloadWindow:    *overloadWindow,
+		WriteIdleTimeout:  *writeIdle,
 		CacheDir:          *cacheDir,
 		Warm:              *warm,
 		Logger:            e.logger(*quiet),
@@ -79,9 +84,14 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		return usageErrorf("--overload-copies must be at least 1, got %d", *overloadCopies)
 	case *overloadWindow <= 0:
 		return usageErrorf("--overload-window must be positive, got %v", *overloadWindow)
+	case *writeIdle < 0:
+		return usageErrorf("--write-idle-timeout must not be negative, got %v", *writeIdle)
 	}
 	if *overloadTransfers == 0 {
 		cfg.OverloadTransfers = -1 // off
+	}
+	if *writeIdle == 0 {
+		cfg.WriteIdleTimeout = -1 // never
 	}
 	var what string
 	switch {

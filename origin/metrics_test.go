@@ -1,0 +1,71 @@
+package origin
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.golden from the current output")
+
+// golden compares got with the file at path, or rewrites the file with -rewrite.
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *rewrite {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -rewrite to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (review, then run with -rewrite):\n%s", path, got)
+	}
+}
+
+// TestMetricsExposition pins /metrics byte for byte: dashboards and the
+// testbed read these names, and the format is Prometheus text 0.0.4.
+func TestMetricsExposition(t *testing.T) {
+	var m metrics
+	m.bytesSent.Store(123456789)
+	for k := range numKinds {
+		m.requests[k].Store(int64(10 + k))
+	}
+	for i := range m.fileReasons {
+		m.fileReasons[i].Store(int64(100 + i))
+	}
+	for _, code := range []int{503, 200, 206, 200, 404, 200} {
+		m.countResponse(code)
+	}
+	m.rejectedOverload.Store(7)
+	m.stalled.Store(3)
+	for i := range numOutcomes {
+		m.overload[i].Store(int64(20 + i))
+	}
+	m.overloadBytes.Store(1 << 20)
+	m.pieceSends[sendFirst].Store(512)
+	m.pieceSends[sendAgain].Store(15)
+	m.picksSwapped.Store(37)
+	m.manifestsComputed.Store(5)
+	m.manifestFailures.Store(1)
+	m.manifestHits[hitMemory].Store(40)
+	m.manifestHits[hitDisk].Store(4)
+	m.cacheBytes.Store(22361)
+	for i := range numCacheRemoved {
+		m.cacheRemoved[i].Store(int64(50 + i))
+	}
+	for i := range numUpstream {
+		m.upstreamRequests[i].Store(int64(30 + i))
+	}
+	g := newGate(64, 16, 0, 0, testLogger(t))
+	g.enter(&transfer{size: 100}, false, 0)
+	var b bytes.Buffer
+	if err := m.write(&b, g, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/metrics.golden", b.Bytes())
+}
