@@ -414,6 +414,22 @@ func (n *Node) stored(piece int) {
 	}
 }
 
+// maxUploadsQueued bounds the pieces waiting for upload on all connections
+// together. Past it requests are refused as busy at once, so requesters
+// ask another holder (one that just got the piece) instead of waiting
+// seconds in a long queue here: in a crowd a new piece's first holder
+// gets asked by everyone at the same moment.
+const maxUploadsQueued = 8
+
+// uploadsQueued counts the pieces waiting for upload on all connections.
+func (n *Node) uploadsQueued() int {
+	q := 0
+	for _, p := range n.peers {
+		q += len(p.uploads)
+	}
+	return q
+}
+
 // apply carries out the scheduler's actions.
 func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 	for _, a := range acts {
@@ -454,6 +470,10 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			}
 		case swarm.Serve:
 			if p := n.peers[a.Peer]; p != nil {
+				if n.uploadsQueued() >= maxUploadsQueued {
+					p.sendControl(&wire.Reject{Piece: uint32(a.Piece), Length: uint32(n.m.PieceLen(a.Piece)), Reason: wire.RejectBusy})
+					continue
+				}
 				p.serve(a.Piece)
 			}
 		case swarm.Reject:
