@@ -15,12 +15,15 @@ package fetch
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -83,8 +86,19 @@ type Config struct {
 	// MemoryBudget bounds the bytes held in piece buffers (default 32 MiB; at
 	// least two pieces).
 	MemoryBudget int64
-	// Retries is how many times one piece, or the stream, is retried after an
-	// error, a corrupt body or a truncation (default 5; negative: never).
+	// Retries bounds the retries after failures (default 5; negative:
+	// never). Transient failures are refused or reset connections,
+	// timeouts, a connection closed before the answer or the end of the
+	// body, a temporary DNS failure, and 408, 429, 500, 502 and 504. The
+	// probe (HEAD) and the manifest are each tried at most Retries+1
+	// times. A piece, or the stream, ends the download once it has failed
+	// Retries+1 times in a row with no progress in between (no piece
+	// verified; for a stream, no byte beyond the furthest reached), so
+	// failures spread over a download that keeps going never add up.
+	// Corrupt or malformed answers for a piece count against it for good.
+	// Permanent failures (other 4xx, a host name that does not exist, TLS)
+	// are not retried. The pauses between tries are 100 ms, doubling to at
+	// most 5 s (a 429's or 5xx's Retry-After when longer).
 	Retries int
 	// InitialDeadline is a piece's deadline before any piece time has been
 	// measured (default 10s).
@@ -347,7 +361,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 // unknown and the download proceeds as one stream.
 func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 	in := &info{url: u, size: -1}
-	resp, err := d.doPatiently(ctx, http.MethodHead, u, nil, "probe", new(time.Duration))
+	resp, err := d.doRetrying(ctx, http.MethodHead, u, nil, "probe", new(time.Duration))
 	if err != nil {
 		return nil, err
 	}
@@ -383,22 +397,13 @@ func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 func (d *Download) fetchManifest(ctx context.Context, in *info) (*manifest.Manifest, error) {
 	var busyWaited time.Duration
 	for attempt := 0; ; attempt++ {
-		resp, err := d.doPatiently(ctx, http.MethodGet, in.manifestURL, nil, "manifest", &busyWaited)
+		var m *manifest.Manifest
+		err := d.retrying(ctx, "GET "+in.manifestURL.String(), func() (hint time.Duration, err error) {
+			m, hint, err = d.getManifest(ctx, in.manifestURL, &busyWaited)
+			return hint, err
+		})
 		if err != nil {
 			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, &StatusError{URL: in.manifestURL.String(), Code: resp.StatusCode, Status: resp.Status}
-		}
-		if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "" && !strings.Contains(ct, "json") {
-			resp.Body.Close()
-			return nil, fmt.Errorf("%w: manifest %s has content type %q", ErrProtocol, in.manifestURL, ct)
-		}
-		m, err := manifest.Decode(d.lim.Reader(ctx, resp.Body))
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%w: manifest %s: %v", ErrProtocol, in.manifestURL, err)
 		}
 		mismatch := ""
 		switch {
@@ -420,6 +425,27 @@ func (d *Download) fetchManifest(ctx context.Context, in *info) (*manifest.Manif
 		}
 		*in = *fresh
 	}
+}
+
+// getManifest sends one GET for the manifest at u and decodes it. hint is
+// the server's Retry-After on a transient status, if it sent one.
+func (d *Download) getManifest(ctx context.Context, u *url.URL, busyWaited *time.Duration) (m *manifest.Manifest, hint time.Duration, err error) {
+	resp, err := d.doPatiently(ctx, http.MethodGet, u, nil, "manifest", busyWaited)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, retryHint(resp), &StatusError{URL: u.String(), Code: resp.StatusCode, Status: resp.Status}
+	}
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "" && !strings.Contains(ct, "json") {
+		return nil, 0, fmt.Errorf("%w: manifest %s has content type %q", ErrProtocol, u, ct)
+	}
+	// %w keeps a body cut by the network recognisable as transient.
+	if m, err = manifest.Decode(d.lim.Reader(ctx, resp.Body)); err != nil {
+		return nil, 0, fmt.Errorf("%w: manifest %s: %w", ErrProtocol, u, err)
+	}
+	return m, 0, nil
 }
 
 // do sends one request, counting it under reason. Network errors come back
@@ -478,6 +504,152 @@ func (d *Download) doPatiently(ctx context.Context, method string, u *url.URL, h
 			return nil, err
 		}
 	}
+}
+
+// doRetrying is doPatiently, tried again after transient failures (see
+// Config.Retries): for the requests a download cannot start without, the
+// probe and the manifest. Any other status comes back to the caller.
+func (d *Download) doRetrying(ctx context.Context, method string, u *url.URL, hdr http.Header, reason string, busyWaited *time.Duration) (*http.Response, error) {
+	var resp *http.Response
+	err := d.retrying(ctx, method+" "+u.String(), func() (time.Duration, error) {
+		r, err := d.doPatiently(ctx, method, u, hdr, reason, busyWaited)
+		if err != nil {
+			return 0, err
+		}
+		if retryableStatus(r.StatusCode) {
+			r.Body.Close()
+			return retryHint(r), &StatusError{URL: u.String(), Code: r.StatusCode, Status: r.Status}
+		}
+		resp = r
+		return 0, nil
+	})
+	return resp, err
+}
+
+// retrying calls try until it succeeds, fails for good, or has failed
+// transiently Retries+1 times in a row, pausing backoff(n) after the n-th
+// failure, or longer when try returns the server's Retry-After as a hint.
+// what names the request in the log and in the final error.
+func (d *Download) retrying(ctx context.Context, what string, try func() (hint time.Duration, err error)) error {
+	p := patience{retries: d.cfg.Retries}
+	for {
+		hint, err := try()
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		wait, ok := p.failed(0)
+		if !ok {
+			return fmt.Errorf("gave up on %s after %s, last: %w", what, plural(p.failures, "try", "tries"), err)
+		}
+		wait = max(wait, hint)
+		// Warn, not Info: nothing else is happening, and a progress bar
+		// would otherwise sit still with no word of why.
+		d.cfg.Logger.Warn("request failed, retrying", "request", what,
+			"retry", fmt.Sprintf("%d/%d", p.failures, p.retries), "in", wait, "err", err)
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// patience counts the consecutive transient failures of one request loop
+// (a piece, the stream, the probe) since it last saw the download progress.
+type patience struct {
+	retries  int   // Config.Retries
+	failures int   // in a row, without progress
+	mark     int64 // the furthest progress seen at a failure
+}
+
+// failed records a failure when the download's progress measure (which
+// only means something compared with itself: pieces verified, the
+// furthest stream offset) stands at progress. Progress since the last
+// failure starts the count again. It returns the pause before the next
+// try, or false once the failures in a row exceed retries.
+func (p *patience) failed(progress int64) (time.Duration, bool) {
+	if progress > p.mark {
+		p.failures, p.mark = 0, progress
+	}
+	p.failures++
+	if p.failures > p.retries {
+		return 0, false
+	}
+	return backoff(p.failures), true
+}
+
+// backoff is the pause before the n-th retry (from 1): 100 ms doubling to at
+// most 5 s, so that a dead origin with the default 5 retries is given up
+// on after 3.1 s of pauses.
+func backoff(n int) time.Duration {
+	return min(5*time.Second, 100*time.Millisecond<<min(n-1, 10))
+}
+
+// retryableStatus: answers that say "not now" rather than "no" (the set
+// curl's --retry uses): 408 and 429, and the 5xx a server, or a proxy in
+// front of one that is restarting, gives. 503 is waited out for its
+// Retry-After by doPatiently, under MaxRetryAfter; a *StatusError with 503
+// means that patience is spent.
+func retryableStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// retryHint is the Retry-After of a transient status, if the server sent one.
+func retryHint(resp *http.Response) time.Duration {
+	if !retryableStatus(resp.StatusCode) || resp.Header.Get("Retry-After") == "" {
+		return 0
+	}
+	return retryAfter(resp.Header, time.Now())
+}
+
+// transient reports whether err may go away by itself: the network failed
+// (a refused, reset or timed-out connection, one closed before the answer
+// or the end of the body, a temporary DNS failure, a stalled body) or the
+// server said "not now" (retryableStatus).
+func transient(err error) bool {
+	switch {
+	case errors.Is(err, ErrUsage), errors.Is(err, ErrLocal), errors.Is(err, ErrChanged),
+		errors.Is(err, ErrVerify), errors.Is(err, errNoRanges), isCorrupt(err):
+		return false
+	case permanent(err):
+		return false
+	}
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		return retryableStatus(se.Code)
+	}
+	var timeout interface{ Timeout() bool }
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errIdle) ||
+		errors.As(err, new(*net.OpError)) || (errors.As(err, &timeout) && timeout.Timeout())
+}
+
+// permanent reports whether retrying err cannot help: an error status other
+// than those of retryableStatus, a host name that does not exist, a TLS
+// failure (a certificate we do not trust, an alert, a server that does not
+// speak TLS).
+func permanent(err error) bool {
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		return !retryableStatus(se.Code)
+	}
+	if dns, ok := errors.AsType[*net.DNSError](err); ok {
+		return dns.IsNotFound
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && (op.Op == "remote error" || op.Op == "local error") {
+		return true // crypto/tls reports alerts so
+	}
+	return errors.Is(err, http.ErrSchemeMismatch) ||
+		errors.As(err, new(*tls.CertificateVerificationError)) || errors.As(err, new(tls.RecordHeaderError)) ||
+		errors.As(err, new(tls.AlertError)) || errors.As(err, new(x509.UnknownAuthorityError)) ||
+		errors.As(err, new(x509.HostnameError)) || errors.As(err, new(x509.CertificateInvalidError))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // retryAfter parses a 503's Retry-After (seconds or an HTTP date), defaulting

@@ -48,10 +48,14 @@ type attempt struct {
 }
 
 type pieceState struct {
-	attempts  []*attempt // in flight, oldest first; at most two
-	tries     int        // attempts started
-	failures  int        // errors, truncations and corrupt bodies
-	notBefore time.Time  // retry backoff
+	attempts []*attempt // in flight, oldest first; at most two
+	tries    int        // attempts started
+	// transient counts the network's failures (and "not now" statuses)
+	// since the download last verified a piece: a slow origin that resets
+	// a connection now and then must not wear the piece out.
+	transient patience
+	bad       int       // corrupt or malformed answers: these never reset
+	notBefore time.Time // retry backoff
 }
 
 type outcome struct {
@@ -93,6 +97,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 		remaining  = len(todo)
 		pauseUntil time.Time // set by 503
 		busyWaited time.Duration
+		verified   int64 // pieces verified and written: the progress that resets patience
 	)
 	head := func() int { // lowest piece not yet done
 		h := -1
@@ -185,7 +190,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 					retry = append(retry[:k], retry[k+1:]...)
 					continue
 				}
-				if len(queue) == 0 || !launch(queue[0], &pieceState{}, now, "piece") {
+				if len(queue) == 0 || !launch(queue[0], &pieceState{transient: patience{retries: d.cfg.Retries}}, now, "piece") {
 					break
 				}
 				queue = queue[1:]
@@ -224,6 +229,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 				}
 				delete(inflight, i)
 				remaining--
+				verified++
 				d.done.Add(m.PieceLen(i))
 			case a.dropped:
 				// Cancelled in favour of a newer attempt; nothing learned.
@@ -243,19 +249,11 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 					pauseUntil = maxTime(pauseUntil, now.Add(be.wait))
 					win.missed()
 				} else {
-					ps.failures++
-					if errors.Is(err, manifest.ErrCorruptPiece) {
-						res.PiecesRejected++
+					wait, err := d.pieceFailed(m, i, ps, err, verified, res)
+					if err != nil {
+						return err
 					}
-					d.cfg.Logger.Info("piece failed", "piece", i, "try", ps.tries, "err", err)
-					if ps.failures > d.cfg.Retries {
-						if errors.Is(err, manifest.ErrCorruptPiece) {
-							return fmt.Errorf("%w: piece %d (bytes %d-%d) was corrupt %d times: %v",
-								ErrVerify, i, m.PieceOffset(i), m.PieceOffset(i)+m.PieceLen(i)-1, ps.failures, err)
-						}
-						return fmt.Errorf("piece %d failed %d times, last: %w", i, ps.failures, err)
-					}
-					ps.notBefore = now.Add(backoff(ps.failures))
+					ps.notBefore = now.Add(wait)
 				}
 				if len(ps.attempts) == 0 {
 					delete(inflight, i)
@@ -269,6 +267,42 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 	cancelAll()
 	wg.Wait()
 	return d.finish(sk, res)
+}
+
+// pieceFailed counts a failed attempt at piece i against its budget (see
+// Config.Retries), verified being the number of pieces in so far, and
+// returns the pause before the next attempt, or the error that ends the
+// download.
+func (d *Download) pieceFailed(m *manifest.Manifest, i int, ps *pieceState, err error, verified int64, res *Result) (time.Duration, error) {
+	switch {
+	case permanent(err):
+		return 0, fmt.Errorf("piece %d: %w", i, err)
+	case transient(err):
+		wait, ok := ps.transient.failed(verified)
+		if !ok {
+			return 0, fmt.Errorf("piece %d failed %d times in a row with no piece verified in between, last: %w",
+				i, ps.transient.failures, err)
+		}
+		d.cfg.Logger.Info("piece failed, retrying", "piece", i, "retry", fmt.Sprintf("%d/%d", ps.transient.failures, d.cfg.Retries),
+			"in", wait, "err", err)
+		return wait, nil
+	default: // corrupt, or an answer that is not what was asked
+		ps.bad++
+		if isCorrupt(err) {
+			res.PiecesRejected++
+		}
+		if ps.bad > d.cfg.Retries {
+			if isCorrupt(err) {
+				return 0, fmt.Errorf("%w: piece %d (bytes %d-%d) was corrupt %d times: %v",
+					ErrVerify, i, m.PieceOffset(i), m.PieceOffset(i)+m.PieceLen(i)-1, ps.bad, err)
+			}
+			return 0, fmt.Errorf("piece %d failed %d times, last: %w", i, ps.bad, err)
+		}
+		wait := backoff(ps.bad)
+		d.cfg.Logger.Info("bad answer for a piece, retrying", "piece", i, "retry", fmt.Sprintf("%d/%d", ps.bad, d.cfg.Retries),
+			"in", wait, "err", err)
+		return wait, nil
+	}
 }
 
 // finish checks --sha256 and publishes the file.
@@ -403,11 +437,6 @@ func removeAttempt(as []*attempt, a *attempt) []*attempt {
 		}
 	}
 	return as
-}
-
-// backoff is the pause before retrying a piece after its n-th failure.
-func backoff(n int) time.Duration {
-	return min(5*time.Second, 100*time.Millisecond<<min(n-1, 10))
 }
 
 func bytesOf(m *manifest.Manifest, pieces []int) int64 {

@@ -37,9 +37,17 @@ type testServer struct {
 }
 
 func newTestServer(t *testing.T, data []byte) *testServer {
+	s := newUnstartedTestServer(t, data)
+	s.srv.Start()
+	return s
+}
+
+// newUnstartedTestServer is newTestServer before Start, for tests that put
+// something in front of its handler or choose its listener.
+func newUnstartedTestServer(t *testing.T, data []byte) *testServer {
 	s := &testServer{t: t}
 	s.setData(data)
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
 	return s
 }

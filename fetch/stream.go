@@ -87,7 +87,8 @@ func (b *idleBody) Close() error {
 
 // streamPieces reads the whole file in one stream and puts it piece by piece
 // into the sink, which verifies each one. A failed stream is retried from the
-// start; pieces already present are skipped.
+// start; pieces already present are skipped. A stream that gets further
+// than any before it has made progress (see Config.Retries).
 func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
 	free := make(chan []byte, 1)
 	free <- make([]byte, m.PieceSize)
@@ -97,8 +98,11 @@ func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manif
 	}
 	res.PiecesResumed = m.NumPieces() - len(sk.missing())
 	d.phase.Store("downloading")
-	var busyWaited time.Duration
-	for attempt := 0; ; attempt++ {
+	var (
+		busyWaited time.Duration
+		p          = patience{retries: d.cfg.Retries}
+	)
+	for {
 		err = d.streamPiecesOnce(ctx, in, m, sk, free, &busyWaited)
 		if err == nil {
 			break
@@ -106,17 +110,18 @@ func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manif
 		if isCorrupt(err) {
 			res.PiecesRejected++
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) {
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || permanent(err) {
 			return err
 		}
-		if attempt >= d.cfg.Retries {
+		wait, ok := p.failed(d.done.Load())
+		if !ok {
 			if isCorrupt(err) {
-				return fmt.Errorf("%w: %v (after %d tries)", ErrVerify, err, attempt+1)
+				return fmt.Errorf("%w: %v (after %s)", ErrVerify, err, plural(p.failures, "try", "tries"))
 			}
-			return err
+			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.failures, err)
 		}
-		d.cfg.Logger.Info("stream failed, retrying", "try", attempt+1, "err", err)
-		if err := sleep(ctx, backoff(attempt+1)); err != nil {
+		d.cfg.Logger.Info("stream failed, retrying", "retry", fmt.Sprintf("%d/%d", p.failures, p.retries), "in", wait, "err", err)
+		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -184,26 +189,21 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 	var (
 		busyWaited time.Duration
 		digest     = in.reprDigest // valid while the validators hold
-		failures   int
+		p          = patience{retries: d.cfg.Retries}
 	)
 	for {
-		resp, err := d.getStream(ctx, in, out.off, &busyWaited)
-		if err != nil {
-			return err
-		}
-		done, err := d.streamPlainOnce(ctx, in, resp, out, &digest)
-		resp.Body.Close()
+		done, err := d.streamPlainTry(ctx, in, out, &digest, &busyWaited)
 		if done {
 			break
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) {
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || permanent(err) {
 			return err
 		}
-		if _, ok := errors.AsType[*StatusError](err); ok {
-			return err
-		}
-		if failures++; failures > d.cfg.Retries {
-			return err
+		// Bytes written are kept (resumed with Range), so getting further
+		// than ever before is progress.
+		wait, ok := p.failed(out.off)
+		if !ok {
+			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.failures, err)
 		}
 		if out.off > 0 && !(in.acceptRanges && (in.etag != "" || in.lastModified != "")) {
 			if d.cfg.Output == "-" {
@@ -213,8 +213,9 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 				return err
 			}
 		}
-		d.cfg.Logger.Info("stream failed, retrying", "at_byte", out.off, "try", failures, "err", err)
-		if err := sleep(ctx, backoff(failures)); err != nil {
+		d.cfg.Logger.Info("stream failed, retrying", "at_byte", out.off, "retry", fmt.Sprintf("%d/%d", p.failures, p.retries),
+			"in", wait, "err", err)
+		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -241,6 +242,17 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 	d.phase.Store("finishing")
 	d.size.Store(out.off)
 	return out.commit()
+}
+
+// streamPlainTry sends one GET from out.off and copies its answer into out.
+// It reports done when the whole file has arrived.
+func (d *Download) streamPlainTry(ctx context.Context, in *info, out *plainOut, digest *[]byte, busyWaited *time.Duration) (bool, error) {
+	resp, err := d.getStream(ctx, in, out.off, busyWaited)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	return d.streamPlainOnce(ctx, in, resp, out, digest)
 }
 
 // streamPlainOnce copies one response into out. It reports done when the
