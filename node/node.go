@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/store"
@@ -414,6 +415,14 @@ func (n *Node) stored(piece int) {
 	}
 }
 
+// notSentLowat bounds the bytes a peer connection's kernel send buffer holds
+// that TCP has not sent yet (sockopt.NotSentLowat): a HAVE, START or
+// REQUEST, which the writer sends before piece data and between its 64 KiB
+// DATA frames, waits behind at most this much unsent data plus one frame,
+// not seconds of it, so the swarm does not coordinate on stale news
+// (origin fetches of pieces already on their way, requests timing out).
+const notSentLowat = 32 << 10
+
 // maxUploadsQueued bounds the pieces waiting for upload on all connections
 // together. Past it requests are refused as busy at once, so requesters
 // ask another holder (one that just got the piece) instead of waiting
@@ -738,7 +747,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 			}
 		}
 	}
-	tuneConn(c)
+	sockopt.NotSentLowat(c, notSentLowat)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)
 	p.outbound = outbound

@@ -65,6 +65,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -489,6 +490,15 @@ func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
 	}
 }
 
+// notSentLowat bounds what the kernel holds unsent for each connection
+// (sockopt.NotSentLowat). Without it a body's writes, sendfile's included,
+// return once megabytes sit in the socket buffer: the transfer slot is
+// freed and the bytes counted as sent while the client has none of them,
+// so --max-transfers would not bound the responses in flight, and a
+// manifest or tracker answer on a connection waits behind seconds of
+// queued piece data. 128 KiB keeps a fast link busy between wakeups.
+const notSentLowat = 128 << 10
+
 // Serve answers requests on ln until ctx is done, then stops accepting,
 // lets the requests in flight finish for up to ShutdownGrace, closes what
 // remains and returns nil. It returns early with an error if ln fails.
@@ -501,6 +511,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				sockopt.NotSentLowat(c, notSentLowat)
+			}
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -57,7 +57,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
 	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
 	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
-	fs.IntVar(&retries, "retries", 5, "tries per piece after an error, a truncated or a corrupt body")
+	fs.IntVar(&retries, "retries", 5, "retries after transient failures: of the probe and the manifest; of a piece or the stream, in a row without progress")
 	fs.BoolVar(&noSwarm, "no-swarm", false, "fetch from the server only, as a plain HTTP client (no peers)")
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")

@@ -1,8 +1,0 @@
-//go:build !linux
-
-package node
-
-import "net"
-
-// tuneConn does nothing outside Linux (see sockopt_linux.go).
-func tuneConn(net.Conn) {}
