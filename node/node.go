@@ -503,6 +503,12 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 				p.closeAfterFlush()
 			}
 		case swarm.AskTracker:
+			if a.Why == "completed" && n.cfg.SeedTime == 0 {
+				// Leaving at once: "stopped" follows at once, and a
+				// "completed" sent just before it could reach the
+				// tracker after it, listing us as a seed that is gone.
+				continue
+			}
 			n.askTracker(ctx, a.Why)
 		case swarm.Recommend:
 			if p := n.peers[a.Peer]; p != nil {

@@ -21,6 +21,14 @@ const minAnnounceGap = time.Second
 // it into the swarm within an interval.
 const arrivalRing = 16
 
+// stoppedRing is how many of the latest departures a swarm remembers. An
+// announce can overtake another on its way (a peer's "completed" sent in
+// the background just before it leaves arrives after its "stopped"), and
+// would put a peer that is gone back in the table, first in every answer
+// as a seed, for expiryIntervals. So for one interval after a peer said
+// "stopped", only a "started" from it (it came back) adds it again.
+const stoppedRing = 64
+
 // expiryIntervals is how many intervals a peer stays after its last
 // announce: it may miss two and still be listed.
 const expiryIntervals = 3
@@ -48,6 +56,7 @@ type result struct {
 	swarmSize, complete int
 	peers               []Peer
 	rateLimited         bool
+	late                bool // from a peer that said "stopped" (stoppedRing): not added
 	removed             [numRemoved]int
 }
 
@@ -62,6 +71,9 @@ type swarm struct {
 
 	arrivals  [arrivalRing]PeerID
 	nArrivals int // ever recorded; the latest is arrivals[(nArrivals-1)%arrivalRing]
+
+	departed  [stoppedRing]departure
+	nDeparted int // ever recorded, as nArrivals
 
 	// overflowAt is the last time a live peer was pushed out of the full
 	// table. For expiryIntervals after it, the table is not the whole swarm
@@ -100,9 +112,17 @@ func (s *swarm) announce(a announce, now time.Time) result {
 			s.peers.remove(i)
 			s.win.stop(now)
 			res.removed[removedStopped]++
+			s.departed[s.nDeparted%stoppedRing] = departure{id: a.ID, addr: a.addr.Addr(), at: now}
+			s.nDeparted++
 		}
 		res.swarmSize, res.complete = s.size(now)
 		res.peers = []Peer{}
+		return res
+	case !known && a.Event != EventStarted && s.leftRecently(a, now):
+		// A late announce of a peer that has left (see stoppedRing).
+		res.late = true
+		res.peers = s.cached(a.ID, a.NumWant, now)
+		res.swarmSize, res.complete = s.size(now)
 		return res
 	case known && now.Sub(s.peers.rows[i].seen) < minAnnounceGap &&
 		(a.Event != EventCompleted || s.peers.rows[i].complete):
@@ -133,6 +153,25 @@ func (s *swarm) announce(a announce, now time.Time) result {
 	res.peers = s.pick(&a.ID, a.NumWant)
 	res.swarmSize, res.complete = s.size(now)
 	return res
+}
+
+// departure is a peer that said "stopped".
+type departure struct {
+	id   PeerID
+	addr netip.Addr
+	at   time.Time
+}
+
+// leftRecently reports whether the peer announcing a said "stopped", from
+// the same address, within the last interval.
+func (s *swarm) leftRecently(a announce, now time.Time) bool {
+	for k := range min(s.nDeparted, stoppedRing) {
+		d := &s.departed[k]
+		if d.id == a.ID && d.addr == a.addr.Addr() && now.Sub(d.at) < s.interval {
+			return true
+		}
+	}
+	return false
 }
 
 // expire removes the peers not heard from for expiryIntervals and returns

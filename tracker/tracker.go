@@ -254,6 +254,9 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 	if res.rateLimited {
 		t.metrics.rateLimited.Add(1)
 	}
+	if res.late {
+		t.metrics.late.Add(1)
+	}
 	t.metrics.countRemoved(&res.removed)
 	if t.log.Enabled(context.Background(), slog.LevelDebug) {
 		t.log.Debug("announce", "root", req.Root.String(), "size", req.Size, "id", req.ID.String(),
@@ -360,6 +363,7 @@ func eventIndex(e Event) int {
 type metrics struct {
 	announces     [len(events)]atomic.Int64
 	rateLimited   atomic.Int64
+	late          atomic.Int64
 	rejected      atomic.Int64
 	peersRemoved  [numRemoved]atomic.Int64
 	swarmsRemoved [numSwarmsRemoved]atomic.Int64
@@ -402,6 +406,8 @@ func (t *Tracker) WriteMetrics(w io.Writer) error {
 	}
 	p.Family("stampede_tracker_announces_rate_limited_total", promtext.Counter, "Announces less than a second after the same peer's last, answered from the cached peer list.")
 	p.Sample(t.metrics.rateLimited.Load())
+	p.Family("stampede_tracker_announces_late_total", promtext.Counter, `Announces, other than "started", from a peer that said "stopped" within the last interval (one sent before overtaken by it): answered, not added back.`)
+	p.Sample(t.metrics.late.Load())
 	p.Family("stampede_tracker_announces_rejected_total", promtext.Counter, "Announces refused with 400 for bad parameters.")
 	p.Sample(t.metrics.rejected.Load())
 	p.Family("stampede_tracker_swarms", promtext.Gauge, "Swarms tracked.")

@@ -373,6 +373,32 @@ func TestStoppedRemovesAtOnce(t *testing.T) {
 	}
 }
 
+// TestLateAnnounceAfterStopped: a peer's "completed", sent just before it
+// left, overtaken by its "stopped": it does not put the peer back (it
+// would be handed out first, as a seed, to everyone for three intervals).
+// A "started" from it does: it came back.
+func TestLateAnnounceAfterStopped(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.announce(peer(1), EventStarted, 1000, 0)
+	h.announce(peer(2), EventStarted, 1000, 0)
+	h.clock.Advance(2 * time.Second)
+	h.announce(peer(1), EventStopped, 0, 0)
+	h.clock.Advance(100 * time.Millisecond)
+	h.announce(peer(1), EventCompleted, 0, 0)
+	h.clock.Advance(2 * time.Second)
+	if res := h.announce(peer(2), EventNone, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+		t.Errorf("a late completed put the stopped peer back: swarm_size %d, peers %v", res.SwarmSize, res.Peers)
+	}
+	if m := h.metrics(); m[`stampede_tracker_announces_late_total`] != 1 {
+		t.Errorf("late announces counted %d, want 1", m[`stampede_tracker_announces_late_total`])
+	}
+	h.announce(peer(1), EventStarted, 1000, 0)
+	h.clock.Advance(2 * time.Second)
+	if res := h.announce(peer(2), EventNone, 1000, 0); res.SwarmSize != 2 || len(res.Peers) != 1 {
+		t.Errorf("peer 1 rejoined: swarm_size %d, peers %v; want 2, one", res.SwarmSize, res.Peers)
+	}
+}
+
 func TestRateLimitPerPeer(t *testing.T) {
 	h := newHarness(t, Config{})
 	a, b, c := peer(1), peer(2), peer(3)
