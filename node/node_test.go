@@ -570,8 +570,8 @@ func TestChokeDropsQueuedUploads(t *testing.T) {
 	}
 	w.Flush()
 	var (
-		asked, dataBefore, dataAfter, rejected int
-		choked                                 bool
+		asked, dataBefore, dataAfter, rejected, busy int
+		choked                                       bool
 	)
 	for {
 		msg, err := r.Read()
@@ -604,17 +604,26 @@ func TestChokeDropsQueuedUploads(t *testing.T) {
 		case *wire.Choke:
 			choked = true
 		case *wire.Reject:
-			if msg.Reason == wire.RejectChoked {
+			switch msg.Reason {
+			case wire.RejectChoked:
 				rejected++
+			case wire.RejectBusy: // past the node's upload queue
+				busy++
 			}
 		}
-		if dataBefore+dataAfter+rejected == asked && asked > 0 {
+		if dataBefore+dataAfter+rejected+busy == asked && asked > 0 {
 			break
 		}
 	}
-	t.Logf("16 requests: %d pieces before CHOKE, %d after, %d rejected as choked", dataBefore, dataAfter, rejected)
+	t.Logf("16 requests: %d rejected as busy, %d pieces before CHOKE, %d after, %d rejected as choked", busy, dataBefore, dataAfter, rejected)
 	if !choked {
 		t.Fatal("the node never choked the peer")
+	}
+	// 16 requests at once exceed the node's upload queue (8 pieces on all
+	// connections, one more being sent): the rest are refused as busy, so
+	// the requester asks elsewhere instead of waiting behind them.
+	if busy < 16-8-1 {
+		t.Errorf("%d of 16 requests refused as busy, want at least %d", busy, 16-8-1)
 	}
 	// One piece may be under way when the CHOKE is decided.
 	if dataAfter > 1 {
