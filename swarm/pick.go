@@ -6,8 +6,13 @@ import (
 )
 
 // rejectBackoff is how long a peer that refused for lack of resources
-// (busy, tab, unknown reason) gets no new request.
-const rejectBackoff = time.Second
+// (tab, unknown reason) gets no new request; busyBackoff, one whose upload
+// queue was full: it still sends what it accepted, and the queue drains in
+// well under a second, so a longer pause would idle a sole holder's link.
+const (
+	rejectBackoff = time.Second
+	busyBackoff   = 100 * time.Millisecond
+)
 
 // maxAvoid is how many pieces a peer remembers having failed.
 const maxAvoid = 16
@@ -328,9 +333,12 @@ func (s *Scheduler) onRejected(e Rejected) {
 		if p.lies >= s.cfg.Strikes {
 			s.disconnect(p, "dont-have", false)
 		}
+	case RejectBusy:
+		p.avoidPiece(e.Piece)
+		p.backoffUntil = later(p.backoffUntil, s.now.Add(busyBackoff))
 	default:
 		p.avoidPiece(e.Piece)
-		p.backoffUntil = s.now.Add(rejectBackoff)
+		p.backoffUntil = later(p.backoffUntil, s.now.Add(rejectBackoff))
 	}
 }
 
@@ -347,4 +355,11 @@ func (s *Scheduler) voidAll(p *peer) {
 	for len(p.reqs) > 0 {
 		s.dropReq(p, len(p.reqs)-1)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
