@@ -117,16 +117,18 @@ func TestOriginHolders(t *testing.T) {
 }
 
 // TestOriginLoneFullPipeline: alone (n = 1), every slice is ours and the
-// pipeline is always full.
+// pipeline is always full; it opens, one piece per fetch back, to
+// loneWindow times the crowd's.
 func TestOriginLoneFullPipeline(t *testing.T) {
 	s, pending := lonelyScheduler(1, 1<<10, 1)
 	if len(pending) != s.cfg.OriginPipeline {
 		t.Errorf("%d origin fetches on the tracker's answer, want %d", len(pending), s.cfg.OriginPipeline)
 	}
+	want := s.cfg.OriginPipeline * loneWindow
 	if used := runSlices(s, pending, 100); used != 100 {
 		t.Errorf("alone, used the origin in %d of 100 slices", used)
 	}
-	if len(s.originReqs) != s.cfg.OriginPipeline {
-		t.Errorf("%d origin fetches in flight, want %d", len(s.originReqs), s.cfg.OriginPipeline)
+	if len(s.originReqs) != want {
+		t.Errorf("%d origin fetches in flight, want %d", len(s.originReqs), want)
 	}
 }

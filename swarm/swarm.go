@@ -310,6 +310,7 @@ type Scheduler struct {
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
 	lapsed                    []int // pieces whose fetches all ended this step
 	candBuf                   []int // pickOrigin's sample, reused
+	loneExtra                 int   // origin fetches that came back while we were alone (originPipeline)
 
 	stats Stats
 }
