@@ -453,9 +453,12 @@ func (s *Scheduler) askForPeers() {
 		}
 		return
 	}
-	// A refill is worth it only if the tracker knows peers we lack.
+	// A refill is worth it only if the tracker knows peers we lack; each
+	// refill that brought nobody we could dial doubles the wait before the
+	// next, up to maxRefillEvery (the tracker may count peers it cannot
+	// hand out, or ones behind NAT nobody reaches).
 	if len(s.order) >= s.cfg.WantPeers || s.dialing > 0 || s.swarmSize <= len(s.order)+1 ||
-		s.now.Sub(s.lastAsk) < s.cfg.RefillEvery {
+		s.now.Sub(s.lastAsk) < s.cfg.RefillEvery<<s.emptyRefills {
 		return
 	}
 	for _, addr := range s.known {
@@ -466,8 +469,11 @@ func (s *Scheduler) askForPeers() {
 	s.askTracker("refill")
 }
 
+// maxRefillBackoff bounds the doublings of RefillEvery (5 s << 4 = 80 s).
+const maxRefillBackoff = 4
+
 func (s *Scheduler) askTracker(why string) {
-	s.lastAsk = s.now
+	s.lastAsk, s.lastAskWhy = s.now, why
 	s.stats.TrackerAsks[why]++
 	s.emit(AskTracker{Why: why})
 }

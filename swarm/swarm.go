@@ -62,6 +62,7 @@ package swarm
 import (
 	"cmp"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/stampede-dev/stampede/pieceset"
@@ -144,7 +145,8 @@ type Config struct {
 	// RepairAfter: when no new piece arrived for this long while pieces are
 	// missing, ask the tracker for fresh peers (5 s).
 	RepairAfter time.Duration
-	// RefillEvery is the least time between two "refill" tracker asks (5 s).
+	// RefillEvery is the least time between two "refill" tracker asks (5 s),
+	// doubled after each refill that brought nobody to dial, up to 16 times.
 	RefillEvery time.Duration
 	// DialBackoff is the wait before redialing an address that failed,
 	// doubled per failure up to 64× (5 s). A peer dropped for stalling or
@@ -300,6 +302,8 @@ type Scheduler struct {
 	departed                  int       // peers that left (PeerDown.Left) since the last swarm size
 	swarmSize                 int
 	lastAsk, lastRepair       time.Time
+	lastAskWhy                string
+	emptyRefills              int // refills in a row that brought nobody to dial (askForPeers)
 	nextChoke, nextOptimistic time.Time
 	nextSlice, busyUntil      time.Time
 	holding, sliceUsed        bool
@@ -463,6 +467,13 @@ func (s *Scheduler) apply(ev Event) {
 			s.swarmSize, s.departed = e.SwarmSize, 0
 		}
 		s.learn(e.Addrs, false)
+		if s.lastAskWhy == "refill" {
+			if slices.ContainsFunc(s.known, s.dialable) {
+				s.emptyRefills = 0
+			} else {
+				s.emptyRefills = min(s.emptyRefills+1, maxRefillBackoff)
+			}
+		}
 	case DialFailed:
 		s.onDialFailed(e)
 	case Learned:
