@@ -204,7 +204,7 @@ func (n *Node) Stats() Stats {
 	}
 	return Stats{
 		BytesFromPeers: n.bytesFromPeers.Load(), BytesToPeers: n.bytesToPeers.Load(),
-		PiecesFromPeer: n.lastSched.Received - n.lastSched.Duplicates, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
+		PiecesFromPeer: n.lastSched.Received, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
 	}
@@ -415,6 +415,9 @@ func (n *Node) observe(ev swarm.Event) {
 
 func (n *Node) stored(piece int) {
 	n.lastPiece = time.Now()
+	for _, p := range n.peers {
+		p.forget(piece)
+	}
 	if n.cfg.OnPiece != nil {
 		n.cfg.OnPiece(piece)
 	}
@@ -510,10 +513,13 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 		case swarm.Serve:
 			if p := n.peers[a.Peer]; p != nil {
 				if n.uploadsQueued() >= n.maxUploadsQueued() {
-					p.sendControl(&wire.Reject{Piece: uint32(a.Piece), Length: uint32(n.m.PieceLen(a.Piece)), Reason: wire.RejectBusy})
+					p.refuseBusy(a.Piece)
+				} else if p.serve(a.Piece) {
 					continue
 				}
-				p.serve(a.Piece)
+				// Refused after all: the scheduler takes back what it
+				// counted as served.
+				n.postLater(ctx, swarm.Unserved{Peer: a.Peer, Piece: a.Piece})
 			}
 		case swarm.Reject:
 			if p := n.peers[a.Peer]; p != nil {

@@ -150,22 +150,57 @@ func (p *peerConn) cancel(piece int, length int64) {
 	p.mu.Lock()
 	if a := p.wanted[piece]; a != nil {
 		a.cancelled = true
+		if p.lateKept() > maxLateKept {
+			delete(p.wanted, piece) // its late DATA is dropped quietly
+		}
 	}
 	p.cancelled[piece] = true
 	p.mu.Unlock()
 	p.sendControl(&wire.Cancel{Piece: uint32(piece), Length: uint32(length)})
 }
 
-// serve queues piece for upload, or rejects it as busy.
-func (p *peerConn) serve(piece int) {
+// maxLateKept bounds the cancelled requests whose assemblies a connection
+// keeps for late DATA: a peer may stop a cancelled piece at any frame
+// boundary (docs/protocol.md, CANCEL), leaving a partial buffer.
+const maxLateKept = 4
+
+// lateKept counts the connection's cancelled assemblies; p.mu held.
+func (p *peerConn) lateKept() int {
+	n := 0
+	for _, a := range p.wanted {
+		if a.cancelled {
+			n++
+		}
+	}
+	return n
+}
+
+// forget drops the assembly of a cancelled request for piece, which we
+// have now from elsewhere; its late DATA, if any, is dropped quietly.
+func (p *peerConn) forget(piece int) {
+	p.mu.Lock()
+	if a := p.wanted[piece]; a != nil && a.cancelled {
+		delete(p.wanted, piece)
+	}
+	p.mu.Unlock()
+}
+
+// serve queues piece for upload and reports true, or rejects it as busy.
+func (p *peerConn) serve(piece int) bool {
 	p.mu.Lock()
 	delete(p.dropUp, piece)
 	p.mu.Unlock()
 	select {
 	case p.uploads <- piece:
+		return true
 	default:
-		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectBusy})
+		p.refuseBusy(piece)
+		return false
 	}
+}
+
+func (p *peerConn) refuseBusy(piece int) {
+	p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectBusy})
 }
 
 // rejectQueued answers the uploads queued and not started with
@@ -286,6 +321,12 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 		return nil, fmt.Errorf("piece %d: data at offset %d, expected %d", piece, d.Offset, a.got)
 	}
 	if a.buf == nil {
+		if a.cancelled && p.n.cfg.Store.Has(piece) {
+			// Late, and we have it: no buffer for it.
+			delete(p.wanted, piece)
+			p.mu.Unlock()
+			return nil, nil
+		}
 		a.buf = make([]byte, a.length)
 	}
 	a.got += copy(a.buf[a.got:], d.Bytes)

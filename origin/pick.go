@@ -108,6 +108,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 		again = l.count[got] > 1
 	})
 	swapped := got != asked
+	asking := r.Header.Get("Range")
 	if swapped {
 		off, n := m.PieceOffset(got), m.PieceLen(got)
 		r.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
@@ -115,10 +116,13 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 	}
 	w.picked = func(sent bool) {
 		if !sent {
-			// A 503, or a 200 because If-Range did not match: the
-			// piece did not go out.
+			// A 503 or an overload answer, a 200 because If-Range did
+			// not match, no response at all: the piece did not go out.
+			// The request is the client's again (an overload answer
+			// prefers the piece it asked for).
 			s.picks.with(m, time.Now(), func() *sentLedger { return newSentLedger(m.NumPieces()) }, func(*sentLedger) { undo() })
 			w.Header().Del(PieceHeader)
+			r.Header.Set("Range", asking)
 			return
 		}
 		if again {

@@ -143,3 +143,32 @@ func TestPickPiece(t *testing.T) {
 		}
 	}
 }
+
+// TestPickThenOverloadAnswer: past MaxTransfers, a capable request whose
+// pick chose another piece gets an overload answer for the piece it asked
+// for (the handout prefers it), not for the piece the pick chose: the
+// pick is taken back with the request's own Range.
+func TestPickThenOverloadAnswer(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 31)
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir, MaxTransfers: 1, OverloadWindow: time.Hour})
+	m := ts.manifest(t, "/f")
+	if _, p := ts.pieceGet(t, m, data, 0, ""); p != 0 { // piece 0 sent once
+		t.Fatalf("got piece %d", p)
+	}
+	holdHog(t, ts, dir)
+	off := m.PieceOffset(0)
+	res, _ := ts.do(t, "GET", "/f", "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(0)-1),
+		CandidatesHeader, "1-3", CapabilitiesHeader, CapabilityOverload)
+	if res.StatusCode != http.StatusPartialContent || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("capable client past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
+	}
+	if got := res.Header.Get(PieceHeader); got != "0" {
+		t.Errorf("overload answer carries piece %s, want 0, the piece asked", got)
+	}
+	// The pick's choice was taken back: piece 1 is still unsent.
+	if n := ts.metric(t, `stampede_origin_piece_picks_total`); n != 0 {
+		t.Errorf("%d picks counted, want 0", n)
+	}
+}

@@ -205,6 +205,10 @@ func (w *respWriter) reject() {
 // finish runs when the handler returns: it frees the transfer slot and
 // accounts for the request.
 func (w *respWriter) finish() {
+	if w.picked != nil { // no header was written: nothing went out
+		w.picked(false)
+		w.picked = nil
+	}
 	if w.conn.stalled {
 		w.s.metrics.stalled.Add(1)
 		w.s.log.Debug("ended a response: the client stopped reading", "path", w.req.URL.Path,

@@ -113,6 +113,13 @@ type PeerRequest struct {
 	Piece int
 }
 
+// Unserved: the runtime refused as busy a Serve the scheduler asked for
+// (its upload queue was full); what was counted as served is taken back.
+type Unserved struct {
+	Peer  PeerID
+	Piece int
+}
+
 // Uploaded: we finished sending Bytes of Piece to Peer.
 type Uploaded struct {
 	Peer  PeerID
@@ -163,6 +170,7 @@ func (Rejected) isEvent()     {}
 func (OriginResult) isEvent() {}
 func (PeerRequest) isEvent()  {}
 func (Uploaded) isEvent()     {}
+func (Unserved) isEvent()     {}
 func (Recommended) isEvent()  {}
 func (TrackerPeers) isEvent() {}
 func (DialFailed) isEvent()   {}

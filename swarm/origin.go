@@ -76,10 +76,16 @@ const maxOriginCandidates = 32
 // 0.83).
 func (s *Scheduler) originPipeline() int {
 	w := max(s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen))
-	if s.swarmN() == 1 {
+	if s.alone() {
 		w += min(s.loneExtra, (loneWindow-1)*w)
 	}
 	return w
+}
+
+// alone reports whether the tracker says the swarm is just us and we know
+// nobody (not merely that the tracker has not answered).
+func (s *Scheduler) alone() bool {
+	return s.swarmSize >= 1 && s.swarmN() == 1
 }
 
 // loneWindow bounds the origin window of a downloader alone in its swarm,
@@ -98,7 +104,7 @@ const loneWindow = 4
 // often stale (a straggler whose peers all left was kept off the origin
 // for seconds dialling addresses that refused).
 func (s *Scheduler) settling() bool {
-	if !s.trackerAnswered || s.now.Sub(s.joinedAt) >= s.cfg.TrackerWait {
+	if !s.joined || s.now.Sub(s.joinedAt) >= s.cfg.TrackerWait {
 		return false
 	}
 	if s.dialing > 0 {
@@ -315,8 +321,11 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 			s.stalledInUse--
 		}
 	}
-	if e.OK && s.swarmN() == 1 {
+	switch {
+	case e.OK && s.alone():
 		s.loneExtra++
+	case !s.alone() || e.Busy > 0:
+		s.loneExtra = 0 // company, or an origin that says slow down: start over
 	}
 	switch {
 	case e.OK && e.Picked:

@@ -298,7 +298,8 @@ type Scheduler struct {
 
 	trackerAnswered           bool
 	trackerAt                 time.Time // last TrackerPeers
-	joinedAt                  time.Time // first TrackerPeers
+	joined                    bool
+	joinedAt                  time.Time // first TrackerPeers with an answer
 	departed                  int       // peers that left (PeerDown.Left) since the last swarm size
 	swarmSize                 int
 	lastAsk, lastRepair       time.Time
@@ -454,20 +455,30 @@ func (s *Scheduler) apply(ev Event) {
 		s.onPeerRequest(e)
 	case Uploaded:
 		s.onUploaded(e)
+	case Unserved:
+		if p := s.peers[e.Peer]; p != nil && s.valid(e.Piece) {
+			p.served -= s.pieceLen(e.Piece)
+			s.stats.Served--
+			s.stats.Refused++
+		}
 	case Recommended:
 		if p := s.peers[e.Peer]; p != nil {
 			s.learn(e.Addrs, true)
 		}
 	case TrackerPeers:
-		if !s.trackerAnswered {
-			s.joinedAt = s.now
+		if !s.joined && (e.SwarmSize > 0 || len(e.Addrs) > 0) {
+			// The first real answer (a failed announce is an empty one).
+			s.joined, s.joinedAt = true, s.now
 		}
 		s.trackerAnswered, s.trackerAt = true, s.now
 		if e.SwarmSize > 0 { // 0: no estimate (a failed announce); keep ours
 			s.swarmSize, s.departed = e.SwarmSize, 0
 		}
 		s.learn(e.Addrs, false)
-		if s.lastAskWhy == "refill" {
+		if s.lastAskWhy == "refill" && e.SwarmSize > 0 {
+			// The answer to our refill (answers to other asks, and
+			// failed announces, say nothing about refills).
+			s.lastAskWhy = ""
 			if slices.ContainsFunc(s.known, s.dialable) {
 				s.emptyRefills = 0
 			} else {
