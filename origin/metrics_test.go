@@ -2,30 +2,10 @@ package origin
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"testing"
+
+	"github.com/stampede-dev/stampede/internal/golden"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.golden from the current output")
-
-// golden compares got with the file at path, or rewrites the file with -rewrite.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *rewrite {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -rewrite to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (review, then run with -rewrite):\n%s", path, got)
-	}
-}
 
 // TestMetricsExposition pins /metrics byte for byte: dashboards and the
 // testbed read these names, and the format is Prometheus text 0.0.4.
@@ -67,5 +47,5 @@ func TestMetricsExposition(t *testing.T) {
 	if err := m.write(&b, g, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/metrics.golden", b.Bytes())
+	golden.Check(t, "testdata/metrics.golden", b.Bytes())
 }

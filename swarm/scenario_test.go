@@ -2,7 +2,6 @@ package swarm
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,10 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/golden"
 	"github.com/stampede-dev/stampede/pieceset"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/scenarios/*.golden from the current output")
 
 // TestScenarios runs every testdata/scenarios/*.txt script and compares the
 // actions it produced with the .golden file next to it. Run with -rewrite
@@ -66,39 +64,9 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := strings.TrimSuffix(file, ".txt") + ".golden"
-			if *rewrite {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -rewrite to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output differs from %s (run with -rewrite and review the diff):\n%s", golden, firstDiff(string(want), got))
-			}
+			golden.Check(t, strings.TrimSuffix(file, ".txt")+".golden", []byte(got))
 		})
 	}
-}
-
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n  want: %q\n  got:  %q", i+1, wl, gl)
-		}
-	}
-	return "(equal?)"
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -2,31 +2,11 @@ package tracker
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/internal/golden"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.golden from the current output")
-
-// golden compares got with the file at path, or rewrites the file with -rewrite.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *rewrite {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -rewrite to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (review, then run with -rewrite):\n%s", path, got)
-	}
-}
 
 // TestMetricsExposition pins the tracker's metrics byte for byte: the
 // testbed and dashboards read these names, and the format is Prometheus
@@ -45,5 +25,5 @@ func TestMetricsExposition(t *testing.T) {
 	if err := h.tr.WriteMetrics(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/metrics.golden", b.Bytes())
+	golden.Check(t, "testdata/metrics.golden", b.Bytes())
 }
