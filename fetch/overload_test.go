@@ -350,17 +350,10 @@ func TestReadOverloadAnswer(t *testing.T) {
 			func(err error) bool { return errors.Is(err, ErrChanged) }},
 	}
 	for _, tt := range tests {
-		d, err := New(Config{URL: "http://x/f", Output: filepath.Join(t.TempDir(), "f")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sk, err := d.openSink(m, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, sk := sinkDownload(t, m)
 		free := make(chan []byte, 1)
 		a := &attempt{piece: 1, buf: make([]byte, m.PieceSize), overload: true}
-		err = d.readOverloadAnswer(t.Context(), m, sk, a, free, tt.res)
+		err := d.readOverloadAnswer(t.Context(), m, sk, a, free, tt.res)
 		if !tt.want(err) {
 			t.Errorf("%s: %v", tt.name, err)
 		}

@@ -16,6 +16,21 @@ import (
 	"github.com/stampede-dev/stampede/swarm"
 )
 
+// sinkDownload is a download of m into a temporary file, with its sink
+// open, for tests that hand it origin answers directly.
+func sinkDownload(t *testing.T, m *manifest.Manifest) (*Download, sink) {
+	t.Helper()
+	d, err := New(Config{URL: "http://x/f", Output: filepath.Join(t.TempDir(), "f")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := d.openSink(m, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, sk
+}
+
 func TestReadPickAnswer(t *testing.T) {
 	data := randomData(200_000, 6)
 	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
@@ -46,16 +61,9 @@ func TestReadPickAnswer(t *testing.T) {
 		{"short", answer(2, "2", piece(2)[:10]), -1, 0, func(err error) bool { return errors.Is(err, ErrProtocol) }},
 	}
 	for _, tt := range tests {
-		d, err := New(Config{URL: "http://x/f", Output: filepath.Join(t.TempDir(), "f")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sk, err := d.openSink(m, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, sk := sinkDownload(t, m)
 		a := &attempt{piece: 1, got: 1, buf: make([]byte, m.PieceSize), candidates: []int{2, 4}}
-		err = d.readPickAnswer(t.Context(), m, sk, a, make(chan []byte, 1), tt.res)
+		err := d.readPickAnswer(t.Context(), m, sk, a, make(chan []byte, 1), tt.res)
 		switch {
 		case tt.isErr == nil && (err != nil || a.got != tt.got):
 			t.Errorf("%s: got piece %d, %v; want %d", tt.name, a.got, err, tt.got)

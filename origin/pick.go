@@ -103,7 +103,8 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 		again bool
 		undo  func()
 	)
-	s.picks.with(m, now, func() *sentLedger { return newSentLedger(m.NumPieces()) }, func(l *sentLedger) {
+	fresh := func() *sentLedger { return newSentLedger(m.NumPieces()) }
+	s.picks.with(m, now, fresh, func(l *sentLedger) {
 		got, undo = l.choose(asked, cands, now)
 		again = l.count[got] > 1
 	})
@@ -120,7 +121,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 			// not match, no response at all: the piece did not go out.
 			// The request is the client's again (an overload answer
 			// prefers the piece it asked for).
-			s.picks.with(m, time.Now(), func() *sentLedger { return newSentLedger(m.NumPieces()) }, func(*sentLedger) { undo() })
+			s.picks.with(m, time.Now(), fresh, func(*sentLedger) { undo() })
 			w.Header().Del(PieceHeader)
 			r.Header.Set("Range", asking)
 			return
