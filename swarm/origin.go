@@ -9,16 +9,17 @@ import (
 //
 //   - Time is cut into slices of OriginSlice. At the start of each slice we
 //     draw: we hold the origin for the slice with probability min(1, k/n),
-//     n = max(the tracker's swarm size, connected peers + 1), scaled down
-//     by 4·OriginSlice/d when our origin fetches take d > 4·OriginSlice
-//     (they outlive the slice they start in) and n > k. So about k peers
-//     of the swarm hold the origin at any moment, and the fetches of at
-//     most about 4k are in flight, however large n is and however slow
-//     the origin; a lone downloader (n = 1) always holds it. The first draw waits for the tracker's
-//     answer (or TrackerWait), so a flash crowd does not all start with
-//     n = 1, and after each tracker answer origin use waits while we are
-//     still learning what the new neighbours have (a dial in progress, a
-//     HaveSet not yet in), for at most TrackerWait.
+//     n = max(the tracker's swarm size less the peers seen leaving since,
+//     connected peers + 1) (swarmN), scaled down by 4·OriginSlice/d when
+//     our origin fetches take d > 4·OriginSlice (they outlive the slice
+//     they start in) and n > k. So about k peers of the swarm hold the
+//     origin at any moment, and the fetches of at most about 4k are in
+//     flight, however large n is and however slow the origin; a lone
+//     downloader (n = 1) always holds it. The first draw waits for the
+//     tracker's answer (or TrackerWait), so a flash crowd does not all
+//     start with n = 1, and after the tracker's first real answer origin
+//     use waits while we are still learning what the neighbours have (a
+//     dial in progress, a HaveSet not yet in), for at most TrackerWait.
 //   - Holding a slice, we fetch only pieces no connected peer has, nobody
 //     claims with START, and we are not fetching already. Peers come first
 //     (Slurpie): while they still have pieces for us we keep half the
@@ -29,9 +30,12 @@ import (
 //     piece size. A holder busy with its peers thus still moves new pieces
 //     into the swarm, but speculates half as much on pieces that may
 //     already be in it out of our sight.
-//     Each FetchOrigin comes right after its AnnounceStart, and the piece is
-//     Announced as soon as it is in, so the rest of the swarm gets it from
-//     us.
+//     Alone (the tracker says n = 1) the pipeline opens by one piece per
+//     fetch back, up to loneWindow times. Each FetchOrigin comes right
+//     after its AnnounceStart and offers the origin other eligible pieces
+//     (Candidates: the origin sends the one it has sent least), and the
+//     piece is Announced as soon as it is in, so the rest of the swarm
+//     gets it from us.
 //   - A piece peers have that has not come for StallAfter may be fetched
 //     too (reason "stalled"), one at a time, still only in a slice we hold.
 //   - A 503 stops all origin use for its Retry-After; an error makes the
