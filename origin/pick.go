@@ -30,8 +30,9 @@ import (
 //	Stampede-Piece: N                    (only when N is not the piece asked)
 //
 // The origin sends the piece it has sent least often of the asked one and
-// the candidates; among equals, the asked one, else the one sent longest
-// ago, else the first offered (the peer offers a random sample). So
+// the candidates; among equals, the one sent longest ago, and the asked
+// one, then the first offered, among those never sent (the peer offers a
+// random sample). So
 // concurrent fetchers of the crowd get pieces nobody has been sent yet as
 // long as their candidates include one. Every single-piece Range request
 // of a file whose manifest is cached counts as sending that piece, offered
