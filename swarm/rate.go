@@ -129,7 +129,7 @@ func (s *Scheduler) pieceTime(p *peer, ahead int) (time.Duration, bool) {
 
 // timeout is the deadline for a request to p with ahead others queued
 // before it. typical is the median single-piece time of the peers that have
-// delivered (0 if none; see typicalPieceTime). Deadlines are recomputed on
+// delivered (0 if none ever has; see typicalPieceTime). Deadlines are recomputed on
 // every check, so a peer asked before anything was measured still loses its
 // requests quickly once the others show what normal is.
 func (s *Scheduler) timeout(p *peer, ahead int, typical time.Duration) time.Duration {
@@ -142,8 +142,11 @@ func (s *Scheduler) timeout(p *peer, ahead int, typical time.Duration) time.Dura
 	return min(max(4*typical*time.Duration(ahead+1), s.cfg.MinRequestTimeout), s.cfg.RequestTimeout)
 }
 
-// typicalPieceTime is the median of the single-piece times of the peers
-// that have delivered, 0 if none has.
+// typicalPieceTime is the median of the single-piece times of the connected
+// peers that have delivered. When none of them has, it is the last median
+// measured (0 if none ever was): once the peers that delivered have left, a
+// peer that never delivers must not get the 10 s base deadline back, which
+// left the last piece of a download waiting on a staller.
 func (s *Scheduler) typicalPieceTime() time.Duration {
 	var times []time.Duration
 	for _, p := range s.order {
@@ -152,8 +155,9 @@ func (s *Scheduler) typicalPieceTime() time.Duration {
 		}
 	}
 	if len(times) == 0 {
-		return 0
+		return s.typical
 	}
 	slices.Sort(times)
-	return times[len(times)/2]
+	s.typical = times[len(times)/2]
+	return s.typical
 }

@@ -158,11 +158,12 @@ type Config struct {
 
 	// RequestTimeout is the deadline of a request to a peer that has not
 	// delivered yet while no peer has (10 s). Once a peer has delivered, its
-	// deadline is four times its expected piece time (latency plus the
+	// deadline is eight times its expected piece time (latency plus the
 	// transfer of the piece and of those queued ahead of it), at least
 	// MinRequestTimeout and at most 8×RequestTimeout. A peer without samples
 	// gets four times the median piece time of the peers that have (times
-	// the queue ahead), at most RequestTimeout.
+	// the queue ahead; the last median measured once they have left), at
+	// least MinRequestTimeout and at most RequestTimeout.
 	RequestTimeout time.Duration
 	// MinRequestTimeout is the smallest request deadline (500 ms).
 	MinRequestTimeout time.Duration
@@ -310,6 +311,7 @@ type Scheduler struct {
 	holding, sliceUsed        bool
 	originReqs                []int         // origin fetches in flight
 	originTime                time.Duration // smoothed time of our origin fetches
+	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
 	stalledInUse              int
 	gen                       int   // bumped when a piece becomes requestable again
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
