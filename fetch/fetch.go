@@ -138,6 +138,9 @@ func (c *Config) setDefaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 60 * time.Second
 	}
+	if c.Swarm.OriginIdleTimeout <= 0 {
+		c.Swarm.OriginIdleTimeout = 5 * time.Second
+	}
 	if c.Client == nil {
 		c.Client = NewClient(c.MaxParallel)
 	}

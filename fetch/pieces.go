@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -42,6 +43,9 @@ type attempt struct {
 	// got is the piece the response carried (piece, or the origin's pick).
 	candidates []int
 	got        int
+	// idle, if set, ends the attempt when the origin sends nothing for that
+	// long: no answer to the request, or no body byte (errIdle).
+	idle time.Duration
 	// handedOff is set by the attempt's goroutine when the sink took buf
 	// (and will return it to the free list itself).
 	handedOff bool
@@ -332,7 +336,7 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		hdr.Set(candidatesHeader, pieceset.FormatList(a.candidates))
 	}
 	a.got = i
-	resp, err := d.do(ctx, http.MethodGet, in.url, hdr, reason)
+	resp, err := d.doWatched(ctx, in.url, hdr, reason, a.idle)
 	if err != nil {
 		return err
 	}
@@ -363,6 +367,30 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
 	}
 	return d.readPiece(ctx, m, sk, i, a, free, resp, fmt.Sprintf("piece %d", i))
+}
+
+// doWatched is a GET by do that fails with errIdle when idle > 0 and the
+// server sends nothing for idle: no answer, or no body byte while the body
+// is being read (time spent between reads does not count). A TCP connection
+// whose packets were dropped can sit in retransmission backoff for many
+// seconds; a fetch on a new connection is quicker than waiting it out.
+func (d *Download) doWatched(ctx context.Context, u *url.URL, hdr http.Header, reason string, idle time.Duration) (*http.Response, error) {
+	if idle <= 0 {
+		return d.do(ctx, http.MethodGet, u, hdr, reason)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(idle, func() { cancel(errIdle) })
+	resp, err := d.do(rctx, http.MethodGet, u, hdr, reason)
+	t.Stop()
+	if err != nil {
+		if errors.Is(context.Cause(rctx), errIdle) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer for %v: %w", idle, errIdle)
+		}
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = newIdleBody(rctx, resp.Body, idle, cancel)
+	return resp, nil
 }
 
 // readPiece checks that resp (a 206) carries exactly piece j of m, reads it

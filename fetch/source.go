@@ -109,6 +109,7 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 		mu         sync.Mutex             // guards the following
 		busyWaited time.Duration
 		corrupt    = map[int]int{}
+		idle       = d.cfg.Swarm.OriginIdleTimeout // see SwarmConfig.OriginIdleTimeout
 	)
 	return func(ctx context.Context, f swarm.FetchOrigin) (got int, wait time.Duration, err error) {
 		piece := f.Piece
@@ -119,8 +120,18 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 			buf = make([]byte, m.PieceSize)
 		}
 		free := make(chan []byte, 1)
-		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true, candidates: f.Candidates}
+		mu.Lock()
+		a := &attempt{piece: piece, start: time.Now(), buf: buf, overload: true, candidates: f.Candidates, idle: idle}
+		mu.Unlock()
 		err = d.fetchPiece(ctx, m, in, sk, a, free, "origin:"+f.Reason)
+		mu.Lock()
+		switch {
+		case errors.Is(err, errIdle) && ctx.Err() == nil:
+			idle = min(2*a.idle, max(d.cfg.IdleTimeout, d.cfg.Swarm.OriginIdleTimeout))
+		case err == nil:
+			idle = max(idle/2, d.cfg.Swarm.OriginIdleTimeout)
+		}
+		mu.Unlock()
 		if a.handedOff {
 			buf = <-free
 		}

@@ -55,7 +55,8 @@ func (d *Download) getStream(ctx context.Context, in *info, off int64, busyWaite
 // errIdle ends a body that stopped delivering.
 var errIdle = errors.New("no data for too long")
 
-// idleBody cancels its request when Read has waited longer than timeout.
+// idleBody cancels its request when one Read has waited longer than
+// timeout; the time between reads (the reader's own work) does not count.
 type idleBody struct {
 	io.ReadCloser
 	ctx    context.Context
@@ -73,6 +74,7 @@ func newIdleBody(ctx context.Context, rc io.ReadCloser, d time.Duration, cancel 
 func (b *idleBody) Read(p []byte) (int, error) {
 	b.timer.Reset(b.d)
 	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
 	if err != nil && !errors.Is(err, io.EOF) && errors.Is(context.Cause(b.ctx), errIdle) {
 		err = fmt.Errorf("%w (%w after %v)", err, errIdle, b.d)
 	}

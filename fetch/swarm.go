@@ -23,6 +23,15 @@ type SwarmConfig struct {
 	// SeedTime is how long to keep serving peers after completion (0: leave
 	// at once; negative: until the context ends).
 	SeedTime time.Duration
+	// OriginIdleTimeout ends an origin fetch that receives nothing for this
+	// long (default 5s): the piece goes back to the scheduler, which asks
+	// again, on a new connection. A connection that lost packets on a full
+	// link can wait many seconds in TCP's retransmission backoff while the
+	// whole swarm waits for the piece it claimed. Each such end doubles the
+	// timeout for the next fetches (up to IdleTimeout), and each fetch that
+	// completes halves it back, so a server that is merely that slow is
+	// still waited for.
+	OriginIdleTimeout time.Duration
 	// Node passes further settings (scheduler tuning, dialer) through.
 	Node node.Config
 }
