@@ -21,7 +21,8 @@ type SwarmConfig struct {
 	// MaxUploadRate caps what we send to peers, bytes/s (0: unlimited).
 	MaxUploadRate int64
 	// SeedTime is how long to keep serving peers after completion (0: leave
-	// at once; negative: until the context ends).
+	// at once, after handing over the uploads under way, at most 2 s;
+	// negative: until the context ends).
 	SeedTime time.Duration
 	// OriginIdleTimeout ends an origin fetch that receives nothing for this
 	// long (default 5s): the piece goes back to the scheduler, which asks

@@ -363,10 +363,6 @@ func (o *testOrigin) metric(name string) float64 {
 	return 0
 }
 
-// swarmBugs runs the tests that reproduce the scheduler's known bugs
-// (see knownbugs_test.go); they fail until swarm/ is fixed.
-var swarmBugs = os.Getenv("STAMPEDE_SWARM_BUGS") != ""
-
 // scenarioSwarm is the scheduler configuration of the swarm scenarios: the
 // defaults.
 func scenarioSwarm() swarm.Config { return swarm.Config{} }

@@ -438,7 +438,10 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 					}
 				}
 			}
-			if done, err := p.upload(ctx, w, piece, buf, drain); done || err != nil {
+			p.n.uploading.Add(1)
+			done, err := p.upload(ctx, w, piece, buf, drain)
+			p.n.uploading.Add(-1)
+			if done || err != nil {
 				return err
 			}
 			for _, m := range held {

@@ -142,10 +142,23 @@ func TestOriginTransferCap(t *testing.T) {
 
 // TestLastPieceFewPieces: 20 peers start at once on a file of four pieces;
 // each piece should come from the origin a few times at most, the rest from
-// peers. Peers stay a second after completing: with SeedTime 0 the last
-// piece leaves with whoever fetched it (TestSwarmBugLastPieceLeaveAtOnce).
+// peers. Peers stay a second after completing.
 func TestLastPieceFewPieces(t *testing.T) {
 	lastPiece(t, time.Second)
+}
+
+// TestLastPieceLeaveAtOnce: the same crowd with SeedTime 0 (the default of
+// "stampede get"). A peer leaving at once used to take the last piece with
+// it, and every other peer fetched it from the origin in turn: the last of
+// 4 pieces came 20 times for 20 peers, the last peer done after 1.7 s. The
+// hand-over (node.handedOver) passes it on before going: measured, at most
+// 1 to 9 origin fetches of a piece (-race, a loaded machine), the last peer
+// done within 0.8 s.
+func TestLastPieceLeaveAtOnce(t *testing.T) {
+	const peers = 20
+	if worst := lastPiece(t, 0); worst > peers/2 {
+		t.Errorf("one piece came from the origin %d times for %d peers: nearly every peer fetched the last piece itself", worst, peers)
+	}
 }
 
 // lastPiece runs the crowd and returns the most times one piece came from

@@ -74,6 +74,7 @@ type metrics struct {
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
 	pieceSends        [numSends]atomic.Int64    // single-piece responses, first copy or again
 	picksSwapped      atomic.Int64              // of those, sent instead of the piece asked (pick.go)
+	paced             [numPace]atomic.Int64     // piece answers by how their turn went (pace.go)
 	manifestsComputed atomic.Int64
 	manifestHits      [numHits]atomic.Int64
 	manifestFailures  atomic.Int64                  // computations that failed
@@ -138,6 +139,11 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	}
 	p.Family("stampede_origin_piece_picks_total", promtext.Counter, "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
 	p.Sample(m.picksSwapped.Load())
+	p.Family("stampede_origin_paced_total", promtext.Counter, "Piece answers to stampede clients sent a few at a time in the order asked, by how their turn went: "+
+		"turn (waited for it), waited (went out without one after 2 s).")
+	for i, name := range paceNames {
+		p.Sample(m.paced[i].Load(), "outcome", name)
+	}
 
 	p.Family("stampede_origin_transfers_active", promtext.Gauge, "File bodies being sent.")
 	p.Sample(int64(g.activeCount()))

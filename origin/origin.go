@@ -201,6 +201,7 @@ type Server struct {
 	handler http.Handler
 	limiter *ratelimit.Limiter
 	gate    *gate
+	pacer   *pacer // nil: piece answers are not paced
 	// handouts chooses the piece of each overload answer.
 	handouts *handouts
 	// picks remembers which pieces of each file went out (pick.go).
@@ -294,6 +295,7 @@ func New(cfg Config) (*Server, error) {
 		hashSem: make(chan struct{}, concurrentHashes),
 	}
 	s.gate = newGate(cfg.MaxTransfers, cfg.OverloadTransfers, cfg.Rate, cfg.RetryAfter, s.log)
+	s.pacer = newPacer(paceSlots)
 	s.handouts = newHandouts(cfg.OverloadCopies, cfg.OverloadWindow)
 	if err := s.init(); err != nil {
 		s.Close()
@@ -511,6 +513,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c) // for pace.go
+		},
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if st == http.StateNew {
 				sockopt.NotSentLowat(c, notSentLowat)

@@ -52,6 +52,7 @@ type respWriter struct {
 	outcome  int           // why the answer past the limit is what it is (outcome*)
 	piece    bool          // the gate said: answer with a piece
 	t        *transfer     // the admitted transfer or overload answer, nil if none
+	unpace   func()        // gives back the pacer's turn (pace.go), nil if none
 }
 
 func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -76,6 +77,7 @@ func (w *respWriter) WriteHeader(code int) {
 	if code == http.StatusOK && w.onFull != nil {
 		w.onFull(w.Header())
 	}
+	w.pace(code)
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -217,6 +219,9 @@ func (w *respWriter) finish() {
 		// What net/http still has to write once we return (buffered bytes,
 		// the end of a chunked body) gets a deadline too.
 		w.conn.arm()
+	}
+	if w.unpace != nil {
+		w.unpace()
 	}
 	if w.t != nil {
 		w.s.gate.leave(w.t)

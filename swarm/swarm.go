@@ -545,6 +545,19 @@ func (s *Scheduler) Have() *pieceset.Set { return s.have.Clone() }
 // Complete reports whether every piece is in.
 func (s *Scheduler) Complete() bool { return s.have.Complete() }
 
+// Wanted reports whether a connected peer lacks a piece we have (by the
+// have-sets it sent): what a peer leaving at once hands over first.
+func (s *Scheduler) Wanted() bool {
+	for _, p := range s.order {
+		for i := p.has.NextMissing(0); i >= 0; i = p.has.NextMissing(i + 1) {
+			if s.have.Has(i) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Config returns the configuration in use, defaults filled in.
 func (s *Scheduler) Config() Config { return s.cfg }
 

@@ -1,0 +1,98 @@
+package origin
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPacerOrder: turns go to the waiters in the order they came.
+func TestPacerOrder(t *testing.T) {
+	p := newPacer(1)
+	first, ok := p.wait(t.Context(), time.Second, time.Minute)
+	if !ok {
+		t.Fatal("no turn with all of them free")
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 4 {
+		wg.Go(func() {
+			done, ok := p.wait(t.Context(), 10*time.Second, time.Minute)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if !ok {
+				t.Errorf("waiter %d: no turn", i)
+			}
+			done()
+		})
+		time.Sleep(30 * time.Millisecond) // so that each is waiting before the next comes
+	}
+	first()
+	wg.Wait()
+	if fmt.Sprint(order) != "[0 1 2 3]" {
+		t.Errorf("turns went in the order %v, want [0 1 2 3]", order)
+	}
+}
+
+// TestPacerBounds: a waiter goes ahead without a turn after maxWait, and a
+// turn comes back by itself after maxHold.
+func TestPacerBounds(t *testing.T) {
+	p := newPacer(1)
+	_, ok := p.wait(t.Context(), time.Second, 300*time.Millisecond) // never given back
+	if !ok {
+		t.Fatal("no turn with all of them free")
+	}
+	start := time.Now()
+	if _, ok := p.wait(t.Context(), 50*time.Millisecond, time.Minute); ok {
+		t.Fatal("a turn while the only one is held")
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("gave up after %v, before maxWait", took)
+	}
+	done, ok := p.wait(t.Context(), 5*time.Second, time.Minute)
+	if !ok {
+		t.Fatal("the turn held past maxHold did not come back")
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("turn came back after %v, before maxHold", took)
+	}
+	done()
+	done() // giving it back twice frees one turn only
+	if _, ok := p.wait(t.Context(), time.Second, time.Minute); !ok {
+		t.Fatal("no turn after it was given back")
+	}
+	if _, ok := p.wait(t.Context(), 10*time.Millisecond, time.Minute); ok {
+		t.Fatal("two turns out of one: a turn given back twice")
+	}
+}
+
+// TestPiecesPaced: single-range answers to stampede clients take a turn;
+// those to other clients, and full files, do not.
+func TestPiecesPaced(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 31)
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir})
+	m := ts.manifest(t, "/f")
+	turns := func() int64 { return ts.metric(t, `stampede_origin_paced_total{outcome="turn"}`) }
+	for i := range 3 {
+		if _, p := ts.pieceGet(t, m, data, i, "", ReasonHeader, "origin:no-peer-has-it"); p != i {
+			t.Fatalf("piece %d: got %d", i, p)
+		}
+	}
+	if n := turns(); n != 3 {
+		t.Errorf("%d paced answers after 3 piece requests of a stampede client, want 3", n)
+	}
+	ts.pieceGet(t, m, data, 3, "") // curl asking for a range
+	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream"); res.StatusCode != 200 {
+		t.Fatalf("full GET: %s", res.Status)
+	}
+	if n := turns(); n != 3 {
+		t.Errorf("%d paced answers: a range without %s or a full file took a turn", n, ReasonHeader)
+	}
+}
