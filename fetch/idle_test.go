@@ -1,8 +1,10 @@
 package fetch
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,7 +23,7 @@ import (
 // fetch that completes halves it, and a body that trickles in slowly but
 // steadily is never cut.
 func TestOriginFetchIdle(t *testing.T) {
-	const idle = 150 * time.Millisecond
+	const idle = 400 * time.Millisecond
 	data := randomData(200_000, 8)
 	s := newTestServer(t, data)
 	src, err := OpenSource(t.Context(), Config{URL: s.url(), Swarm: SwarmConfig{OriginIdleTimeout: idle}})
@@ -73,7 +75,7 @@ func TestOriginFetchIdle(t *testing.T) {
 		case "stall":
 			answer(w, r, i, 8, 0, 10*time.Second)
 		case "trickle":
-			answer(w, r, i, 8, idle*2/3, 0)
+			answer(w, r, i, 8, idle/4, 0)
 		default:
 			answer(w, r, i, 1, 0, 0)
 		}
@@ -84,7 +86,7 @@ func TestOriginFetchIdle(t *testing.T) {
 		piece   int
 		timeout time.Duration // the idle timeout this fetch must use; 0: it succeeds
 	}{
-		{"trickle", 0, 0}, // 8 gaps of 100 ms: longer than idle in all, never idle
+		{"trickle", 0, 0}, // 8 gaps of idle/4: longer than idle in all, never idle
 		{"silent", 1, idle},
 		{"stall", 1, 2 * idle},
 		{"ok", 1, 0}, // back to 2×idle
@@ -116,5 +118,24 @@ func TestOriginFetchIdle(t *testing.T) {
 	}
 	if !st.Has(0) || !st.Has(1) || !st.Has(3) {
 		t.Errorf("pieces 0, 1 and 3 were fetched but not all stored")
+	}
+}
+
+// TestIdleBodyCountsOnlyReads: the time a reader spends between reads (its
+// own work, a slow disk) does not count against the idle timeout.
+func TestIdleBodyCountsOnlyReads(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	ctx, cancel := context.WithCancelCause(t.Context())
+	b := newIdleBody(ctx, io.NopCloser(strings.NewReader("abcd")), idle, cancel)
+	defer b.Close()
+	buf := make([]byte, 1)
+	for i := range 4 {
+		if _, err := b.Read(buf); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		time.Sleep(3 * idle)
+	}
+	if err := context.Cause(ctx); err != nil {
+		t.Fatalf("the body was cancelled (%v) while its reader was busy between reads", err)
 	}
 }

@@ -381,7 +381,11 @@ func (d *Download) doWatched(ctx context.Context, u *url.URL, hdr http.Header, r
 	rctx, cancel := context.WithCancelCause(ctx)
 	t := time.AfterFunc(idle, func() { cancel(errIdle) })
 	resp, err := d.do(rctx, http.MethodGet, u, hdr, reason)
-	t.Stop()
+	if !t.Stop() && err == nil && errors.Is(context.Cause(rctx), errIdle) {
+		// The answer came just as the timer fired: its body is cancelled.
+		resp.Body.Close()
+		err = rctx.Err()
+	}
 	if err != nil {
 		if errors.Is(context.Cause(rctx), errIdle) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer for %v: %w", idle, errIdle)

@@ -127,7 +127,9 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 		mu.Lock()
 		switch {
 		case errors.Is(err, errIdle) && ctx.Err() == nil:
-			idle = min(2*a.idle, max(d.cfg.IdleTimeout, d.cfg.Swarm.OriginIdleTimeout))
+			// Never down: a fetch that started before others doubled it
+			// must not take it back.
+			idle = min(max(idle, 2*a.idle), max(d.cfg.IdleTimeout, d.cfg.Swarm.OriginIdleTimeout))
 		case err == nil:
 			idle = max(idle/2, d.cfg.Swarm.OriginIdleTimeout)
 		}

@@ -31,7 +31,9 @@ type SwarmConfig struct {
 	// whole swarm waits for the piece it claimed. Each such end doubles the
 	// timeout for the next fetches (up to IdleTimeout), and each fetch that
 	// completes halves it back, so a server that is merely that slow is
-	// still waited for.
+	// still waited for. Keep it above a stampede origin's wait for a
+	// piece answer's turn (2 s, origin/pace.go), during which no header
+	// comes. 0 or less: 5 s.
 	OriginIdleTimeout time.Duration
 	// Node passes further settings (scheduler tuning, dialer) through.
 	Node node.Config

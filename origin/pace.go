@@ -3,6 +3,8 @@ package origin
 import (
 	"context"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +60,8 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 // wait blocks until a turn is free, maxWait has passed or ctx ends. It
 // returns the function that gives the turn back (safe to call more than
 // once; it is called by itself after maxHold) and whether a turn was had.
-func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration) (done func(), ok bool) {
+// onGive, if set, runs when the turn is given back, once.
+func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive func()) (done func(), ok bool) {
 	t := time.NewTimer(maxWait)
 	defer t.Stop()
 	select {
@@ -69,7 +72,14 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration) (done 
 		return func() {}, false
 	}
 	var once sync.Once
-	give := func() { once.Do(func() { <-p.turns }) }
+	give := func() {
+		once.Do(func() {
+			if onGive != nil {
+				onGive()
+			}
+			<-p.turns
+		})
+	}
 	hold := time.AfterFunc(maxHold, give)
 	return func() { hold.Stop(); give() }, true
 }
@@ -77,13 +87,26 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration) (done 
 // connKey is the request context key of the connection (Server.Serve).
 type connKey struct{}
 
+// pieceReason reports whether a Stampede-Reason names a request for one
+// piece: a swarm's origin fetch, or a piece of a download without the
+// swarm. A resumed stream ("stream") asks for the rest of the file.
+func pieceReason(r string) bool {
+	return strings.HasPrefix(r, "origin:") || r == "piece" || r == "retry-late" || r == "retry-error"
+}
+
 // pace waits for a turn for w's body if it is a piece answer to a stampede
-// client; finish gives the turn back.
+// client; finish gives the turn back, if the hold limit has not already.
+// The response keeps its transfer slot (gate) while it waits.
 func (w *respWriter) pace(code int) {
-	if w.s.pacer == nil || code != 206 || w.req.Header.Get(ReasonHeader) == "" {
+	if w.s.pacer == nil || code != http.StatusPartialContent || !pieceReason(w.req.Header.Get(ReasonHeader)) {
 		return
 	}
-	done, ok := w.s.pacer.wait(w.req.Context(), paceMaxWait, paceMaxHold)
+	c, _ := w.req.Context().Value(connKey{}).(net.Conn)
+	done, ok := w.s.pacer.wait(w.req.Context(), paceMaxWait, paceMaxHold, func() {
+		if c != nil {
+			sockopt.NotSentLowat(c, notSentLowat)
+		}
+	})
 	if !ok {
 		if w.req.Context().Err() == nil {
 			w.s.metrics.paced[paceWaited].Add(1)
@@ -91,14 +114,8 @@ func (w *respWriter) pace(code int) {
 		return
 	}
 	w.s.metrics.paced[paceTurn].Add(1)
-	c, _ := w.req.Context().Value(connKey{}).(net.Conn)
 	if c != nil {
 		sockopt.NotSentLowat(c, pacedLowat)
 	}
-	w.unpace = func() {
-		done()
-		if c != nil {
-			sockopt.NotSentLowat(c, notSentLowat)
-		}
-	}
+	w.unpace = done
 }

@@ -3,6 +3,7 @@ package origin
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 // TestPacerOrder: turns go to the waiters in the order they came.
 func TestPacerOrder(t *testing.T) {
 	p := newPacer(1)
-	first, ok := p.wait(t.Context(), time.Second, time.Minute)
+	first, ok := p.wait(t.Context(), time.Second, time.Minute, nil)
 	if !ok {
 		t.Fatal("no turn with all of them free")
 	}
@@ -21,7 +22,7 @@ func TestPacerOrder(t *testing.T) {
 	)
 	for i := range 4 {
 		wg.Go(func() {
-			done, ok := p.wait(t.Context(), 10*time.Second, time.Minute)
+			done, ok := p.wait(t.Context(), 10*time.Second, time.Minute, nil)
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -30,7 +31,7 @@ func TestPacerOrder(t *testing.T) {
 			}
 			done()
 		})
-		time.Sleep(30 * time.Millisecond) // so that each is waiting before the next comes
+		time.Sleep(100 * time.Millisecond) // so that each is waiting before the next comes
 	}
 	first()
 	wg.Wait()
@@ -40,33 +41,46 @@ func TestPacerOrder(t *testing.T) {
 }
 
 // TestPacerBounds: a waiter goes ahead without a turn after maxWait, and a
-// turn comes back by itself after maxHold.
+// turn comes back by itself after maxHold, running onGive once.
 func TestPacerBounds(t *testing.T) {
 	p := newPacer(1)
-	_, ok := p.wait(t.Context(), time.Second, 300*time.Millisecond) // never given back
+	start := time.Now()
+	var gives atomic.Int32
+	_, ok := p.wait(t.Context(), time.Second, 300*time.Millisecond, func() { gives.Add(1) }) // never given back
 	if !ok {
 		t.Fatal("no turn with all of them free")
 	}
-	start := time.Now()
-	if _, ok := p.wait(t.Context(), 50*time.Millisecond, time.Minute); ok {
+	if _, ok := p.wait(t.Context(), 50*time.Millisecond, time.Minute, nil); ok {
 		t.Fatal("a turn while the only one is held")
 	}
 	if took := time.Since(start); took < 50*time.Millisecond {
 		t.Errorf("gave up after %v, before maxWait", took)
 	}
-	done, ok := p.wait(t.Context(), 5*time.Second, time.Minute)
+	done, ok := p.wait(t.Context(), 5*time.Second, time.Minute, func() { gives.Add(1) })
 	if !ok {
 		t.Fatal("the turn held past maxHold did not come back")
 	}
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Errorf("turn came back after %v, before maxHold", took)
 	}
-	done()
-	done() // giving it back twice frees one turn only
-	if _, ok := p.wait(t.Context(), time.Second, time.Minute); !ok {
+	if n := gives.Load(); n != 1 {
+		t.Errorf("onGive ran %d times for the turn given back by its hold limit, want 1", n)
+	}
+	// Giving a turn back twice frees it once (a second receive would block).
+	gave := make(chan struct{})
+	go func() { done(); done(); close(gave) }()
+	select {
+	case <-gave:
+	case <-time.After(5 * time.Second):
+		t.Fatal("giving a turn back twice blocks")
+	}
+	if n := gives.Load(); n != 2 {
+		t.Errorf("onGive ran %d times in all, want 2", n)
+	}
+	if _, ok := p.wait(t.Context(), time.Second, time.Minute, nil); !ok {
 		t.Fatal("no turn after it was given back")
 	}
-	if _, ok := p.wait(t.Context(), 10*time.Millisecond, time.Minute); ok {
+	if _, ok := p.wait(t.Context(), 10*time.Millisecond, time.Minute, nil); ok {
 		t.Fatal("two turns out of one: a turn given back twice")
 	}
 }
@@ -92,7 +106,10 @@ func TestPiecesPaced(t *testing.T) {
 	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream"); res.StatusCode != 200 {
 		t.Fatalf("full GET: %s", res.Status)
 	}
+	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream", "Range", "bytes=1000-"); res.StatusCode != 206 {
+		t.Fatalf("resumed stream: %s", res.Status)
+	}
 	if n := turns(); n != 3 {
-		t.Errorf("%d paced answers: a range without %s or a full file took a turn", n, ReasonHeader)
+		t.Errorf("%d paced answers: a range without %s, a full file or a resumed stream took a turn", n, ReasonHeader)
 	}
 }

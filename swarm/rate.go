@@ -144,9 +144,11 @@ func (s *Scheduler) timeout(p *peer, ahead int, typical time.Duration) time.Dura
 
 // typicalPieceTime is the median of the single-piece times of the connected
 // peers that have delivered. When none of them has, it is the last median
-// measured (0 if none ever was): once the peers that delivered have left, a
-// peer that never delivers must not get the 10 s base deadline back, which
-// left the last piece of a download waiting on a staller.
+// measured, for RequestTimeout after it was (0 before and after): once the
+// peers that delivered have left, a peer that never delivers must not get
+// the 10 s base deadline back, which left the last piece of a download
+// waiting on a staller; but slower peers met long after must not be held
+// to the pace of fast ones that left.
 func (s *Scheduler) typicalPieceTime() time.Duration {
 	var times []time.Duration
 	for _, p := range s.order {
@@ -155,9 +157,12 @@ func (s *Scheduler) typicalPieceTime() time.Duration {
 		}
 	}
 	if len(times) == 0 {
-		return s.typical
+		if s.now.Sub(s.typicalAt) < s.cfg.RequestTimeout {
+			return s.typical
+		}
+		return 0
 	}
 	slices.Sort(times)
-	s.typical = times[len(times)/2]
+	s.typical, s.typicalAt = times[len(times)/2], s.now
 	return s.typical
 }

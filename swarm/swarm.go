@@ -312,6 +312,7 @@ type Scheduler struct {
 	originReqs                []int         // origin fetches in flight
 	originTime                time.Duration // smoothed time of our origin fetches
 	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
+	typicalAt                 time.Time     // when it was measured
 	stalledInUse              int
 	gen                       int   // bumped when a piece becomes requestable again
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
