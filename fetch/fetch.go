@@ -103,8 +103,9 @@ type Config struct {
 	// InitialDeadline is a piece's deadline before any piece time has been
 	// measured (default 10s).
 	InitialDeadline time.Duration
-	// MaxRetryAfter caps how long a 503's Retry-After is honoured in total
-	// before giving up (default 5m).
+	// MaxRetryAfter caps how long 503s' Retry-After are honoured in total
+	// with no piece coming in between, before giving up (default 5m): a
+	// download behind a busy origin that still moves is never given up.
 	MaxRetryAfter time.Duration
 	// IdleTimeout ends a streamed body that delivers nothing for this long
 	// (default 60s); the stream is then resumed or retried.

@@ -323,6 +323,33 @@ func TestRetryAfter503GivesUp(t *testing.T) {
 	}
 }
 
+// TestRetryAfter503PatienceResetsOnProgress: 503 waits count against
+// MaxRetryAfter only until the next piece comes in. Two 503s (Retry-After
+// 1 s each, a pause of all requests) with pieces served in between outlast
+// a 1.5 s MaxRetryAfter in total, but not either one alone: the download
+// ends. (With the patience counted over the whole download it gave up.)
+func TestRetryAfter503PatienceResetsOnProgress(t *testing.T) {
+	data := randomData(2<<20, 14)
+	s := newTestServer(t, data)
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		if n == 20 || n == 60 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	start := time.Now()
+	_, out, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 1500 * time.Millisecond })
+	if err != nil {
+		t.Fatalf("a download that moved between two stretches of 503s gave up: %v", err)
+	}
+	if d := time.Since(start); d < 1800*time.Millisecond {
+		t.Errorf("done after %v: the two stretches of 503s did not both make it wait", d)
+	}
+	mustEqualFile(t, out, data)
+}
+
 func TestStalledPieceAskedAgain(t *testing.T) {
 	data := randomData(200<<10, 13)
 	s := newTestServer(t, data)

@@ -234,6 +234,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 				delete(inflight, i)
 				remaining--
 				verified++
+				busyWaited = 0 // patience with 503s counts from the last piece
 				d.done.Add(m.PieceLen(i))
 			case a.dropped:
 				// Cancelled in favour of a newer attempt; nothing learned.
@@ -248,7 +249,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 					}
 					if busyWaited > d.cfg.MaxRetryAfter {
 						return &StatusError{URL: in.url.String(), Code: http.StatusServiceUnavailable,
-							Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
+							Status: fmt.Sprintf("503 Service Unavailable for more than %v with no piece in between", d.cfg.MaxRetryAfter)}
 					}
 					pauseUntil = maxTime(pauseUntil, now.Add(be.wait))
 					win.missed()

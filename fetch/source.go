@@ -163,13 +163,14 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 		var se *StatusError
 		switch {
 		case err == nil:
+			busyWaited = 0 // patience with 503s counts from the last piece
 			return a.got, 0, nil
 		case errors.As(err, new(*busyError)):
 			be, _ := errors.AsType[*busyError](err)
 			busyWaited += be.wait
 			if busyWaited > d.cfg.MaxRetryAfter {
 				return -1, be.wait, &node.FatalError{Err: &StatusError{URL: in.url.String(), Code: 503,
-					Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}}
+					Status: fmt.Sprintf("503 Service Unavailable for more than %v with no piece in between", d.cfg.MaxRetryAfter)}}
 			}
 			return -1, be.wait, err
 		case isCorrupt(err):

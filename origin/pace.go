@@ -87,11 +87,15 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive
 // connKey is the request context key of the connection (Server.Serve).
 type connKey struct{}
 
-// pieceReason reports whether a Stampede-Reason names a request for one
-// piece: a swarm's origin fetch, or a piece of a download without the
-// swarm. A resumed stream ("stream") asks for the rest of the file.
+// pieceReason reports whether a Stampede-Reason names a swarm's origin
+// fetch of one piece. Those are few by design (the k/n rule), so the turns
+// they wait for hold few transfer slots. Downloads without the swarm
+// ("piece", "retry-*") are not paced: a crowd of them holds every slot,
+// and a slot held waiting for a turn is one more 503 for the others (in a
+// flash50 of plain downloads with them paced, 41 of 50 gave up on 503s).
+// A resumed stream ("stream") asks for the rest of the file.
 func pieceReason(r string) bool {
-	return strings.HasPrefix(r, "origin:") || r == "piece" || r == "retry-late" || r == "retry-error"
+	return strings.HasPrefix(r, "origin:")
 }
 
 // pace waits for a turn for w's body if it is a piece answer to a stampede

@@ -85,8 +85,8 @@ func TestPacerBounds(t *testing.T) {
 	}
 }
 
-// TestPiecesPaced: single-range answers to stampede clients take a turn;
-// those to other clients, and full files, do not.
+// TestPiecesPaced: single-range answers to swarm peers' origin fetches
+// take a turn; those to other clients, and full files, do not.
 func TestPiecesPaced(t *testing.T) {
 	dir := t.TempDir()
 	data := randomBytes(fileSize, 31)
@@ -102,7 +102,8 @@ func TestPiecesPaced(t *testing.T) {
 	if n := turns(); n != 3 {
 		t.Errorf("%d paced answers after 3 piece requests of a stampede client, want 3", n)
 	}
-	ts.pieceGet(t, m, data, 3, "") // curl asking for a range
+	ts.pieceGet(t, m, data, 3, "")                        // curl asking for a range
+	ts.pieceGet(t, m, data, 4, "", ReasonHeader, "piece") // a download without the swarm
 	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream"); res.StatusCode != 200 {
 		t.Fatalf("full GET: %s", res.Status)
 	}
@@ -110,6 +111,6 @@ func TestPiecesPaced(t *testing.T) {
 		t.Fatalf("resumed stream: %s", res.Status)
 	}
 	if n := turns(); n != 3 {
-		t.Errorf("%d paced answers: a range without %s, a full file or a resumed stream took a turn", n, ReasonHeader)
+		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, ReasonHeader)
 	}
 }
