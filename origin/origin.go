@@ -201,7 +201,7 @@ type Server struct {
 	handler http.Handler
 	limiter *ratelimit.Limiter
 	gate    *gate
-	pacer   *pacer // nil: piece answers are not paced
+	pacer   *pacer // turns for the answers to swarm origin fetches (pace.go)
 	// handouts chooses the piece of each overload answer.
 	handouts *handouts
 	// picks remembers which pieces of each file went out (pick.go).

@@ -11,9 +11,9 @@ import (
 	"github.com/stampede-dev/stampede/internal/sockopt"
 )
 
-// The piece answers of stampede clients (206 responses to requests with a
-// Stampede-Reason) go out a few at a time, in the order they came, rather
-// than all at once. A swarm keeps tens of pieces asked of the origin; sent
+// The piece answers to swarm peers' origin fetches (206 responses to
+// requests with Stampede-Reason: origin:...) go out a few at a time, in the
+// order they came, rather than all at once. A swarm keeps tens of pieces asked of the origin; sent
 // all at once, each moves at a fraction of the link and all of them arrive
 // late and together (processor sharing), while one after another the first
 // arrives at once and is already being passed on among the peers while the
@@ -23,14 +23,13 @@ import (
 // one by one while the origin still sends, and tens of them arriving
 // together, which the peers then spend seconds passing around.
 //
-// A piece answer waits for a turn (one of paceSlots; with 2, in one flash20
-// run each, the origin's link idled more, as two connections' windows
-// could not keep it full, and the last peer came later than without
-// pacing) before its header goes
+// A piece answer waits for a turn (one of paceSlots) before its header goes
 // out, at most paceMaxWait (it then goes out anyway: a backlog that long
 // gains nothing from order), and keeps its turn until its body is handed to
 // the kernel, at most paceMaxHold (a client that reads slowly must not hold
-// the others back). While it holds a turn its connection keeps only
+// the others back). With 2 turns, in two flash20 runs, the origin's link
+// idled more (two connections' windows could not keep it full) and the
+// last peer came later than without pacing. While it holds a turn its connection keeps only
 // pacedLowat unsent in the kernel, so "handed to the kernel" means "nearly
 // on the wire" and the next answer starts as this one ends.
 const (
@@ -87,22 +86,22 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive
 // connKey is the request context key of the connection (Server.Serve).
 type connKey struct{}
 
-// pieceReason reports whether a Stampede-Reason names a swarm's origin
+// swarmFetch reports whether a Stampede-Reason names a swarm's origin
 // fetch of one piece. Those are few by design (the k/n rule), so the turns
 // they wait for hold few transfer slots. Downloads without the swarm
 // ("piece", "retry-*") are not paced: a crowd of them holds every slot,
 // and a slot held waiting for a turn is one more 503 for the others (in a
 // flash50 of plain downloads with them paced, 41 of 50 gave up on 503s).
 // A resumed stream ("stream") asks for the rest of the file.
-func pieceReason(r string) bool {
+func swarmFetch(r string) bool {
 	return strings.HasPrefix(r, "origin:")
 }
 
-// pace waits for a turn for w's body if it is a piece answer to a stampede
-// client; finish gives the turn back, if the hold limit has not already.
-// The response keeps its transfer slot (gate) while it waits.
+// pace waits for a turn for w's body if it answers a swarm's origin fetch;
+// finish gives the turn back, if the hold limit has not already. The
+// response keeps its transfer slot (gate) while it waits.
 func (w *respWriter) pace(code int) {
-	if w.s.pacer == nil || code != http.StatusPartialContent || !pieceReason(w.req.Header.Get(ReasonHeader)) {
+	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) {
 		return
 	}
 	c, _ := w.req.Context().Value(connKey{}).(net.Conn)
