@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,3 +365,39 @@ func TestReadOverloadAnswer(t *testing.T) {
 		sk.close()
 	}
 }
+
+// TestSwarmAnnouncesOnDownloadClient: the swarm's tracker announces go
+// through the download's HTTP client, so that the tracker embedded in the
+// origin answers on the connection that brought the manifest instead of
+// on a new one.
+func TestSwarmAnnouncesOnDownloadClient(t *testing.T) {
+	o := startOverloadOrigin(t, 1<<20, origin.Config{})
+	c := NewClient(4)
+	var announces atomic.Int32
+	inner := c.Transport
+	c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path == tracker.WellKnownPath {
+			announces.Add(1)
+		}
+		return inner.RoundTrip(r)
+	})
+	out := filepath.Join(t.TempDir(), "file.bin")
+	d, err := New(Config{URL: o.url, Output: out, Client: c, Logger: logTo(t, new(logBuffer)),
+		Swarm: SwarmConfig{ListenAddr: "127.0.0.1:0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, o.data) {
+		t.Fatalf("download differs from the file (err %v)", err)
+	}
+	if announces.Load() == 0 {
+		t.Error("no tracker announce went through the download's client")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -449,7 +449,7 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method != http.MethodHead {
-		w.Write(body)
+		w.sendFirst(body)
 	}
 }
 
