@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -568,6 +569,59 @@ func TestManifestLinkedButMissing(t *testing.T) {
 	mustEqualFile(t, out, data)
 	if res.Verified != "repr-digest" {
 		t.Errorf("verified = %q, want repr-digest after falling back to one stream", res.Verified)
+	}
+}
+
+// TestManifestEncodings: a manifest sent with gzip is decoded; one with an
+// encoding not asked for, or gzip cut short, is a protocol error.
+func TestManifestEncodings(t *testing.T) {
+	data := randomData(300<<10, 22)
+	for _, c := range []struct {
+		name, encoding string
+		cut, ok        bool
+	}{
+		{"gzip", "gzip", false, true},
+		{"x-gzip", "x-gzip", false, true},
+		{"not asked", "br", false, false},
+		{"gzip cut", "gzip", true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newTestServer(t, data)
+			var asked []string
+			s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasPrefix(r.URL.Path, "/.well-known/") {
+					s.serve(w, r)
+					return
+				}
+				asked = r.Header.Values("Accept-Encoding")
+				b, _ := s.m.MarshalJSON()
+				var buf bytes.Buffer
+				zw := gzip.NewWriter(&buf)
+				zw.Write(b)
+				zw.Close()
+				b = buf.Bytes()
+				if c.cut {
+					b = b[:len(b)/2]
+				}
+				w.Header().Set("Content-Type", "application/vnd.stampede.manifest+json")
+				w.Header().Set("Content-Encoding", c.encoding)
+				w.Write(b)
+			})
+			_, out, err := get(t, s, nil)
+			if !c.ok {
+				if !errors.Is(err, ErrProtocol) {
+					t.Fatalf("err = %v, want a protocol error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustEqualFile(t, out, data)
+			if len(asked) != 1 || asked[0] != "gzip" {
+				t.Errorf("the manifest request asked for Accept-Encoding %q, want gzip", asked)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,8 @@ package origin
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -333,6 +335,45 @@ func TestManifest(t *testing.T) {
 	}
 	if got := ts.metric(t, "stampede_origin_manifests_computed_total"); got != 2 {
 		t.Errorf("computed %d manifests, want 2", got)
+	}
+}
+
+// TestManifestGzip: a client that accepts gzip gets the manifest
+// compressed, the same JSON as the others get plain.
+func TestManifestGzip(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0) // 512 pieces: hashes make most of the manifest
+	ts := start(t, Config{Dir: dir})
+	plainRes, plain := ts.do(t, "GET", ManifestPrefix+"/f", "Accept-Encoding", "identity")
+	zipRes, zipped := ts.do(t, "GET", ManifestPrefix+"/f", "Accept-Encoding", "br, gzip;q=0.5")
+	if ce := plainRes.Header.Get("Content-Encoding"); ce != "" {
+		t.Errorf("Content-Encoding %q for a client that does not accept gzip", ce)
+	}
+	if ce := zipRes.Header.Get("Content-Encoding"); ce != "gzip" {
+		t.Fatalf("Content-Encoding %q for a client that accepts gzip, want gzip", ce)
+	}
+	for _, res := range []*http.Response{plainRes, zipRes} {
+		if v := res.Header.Get("Vary"); v != "Accept-Encoding" {
+			t.Errorf("Vary %q, want Accept-Encoding", v)
+		}
+	}
+	if len(zipped) >= len(plain)*4/5 {
+		t.Errorf("gzip manifest is %d bytes, plain %d: not a fifth smaller", len(zipped), len(plain))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(zipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(unzipped, plain) {
+		t.Error("the gzip manifest decompresses to other bytes than the plain one")
+	}
+	head, _ := ts.do(t, "HEAD", ManifestPrefix+"/f", "Accept-Encoding", "gzip")
+	if head.Header.Get("Content-Encoding") != "gzip" || head.ContentLength != int64(len(zipped)) {
+		t.Errorf("HEAD with gzip: Content-Encoding %q, Content-Length %d; GET sends %d bytes", head.Header.Get("Content-Encoding"), head.ContentLength, len(zipped))
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package httphdr parses and formats the HTTP header fields stampede relies
 // on: byte ranges (RFC 9110 14), Link (RFC 8288, just enough to find a
-// rel), and Repr-Digest (RFC 9530). Every parser here reads input from
+// rel), Repr-Digest (RFC 9530) and Accept-Encoding (RFC 9110 12.5.3,
+// just enough to see gzip). Every parser here reads input from
 // untrusted servers and clients, and is fuzzed.
 package httphdr
 
@@ -262,6 +263,40 @@ func ReprDigestSHA256(values []string) ([]byte, error) {
 // FormatReprDigestSHA256 formats a Repr-Digest value for a SHA-256 sum.
 func FormatReprDigestSHA256(sum []byte) string {
 	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum) + ":"
+}
+
+// AcceptsGzip reports whether Accept-Encoding field values accept gzip:
+// gzip (or x-gzip) listed with a weight above 0, or "*" with a weight above
+// 0 and gzip not listed.
+func AcceptsGzip(values []string) bool {
+	gzip, star := -1.0, -1.0
+	for _, v := range values {
+		for member := range strings.SplitSeq(v, ",") {
+			coding, params, _ := strings.Cut(member, ";")
+			q := 1.0
+			for p := range strings.SplitSeq(params, ";") {
+				k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+				if !ok || !strings.EqualFold(strings.TrimSpace(k), "q") {
+					continue
+				}
+				w, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+				if err != nil || w < 0 || w > 1 {
+					w = 0 // a weight we cannot read accepts nothing
+				}
+				q = w
+			}
+			switch c := strings.ToLower(strings.TrimSpace(coding)); c {
+			case "gzip", "x-gzip":
+				gzip = max(gzip, q)
+			case "*":
+				star = max(star, q)
+			}
+		}
+	}
+	if gzip >= 0 {
+		return gzip > 0
+	}
+	return star > 0
 }
 
 func abbrev(s string) string {

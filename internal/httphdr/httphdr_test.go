@@ -630,3 +630,45 @@ func FuzzReprDigest(f *testing.F) {
 		}
 	})
 }
+
+func TestAcceptsGzip(t *testing.T) {
+	for _, c := range []struct {
+		values []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{""}, false},
+		{[]string{"gzip"}, true},
+		{[]string{"GZip"}, true},
+		{[]string{"x-gzip"}, true},
+		{[]string{"br, gzip;q=0.5"}, true},
+		{[]string{"br", "gzip"}, true},
+		{[]string{"gzip;q=0"}, false},
+		{[]string{"gzip; q=0.000"}, false},
+		{[]string{"gzip;q=bogus"}, false},
+		{[]string{"gzip;q=2"}, false},
+		{[]string{"deflate, br"}, false},
+		{[]string{"identity"}, false},
+		{[]string{"*"}, true},
+		{[]string{"*;q=0"}, false},
+		{[]string{"*, gzip;q=0"}, false},
+		{[]string{"gzip;q=0, gzip"}, true},
+		{[]string{"gzip;level=1;q=0.1"}, true},
+	} {
+		if got := httphdr.AcceptsGzip(c.values); got != c.want {
+			t.Errorf("AcceptsGzip(%q) = %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
+func FuzzAcceptsGzip(f *testing.F) {
+	for _, s := range []string{"gzip", "br, gzip;q=0.5", "*;q=0", "x-gzip;q=1.0", "gzip;q=0, *"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		low := strings.ToLower(s)
+		if httphdr.AcceptsGzip([]string{s}) && !strings.Contains(low, "gzip") && !strings.Contains(low, "*") {
+			t.Errorf("AcceptsGzip(%q): gzip accepted by a field naming neither it nor *", s)
+		}
+	})
+}
