@@ -36,6 +36,8 @@ type fakePeer struct {
 	ln    net.Listener
 	id    wire.PeerID
 	serve func(s *fakeSession) error
+	// leecher: the handshake does not claim the whole file (a seed's does).
+	leecher bool
 
 	conns    atomic.Int64 // handshakes completed
 	requests atomic.Int64 // REQUESTs read
@@ -97,6 +99,9 @@ func (f *fakePeer) session(c net.Conn) {
 		port = ta.Port
 	}
 	mine := wire.Handshake{Caps: wire.CapSeed, Root: f.m.Root, Size: uint64(f.m.Size), PeerID: f.id, ListenPort: uint16(port)}
+	if f.leecher {
+		mine.Caps = 0
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := wire.Exchange(ctx, c, mine)
 	cancel()

@@ -405,6 +405,116 @@ func TestDataAfterCancel(t *testing.T) {
 	}
 }
 
+// TestLazyHaves: a HAVE goes at once to a neighbour that lacks the piece,
+// and waits (up to a second) for one that has it, going out with the
+// others that waited. A seed serves 16 pieces, one every 60 ms: an empty
+// peer hears of them one by one as they come, the seed in a few batches;
+// both hear of all 16.
+func TestLazyHaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	const pieces = 16
+	data, m := testFile(t, pieces*16*KiB, 16*KiB, 15)
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+
+	var mu sync.Mutex
+	haves := map[*fakePeer][]time.Time{}
+	// listen records the HAVEs s reads, and passes REQUESTs on to reqs.
+	listen := func(s *fakeSession, reqs chan<- *wire.Request) error {
+		for {
+			msg, err := s.r.Read()
+			if err != nil {
+				return err
+			}
+			switch msg := msg.(type) {
+			case *wire.Have:
+				mu.Lock()
+				haves[s.f] = append(haves[s.f], time.Now())
+				mu.Unlock()
+			case *wire.Request:
+				if reqs != nil {
+					reqs <- msg
+				}
+			}
+		}
+	}
+	slowSeed := func(s *fakeSession) error {
+		if err := s.start(true); err != nil {
+			return err
+		}
+		reqs := make(chan *wire.Request, pieces)
+		go func() {
+			for req := range reqs {
+				time.Sleep(60 * time.Millisecond)
+				off := m.PieceOffset(int(req.Piece))
+				if s.w.WriteData(req.Piece, 0, data[off:off+m.PieceLen(int(req.Piece))]) != nil || s.w.Flush() != nil {
+					return
+				}
+			}
+		}()
+		defer close(reqs)
+		return listen(s, reqs)
+	}
+	empty := func(s *fakeSession) error {
+		if err := s.w.WriteMessage(&wire.HaveSet{Set: pieceset.New(pieces)}); err != nil {
+			return err
+		}
+		if err := s.w.Flush(); err != nil {
+			return err
+		}
+		return listen(s, nil)
+	}
+	var fakes []*fakePeer
+	for k, serve := range []func(*fakeSession) error{slowSeed, empty} {
+		h := nw.Host(memnet.HostConfig{})
+		ln, err := h.Listen(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newFakePeer(t, m, ln, serve)
+		f.leecher = k == 1 // before anyone can connect: the tracker does not know it yet
+		fakes = append(fakes, f)
+		f.announce(ctx, httpClient(h.Dial), trURL)
+	}
+	seed, leech := fakes[0], fakes[1]
+	st := openStore(t, m, data, func(int) bool { return false })
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1})
+	tn.wait(t, ctx)
+
+	// batches counts the bursts in which HAVEs came (20 ms apart or more).
+	batches := func(at []time.Time) int {
+		n := 0
+		for i := range at {
+			if i == 0 || at[i].Sub(at[i-1]) >= 20*time.Millisecond {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		ns, nl := len(haves[seed]), len(haves[leech])
+		bs, bl := batches(haves[seed]), batches(haves[leech])
+		mu.Unlock()
+		if ns == pieces && nl == pieces {
+			if bs > 4 {
+				t.Errorf("the seed heard of the %d pieces in %d bursts: its HAVEs were not held back", pieces, bs)
+			}
+			if bl < pieces/2 {
+				t.Errorf("the empty peer heard of the %d pieces in %d bursts only: its HAVEs were held back", pieces, bl)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("HAVEs heard: %d by the seed, %d by the empty peer, of %d pieces", ns, nl, pieces)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestDisconnectStuckPeer: a peer that never reads (but keeps talking, so
 // it never looks idle) fills the connection until the node's writer blocks.
 // When the scheduler drops it (its requests time out), the connection must

@@ -40,8 +40,11 @@ type peerConn struct {
 
 	ctrl    chan wire.Message
 	uploads chan int
-	done    chan struct{}
-	once    sync.Once
+	// lazyHaves are HAVEs held back for a while (see lazyHaveDelay); owned
+	// by the loop goroutine.
+	lazyHaves []int
+	done      chan struct{}
+	once      sync.Once
 
 	mu        sync.Mutex // guards the following
 	wanted    map[int]*assembly
@@ -133,6 +136,14 @@ func (p *peerConn) sendControl(m wire.Message) {
 		p.n.log.Info("peer not reading its messages; dropping it", "peer", p.addr)
 		p.close()
 	}
+}
+
+// sendLazyHaves queues the HAVEs held back; called by the loop.
+func (p *peerConn) sendLazyHaves() {
+	for _, piece := range p.lazyHaves {
+		p.sendControl(&wire.Have{Piece: uint32(piece)})
+	}
+	p.lazyHaves = p.lazyHaves[:0]
 }
 
 func (p *peerConn) request(piece int, length int64) {

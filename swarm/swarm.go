@@ -559,6 +559,13 @@ func (s *Scheduler) Wanted() bool {
 	return false
 }
 
+// PeerHas reports whether the connected peer id has piece i, by the
+// have-set it sent (false for a peer not connected or a piece out of range).
+func (s *Scheduler) PeerHas(id PeerID, i int) bool {
+	p := s.peers[id]
+	return p != nil && s.valid(i) && p.has.Has(i)
+}
+
 // Config returns the configuration in use, defaults filled in.
 func (s *Scheduler) Config() Config { return s.cfg }
 
