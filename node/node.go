@@ -459,17 +459,16 @@ const (
 )
 
 // Lazy HAVEs. A HAVE goes at once to the neighbours that lack the piece:
-// they may want it now. Those that have it already need not hear at once
-// (what they decide about a piece of theirs does not depend on who else has
-// it), so their HAVEs wait, for at most lazyHaveDelay, and go out together
-// with the next HAVE that goes at once or with the others that waited. A
-// HAVE is one frame in one packet of its own, with the ACK it draws, and
-// a crowd sends N-1 of them per piece per peer: in a flash crowd of 20 a
-// quarter of all packets, which the peers' processes and the kernels of a
-// testbed that runs them all on two cores have to handle. About half the
+// they may want it now. Those that have it already, and still have pieces
+// we lack, need not hear at once (swarm.Scheduler.HaveCanWait), so their
+// HAVEs wait, for at most lazyHaveDelay, and go out together with the
+// next HAVE that goes at once or with the others that waited. A HAVE is
+// one frame in one packet of its own, with the ACK it draws, and a crowd
+// sends N-1 of them per piece per peer: in a flash crowd of 20 a quarter
+// of all packets, which the peers' processes and the kernels of a testbed
+// that runs them all on two cores have to handle. About half the
 // neighbours have a piece when it arrives. The HAVEs still go, so that a
-// neighbour's view of us is whole: a peer it thinks lacks a piece is one
-// it thinks interested, and may keep in an unchoke slot for nothing.
+// neighbour's view of us is whole.
 const lazyHaveDelay = time.Second
 
 // A peer that leaves at once (SeedTime 0) still hands over what it has
@@ -542,7 +541,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			n.fetchOrigin(ctx, a)
 		case swarm.Announce:
 			for id, p := range n.peers {
-				if n.sched.PeerHas(id, a.Piece) {
+				if n.sched.HaveCanWait(id, a.Piece) {
 					p.lazyHaves = append(p.lazyHaves, a.Piece)
 					continue
 				}

@@ -406,10 +406,11 @@ func TestDataAfterCancel(t *testing.T) {
 }
 
 // TestLazyHaves: a HAVE goes at once to a neighbour that lacks the piece,
-// and waits (up to a second) for one that has it, going out with the
-// others that waited. A seed serves 16 pieces, one every 60 ms: an empty
-// peer hears of them one by one as they come, the seed in a few batches;
-// both hear of all 16.
+// and waits (up to a second) for one that has it and more for us, going
+// out with the others that waited. A peer with all pieces but the last
+// serves 15 of them, one every 60 ms, and the origin the last: an empty
+// peer hears of them one by one as they come, the serving peer in a few
+// batches; both hear of all 16.
 func TestLazyHaves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -441,7 +442,15 @@ func TestLazyHaves(t *testing.T) {
 		}
 	}
 	slowSeed := func(s *fakeSession) error {
-		if err := s.start(true); err != nil {
+		set := pieceset.Full(pieces)
+		set.Remove(pieces - 1)
+		if err := s.w.WriteMessage(&wire.HaveSet{Set: set}); err != nil {
+			return err
+		}
+		if err := s.w.WriteMessage(&wire.Unchoke{}); err != nil {
+			return err
+		}
+		if err := s.w.Flush(); err != nil {
 			return err
 		}
 		reqs := make(chan *wire.Request, pieces)
@@ -467,20 +476,24 @@ func TestLazyHaves(t *testing.T) {
 		return listen(s, nil)
 	}
 	var fakes []*fakePeer
-	for k, serve := range []func(*fakeSession) error{slowSeed, empty} {
+	for _, serve := range []func(*fakeSession) error{slowSeed, empty} {
 		h := nw.Host(memnet.HostConfig{})
 		ln, err := h.Listen(0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := newFakePeer(t, m, ln, serve)
-		f.leecher = k == 1 // before anyone can connect: the tracker does not know it yet
+		f.leecher = true // before anyone can connect: the tracker does not know it yet
 		fakes = append(fakes, f)
 		f.announce(ctx, httpClient(h.Dial), trURL)
 	}
 	seed, leech := fakes[0], fakes[1]
 	st := openStore(t, m, data, func(int) bool { return false })
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1})
+	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(f.Piece)
+		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
+	}
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
 	tn.wait(t, ctx)
 
 	// batches counts the bursts in which HAVEs came (20 ms apart or more).
@@ -501,7 +514,7 @@ func TestLazyHaves(t *testing.T) {
 		mu.Unlock()
 		if ns == pieces && nl == pieces {
 			if bs > 4 {
-				t.Errorf("the seed heard of the %d pieces in %d bursts: its HAVEs were not held back", pieces, bs)
+				t.Errorf("the serving peer heard of the %d pieces in %d bursts: its HAVEs were not held back", pieces, bs)
 			}
 			if bl < pieces/2 {
 				t.Errorf("the empty peer heard of the %d pieces in %d bursts only: its HAVEs were held back", pieces, bl)
@@ -509,7 +522,7 @@ func TestLazyHaves(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("HAVEs heard: %d by the seed, %d by the empty peer, of %d pieces", ns, nl, pieces)
+			t.Fatalf("HAVEs heard: %d by the serving peer, %d by the empty peer, of %d pieces", ns, nl, pieces)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
