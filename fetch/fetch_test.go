@@ -582,7 +582,7 @@ func TestManifestEncodings(t *testing.T) {
 	}{
 		{"gzip", "gzip", false, true},
 		{"x-gzip", "x-gzip", false, true},
-		{"not asked", "br", false, false},
+		{"not asked", "br", false, false}, // plain JSON: only the label is wrong
 		{"gzip cut", "gzip", true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -595,11 +595,13 @@ func TestManifestEncodings(t *testing.T) {
 				}
 				asked = r.Header.Values("Accept-Encoding")
 				b, _ := s.m.MarshalJSON()
-				var buf bytes.Buffer
-				zw := gzip.NewWriter(&buf)
-				zw.Write(b)
-				zw.Close()
-				b = buf.Bytes()
+				if strings.Contains(c.encoding, "gzip") {
+					var buf bytes.Buffer
+					zw := gzip.NewWriter(&buf)
+					zw.Write(b)
+					zw.Close()
+					b = buf.Bytes()
+				}
 				if c.cut {
 					b = b[:len(b)/2]
 				}
@@ -607,7 +609,9 @@ func TestManifestEncodings(t *testing.T) {
 				w.Header().Set("Content-Encoding", c.encoding)
 				w.Write(b)
 			})
-			_, out, err := get(t, s, nil)
+			_, out, err := get(t, s, func(cfg *Config) {
+				cfg.Retries = -1 // a body cut short is retried as transient: once is enough here
+			})
 			if !c.ok {
 				if !errors.Is(err, ErrProtocol) {
 					t.Fatalf("err = %v, want a protocol error", err)

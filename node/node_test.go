@@ -421,7 +421,8 @@ func TestLazyHaves(t *testing.T) {
 	m.Trackers = []string{trURL}
 
 	var mu sync.Mutex
-	haves := map[*fakePeer][]time.Time{}
+	haves := map[*fakePeer][]time.Time{}          // in the order they came
+	heard := map[*fakePeer]map[uint32]time.Time{} // by piece
 	// listen records the HAVEs s reads, and passes REQUESTs on to reqs.
 	listen := func(s *fakeSession, reqs chan<- *wire.Request) error {
 		for {
@@ -433,6 +434,10 @@ func TestLazyHaves(t *testing.T) {
 			case *wire.Have:
 				mu.Lock()
 				haves[s.f] = append(haves[s.f], time.Now())
+				if heard[s.f] == nil {
+					heard[s.f] = map[uint32]time.Time{}
+				}
+				heard[s.f][msg.Piece] = time.Now()
 				mu.Unlock()
 			case *wire.Request:
 				if reqs != nil {
@@ -509,15 +514,23 @@ func TestLazyHaves(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		mu.Lock()
-		ns, nl := len(haves[seed]), len(haves[leech])
+		ns, nl := len(heard[seed]), len(heard[leech])
 		bs, bl := batches(haves[seed]), batches(haves[leech])
+		var late time.Duration // the longest a HAVE to the serving peer came after the same to the empty one
+		for p, at := range heard[seed] {
+			late = max(late, at.Sub(heard[leech][p]))
+		}
 		mu.Unlock()
 		if ns == pieces && nl == pieces {
-			if bs > 4 {
+			// Without lazy HAVEs, one burst per piece for both.
+			if bs > pieces/2 {
 				t.Errorf("the serving peer heard of the %d pieces in %d bursts: its HAVEs were not held back", pieces, bs)
 			}
 			if bl < pieces/2 {
 				t.Errorf("the empty peer heard of the %d pieces in %d bursts only: its HAVEs were held back", pieces, bl)
+			}
+			if late > 2*time.Second {
+				t.Errorf("a HAVE was held back %v, over a second and the loop's slack", late)
 			}
 			return
 		}

@@ -48,7 +48,8 @@ type entry struct {
 	m    *manifest.Manifest // m.ETag and m.LastModified are v's
 	body []byte             // m's JSON, without trackers
 	sum  [sha256.Size]byte  // SHA-256 of the whole file
-	// published is the last body served with trackers (see bodyWith).
+	// published is the last body served, with its trackers and gzipped
+	// (see bodyWith).
 	published atomic.Pointer[publishedBody]
 	// touched is when the entry's cache file was last marked used, in Unix
 	// nanoseconds (cachegc.go).

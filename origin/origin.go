@@ -13,7 +13,8 @@
 //   - Full 200 responses carry Repr-Digest: sha-256=:...: (RFC 9530).
 //   - /.well-known/stampede/manifest/P is the file's manifest (package
 //     manifest), whose ETag and LastModified are the validators the file is
-//     served with at that moment. It is never stale.
+//     served with at that moment. It is never stale. A client that accepts
+//     gzip (Accept-Encoding) gets it compressed (Vary: Accept-Encoding).
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
 //     an overload answer if it asked for one (Stampede-Capabilities:
 //     overload): 206 with one piece of the origin's choosing, the swarm's
@@ -48,8 +49,6 @@
 package origin
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -440,11 +439,12 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		s.manifestError(w, r, err)
 		return
 	}
-	body, err := e.bodyWith(s.trackersFor(r))
+	pub, err := e.bodyWith(s.trackersFor(r))
 	if err != nil {
 		s.manifestError(w, r, err)
 		return
 	}
+	body := pub.body
 	h := w.Header()
 	h.Set("Content-Type", ManifestContentType)
 	h.Set("Stampede-Root", e.m.Root.String())
@@ -455,22 +455,13 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		// A crowd's manifests go out together at its start, before any
 		// peer can pass anything on: gzip makes them a quarter smaller
 		// (the piece hashes are base64, 6 bits a byte).
-		body = gzipped(body)
+		body = pub.gzipped
 		h.Set("Content-Encoding", "gzip")
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method != http.MethodHead {
-		w.sendFirst(body)
+		w.Write(body)
 	}
-}
-
-// gzipped returns b compressed with gzip.
-func gzipped(b []byte) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(b) // writes to a bytes.Buffer do not fail
-	zw.Close()
-	return buf.Bytes()
 }
 
 // statusError is an error that answers a request with an HTTP status.

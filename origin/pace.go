@@ -48,56 +48,13 @@ const (
 
 var paceNames = [numPace]string{"turn", "waited"}
 
-// Manifests go first. At the start of a flash crowd every peer asks for
-// the manifest (22 KiB for 32 MiB) while the first ones already fetch
-// pieces, and until it has it a peer can neither join the swarm nor pass
-// anything on. So while a manifest is being sent, a paced answer that gets
-// its turn waits with it, within paceMaxWait, before its header goes out;
-// the answers already under way finish. In flash20 runs the median peer
-// had its manifest after 0.97-1.09 s (four runs), against 1.00-1.40 s
-// (five runs) when manifests shared the link with every piece answer.
-
 // pacer hands out the turns. Goroutines blocked sending on a channel are
 // served in the order they blocked, so turns go first come, first served.
 type pacer struct {
 	turns chan struct{}
-
-	mu     sync.Mutex    // guards the following
-	firsts int           // manifests being sent (sendFirst)
-	clear  chan struct{} // closed when firsts drops to 0; nil while it is 0
 }
 
 func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
-
-// first marks a response that paced answers wait for while it is being
-// sent; the function it returns ends the mark (only its first call counts).
-func (p *pacer) first() (end func()) {
-	p.mu.Lock()
-	if p.firsts == 0 {
-		p.clear = make(chan struct{})
-	}
-	p.firsts++
-	p.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			p.mu.Lock()
-			if p.firsts--; p.firsts == 0 {
-				close(p.clear)
-				p.clear = nil
-			}
-			p.mu.Unlock()
-		})
-	}
-}
-
-// cleared returns a channel closed once no response marked by first is
-// being sent; nil if none is now.
-func (p *pacer) cleared() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.clear
-}
 
 // wait blocks until a turn is free, maxWait has passed or ctx ends. It
 // returns the function that gives the turn back (safe to call more than
@@ -113,18 +70,6 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive
 	case <-ctx.Done():
 		return func() {}, false
 	}
-	if c := p.cleared(); c != nil {
-		// Past maxWait the answer goes with its turn: a crowd's manifests
-		// take a fraction of a second, and an origin that sends manifests
-		// without pause must still send pieces.
-		select {
-		case <-c:
-		case <-t.C:
-		case <-ctx.Done():
-			<-p.turns
-			return func() {}, false
-		}
-	}
 	var once sync.Once
 	give := func() {
 		once.Do(func() {
@@ -136,21 +81,6 @@ func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive
 	}
 	hold := time.AfterFunc(maxHold, give)
 	return func() { hold.Stop(); give() }, true
-}
-
-// sendFirst sends body, a manifest, ahead of the paced answers (see
-// pacer): they wait while it is being sent, which with the connection's
-// unsent bytes bounded to pacedLowat means until it is nearly on the wire.
-func (w *respWriter) sendFirst(body []byte) {
-	end := w.s.pacer.first()
-	defer end()
-	c, _ := w.req.Context().Value(connKey{}).(net.Conn)
-	if c != nil {
-		sockopt.NotSentLowat(c, pacedLowat)
-		defer sockopt.NotSentLowat(c, notSentLowat)
-	}
-	w.Write(body)
-	w.FlushError()
 }
 
 // connKey is the request context key of the connection (Server.Serve).

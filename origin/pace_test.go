@@ -93,12 +93,6 @@ func TestPiecesPaced(t *testing.T) {
 	writeFile(t, dir, "f", data, t0)
 	ts := start(t, Config{Dir: dir})
 	m := ts.manifest(t, "/f")
-	// The handler ends its mark just after the client has the manifest.
-	for deadline := time.Now().Add(5 * time.Second); ts.pacer.cleared() != nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the manifest sent still holds paced answers back")
-		}
-	}
 	turns := func() int64 { return ts.metric(t, `stampede_origin_paced_total{outcome="turn"}`) }
 	for i := range 3 {
 		if _, p := ts.pieceGet(t, m, data, i, "", ReasonHeader, "origin:no-peer-has-it"); p != i {
@@ -118,55 +112,5 @@ func TestPiecesPaced(t *testing.T) {
 	}
 	if n := turns(); n != 3 {
 		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, ReasonHeader)
-	}
-}
-
-// TestPacerManifestFirst: a paced answer that gets its turn while a
-// manifest is being sent waits until no manifest is, or until maxWait.
-func TestPacerManifestFirst(t *testing.T) {
-	p := newPacer(2)
-	end1, end2 := p.first(), p.first()
-	got := make(chan bool, 1)
-	go func() {
-		done, ok := p.wait(t.Context(), 10*time.Second, time.Minute, nil)
-		done()
-		got <- ok
-	}()
-	select {
-	case <-got:
-		t.Fatal("a paced answer went out while two manifests were being sent")
-	case <-time.After(200 * time.Millisecond):
-	}
-	end1()
-	end1() // ends its mark once: the other manifest still holds the answer
-	select {
-	case <-got:
-		t.Fatal("a paced answer went out while a manifest was being sent")
-	case <-time.After(200 * time.Millisecond):
-	}
-	end2()
-	select {
-	case ok := <-got:
-		if !ok {
-			t.Error("the answer went out without its turn")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the paced answer still waits after the manifests were sent")
-	}
-	if p.cleared() != nil {
-		t.Error("still marked after both manifests ended")
-	}
-
-	// A manifest that never ends holds paced answers back for maxWait
-	// only; they then go with their turn.
-	p.first()
-	start := time.Now()
-	done, ok := p.wait(t.Context(), 100*time.Millisecond, time.Minute, nil)
-	if !ok {
-		t.Error("the answer held back by a manifest lost its turn")
-	}
-	done()
-	if took := time.Since(start); took < 100*time.Millisecond {
-		t.Errorf("the answer went after %v, before maxWait, while a manifest was being sent", took)
 	}
 }

@@ -1,6 +1,8 @@
 package origin
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"net"
 	"net/http"
@@ -51,28 +53,42 @@ func (s *Server) trackersFor(r *http.Request) []string {
 	return append([]string{u.String()}, s.cfg.Trackers...)
 }
 
-// publishedBody is a manifest's JSON with a list of trackers in it.
+// publishedBody is a manifest's JSON with a list of trackers in it, and
+// the same compressed with gzip for the clients that accept it.
 type publishedBody struct {
 	trackers string // joined by newlines
 	body     []byte
+	gzipped  []byte
 }
 
 // bodyWith returns e's manifest as served with trackers. The last such body
-// is kept: almost every request names the same Host.
-func (e *entry) bodyWith(trackers []string) ([]byte, error) {
-	if len(trackers) == 0 {
-		return e.body, nil
-	}
+// is kept, compressed once: almost every request names the same Host, and
+// at the start of a crowd they all come at once (the manifest of a 100 GiB
+// file is about a megabyte).
+func (e *entry) bodyWith(trackers []string) (*publishedBody, error) {
 	key := strings.Join(trackers, "\n")
 	if p := e.published.Load(); p != nil && p.trackers == key {
-		return p.body, nil
+		return p, nil
 	}
-	m := *e.m
-	m.Trackers = trackers
-	body, err := m.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("origin: encode manifest: %w", err)
+	body := e.body
+	if len(trackers) > 0 {
+		m := *e.m
+		m.Trackers = trackers
+		var err error
+		if body, err = m.MarshalJSON(); err != nil {
+			return nil, fmt.Errorf("origin: encode manifest: %w", err)
+		}
 	}
-	e.published.Store(&publishedBody{trackers: key, body: body})
-	return body, nil
+	p := &publishedBody{trackers: key, body: body, gzipped: gzipped(body)}
+	e.published.Store(p)
+	return p, nil
+}
+
+// gzipped returns b compressed with gzip.
+func gzipped(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b) // writes to a bytes.Buffer do not fail
+	zw.Close()
+	return buf.Bytes()
 }

@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // TestHaveCanWait: our HAVE of a piece may wait only for a peer that has
-// it, has more pieces we lack, and is not complete.
+// it and has more pieces we lack, as the scheduler sees it after the step
+// that stored the piece (the node sends the HAVE after the step).
 func TestHaveCanWait(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	have := pieceset.New(4)
@@ -31,7 +33,7 @@ func TestHaveCanWait(t *testing.T) {
 		{1, set(0, 2)},        // has 0, and 2 which we lack
 		{2, set(0, 1)},        // has 0, nothing we lack
 		{3, set(2, 3)},        // lacks 0
-		{4, pieceset.Full(4)}, // complete
+		{4, pieceset.Full(4)}, // a seed
 	}
 	for _, p := range peers {
 		s.Step(PeerUp{Peer: p.id, Addr: fmt.Sprintf("192.0.2.%d:7000", p.id)}, t0)
@@ -45,12 +47,29 @@ func TestHaveCanWait(t *testing.T) {
 		{1, 0, true},
 		{2, 0, false}, // the HAVE after which it has nothing more for us
 		{3, 0, false},
-		{4, 0, false},
+		{4, 0, true},
 		{9, 0, false},  // not connected
 		{1, 17, false}, // out of range
 	} {
 		if got := s.HaveCanWait(c.id, c.piece); got != c.want {
 			t.Errorf("HaveCanWait(peer %d, piece %d) = %v, want %v", c.id, c.piece, got, c.want)
 		}
+	}
+	// Piece 2 comes from peer 1, which then has nothing more for us: that
+	// HAVE goes at once. The seed still has piece 3 for us.
+	acts := s.Step(Received{Peer: 1, Piece: 2}, t0)
+	if !slices.ContainsFunc(acts, func(a Action) bool { return a == Action(Announce{Piece: 2}) }) {
+		t.Fatalf("storing piece 2 announced nothing: %v", acts)
+	}
+	if s.HaveCanWait(1, 2) {
+		t.Error("the HAVE of the last piece peer 1 had for us may wait")
+	}
+	if !s.HaveCanWait(4, 2) {
+		t.Error("the HAVE of piece 2 to the seed, which has piece 3 for us, may not wait")
+	}
+	// Piece 3, the last: every HAVE goes at once.
+	s.Step(Received{Peer: 4, Piece: 3}, t0)
+	if s.HaveCanWait(4, 3) {
+		t.Error("the HAVE that completes us may wait")
 	}
 }

@@ -560,18 +560,17 @@ func (s *Scheduler) Wanted() bool {
 }
 
 // HaveCanWait reports whether our HAVE of piece i may wait before it goes
-// to the connected peer id: by the have-set it sent, it has the piece,
-// still has others we lack, and is not complete. What it decides about a
-// piece it has does not depend on whether we have it; what it decides
-// about us (are we interested in it, for its unchoke slots) does not
-// change while it has more for us. The HAVE after which it has nothing
-// more for us must go at once, or it keeps an unchoke slot for us that
-// others could use; and so must every HAVE to a complete peer, which may
-// be waiting to hand over what we lack before it leaves (node's
-// handedOver): a HAVE held back keeps it waiting for nothing.
+// to the connected peer id: by the have-set it sent, it has the piece and
+// still has others we lack. What it decides about a piece it has does not
+// depend on whether we have it, and what it decides about us (are we
+// interested in it: its unchoke slots, its hand-over before leaving) does
+// not change while it has more for us. The HAVE after which it has nothing
+// more for us goes at once (and the node sends the ones held back with
+// it), or it would keep an unchoke slot for us that others could use; so
+// does the HAVE that completes us.
 func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 	p := s.peers[id]
-	return p != nil && s.valid(i) && p.has.Has(i) && p.offers > 0 && !p.has.Complete()
+	return p != nil && s.valid(i) && p.has.Has(i) && p.offers > 0
 }
 
 // Config returns the configuration in use, defaults filled in.

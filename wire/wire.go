@@ -31,7 +31,9 @@
 //   - on starting to fetch a piece (from the origin or a peer) a side sends
 //     START to everyone, so others pick something else; if the fetch fails
 //     and nothing else is fetching the piece for it, STOP withdraws the
-//     START; on storing a verified piece it sends HAVE to everyone;
+//     START; on storing a verified piece it sends HAVE to everyone (to a
+//     peer that has the piece and more for it, possibly a second later,
+//     with other HAVEs);
 //   - now and then a side sends RECOMMEND: peers it recently traded with;
 //   - after KeepAliveInterval without sending anything a side sends
 //     KEEPALIVE; a side that hears nothing for IdleTimeout closes;

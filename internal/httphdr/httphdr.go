@@ -280,7 +280,7 @@ func AcceptsGzip(values []string) bool {
 					continue
 				}
 				w, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-				if err != nil || w < 0 || w > 1 {
+				if err != nil || !(w >= 0 && w <= 1) { // NaN too
 					w = 0 // a weight we cannot read accepts nothing
 				}
 				q = w

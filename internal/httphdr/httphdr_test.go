@@ -647,6 +647,8 @@ func TestAcceptsGzip(t *testing.T) {
 		{[]string{"gzip; q=0.000"}, false},
 		{[]string{"gzip;q=bogus"}, false},
 		{[]string{"gzip;q=2"}, false},
+		{[]string{"gzip;q=NaN"}, false},
+		{[]string{"gzip, gzip;q=nan"}, true},
 		{[]string{"deflate, br"}, false},
 		{[]string{"identity"}, false},
 		{[]string{"*"}, true},
