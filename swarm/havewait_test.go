@@ -73,3 +73,26 @@ func TestHaveCanWait(t *testing.T) {
 		t.Error("the HAVE that completes us may wait")
 	}
 }
+
+// TestWanted: a peer leaving at once still has something to hand over
+// while a neighbour lacks a piece of ours, by the have-sets and HAVEs it
+// sent; a neighbour whose have-set has not come counts as lacking all.
+func TestWanted(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	s := New(Config{NumPieces: 2, Seed: 1}, pieceset.Full(2), t0)
+	s.Start(t0)
+	s.Step(PeerUp{Peer: 1, Addr: "192.0.2.1:7000"}, t0)
+	if !s.Wanted() {
+		t.Error("not wanted by a peer whose have-set has not come")
+	}
+	one := pieceset.New(2)
+	one.Add(0)
+	s.Step(HaveSet{Peer: 1, Set: one}, t0)
+	if !s.Wanted() {
+		t.Error("not wanted by a peer lacking piece 1")
+	}
+	s.Step(Have{Peer: 1, Piece: 1}, t0)
+	if s.Wanted() {
+		t.Error("wanted by a peer that has everything")
+	}
+}

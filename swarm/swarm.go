@@ -549,14 +549,7 @@ func (s *Scheduler) Complete() bool { return s.have.Complete() }
 // Wanted reports whether a connected peer lacks a piece we have (by the
 // have-sets it sent): what a peer leaving at once hands over first.
 func (s *Scheduler) Wanted() bool {
-	for _, p := range s.order {
-		for i := p.has.NextMissing(0); i >= 0; i = p.has.NextMissing(i + 1) {
-			if s.have.Has(i) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.order, func(p *peer) bool { return p.wants > 0 })
 }
 
 // HaveCanWait reports whether our HAVE of piece i may wait before it goes
