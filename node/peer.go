@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -231,8 +230,9 @@ func (p *peerConn) rejectQueued() {
 
 func (p *peerConn) readLoop(ctx context.Context) error {
 	m := p.n.m
-	src := p.n.cfg.DownloadLimit.Reader(ctx, deadlineReader{p.c})
-	r := wire.NewReader(bufio.NewReaderSize(src, 64<<10), p.n.geom)
+	cr := newConnReader(p.c)
+	r := wire.NewReader(p.n.cfg.DownloadLimit.Reader(ctx, cr), p.n.geom)
+	r.NotifyNeed(cr.expect)
 	for {
 		msg, err := r.Read()
 		if err != nil {
@@ -372,13 +372,6 @@ const (
 	keepAliveAfter = 30 * time.Second
 	idleTimeout    = 120 * time.Second
 )
-
-type deadlineReader struct{ c net.Conn }
-
-func (r deadlineReader) Read(b []byte) (int, error) {
-	r.c.SetReadDeadline(time.Now().Add(idleTimeout))
-	return r.c.Read(b)
-}
 
 func (p *peerConn) writeLoop(ctx context.Context) error {
 	w := wire.NewWriter(p.c, p.n.geom)

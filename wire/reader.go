@@ -21,10 +21,28 @@ type Reader struct {
 	buf  []byte // payload of the current frame; grows to the largest seen
 	data Data   // the DATA message handed out, reused
 
+	// need, if set, hears how many bytes a large payload still needs
+	// from the stream (see NotifyNeed).
+	need func(n int)
+
 	gotHaveSet bool
 	skipped    int64
 	err        error
 }
+
+// needHint is the smallest rest of a payload worth a NotifyNeed call: a
+// small frame arrives in one or two segments anyway.
+const needHint = 8 << 10
+
+// NotifyNeed has the Reader call f before it reads the rest of a large
+// frame payload (a DATA frame) from its stream, with the number of bytes
+// the frame still needs beyond what the Reader has buffered. A stream that
+// can wait for that many bytes before waking its reader (a TCP socket's
+// SO_RCVLOWAT) then costs one wake-up per frame instead of one per few
+// segments. f must count the bytes the stream delivers and never wait for
+// more than are still needed: the Reader does not call f again when the
+// frame is complete.
+func (r *Reader) NotifyNeed(f func(n int)) { r.need = f }
 
 // NewReader returns a Reader of frames from r (positioned right after the
 // handshake) in a swarm of geometry g. It reads through a bufio.Reader, so it
@@ -125,6 +143,9 @@ func (r *Reader) readPayload(n int) ([]byte, error) {
 		r.buf = make([]byte, min(c, MaxFrame))
 	}
 	p := r.buf[:n]
+	if rest := n - r.br.Buffered(); r.need != nil && rest >= needHint {
+		r.need(rest)
+	}
 	if _, err := io.ReadFull(r.br, p); err != nil {
 		return nil, truncated(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -350,5 +351,53 @@ func BenchmarkTCP(b *testing.B) {
 		if err := w.WriteData(0, 0, piece); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += n
+	return n, err
+}
+
+// TestNotifyNeed: before a large payload the Reader says how many bytes it
+// still needs from the stream: exactly up to the end of the frame, past
+// what it has buffered. Small frames say nothing.
+func TestNotifyNeed(t *testing.T) {
+	g := testGeometry(t)
+	var stream []byte
+	var ends []int // where the large DATA frames end in the stream
+	add := func(m wire.Message, large bool) {
+		stream = append(stream, mustFrame(t, m)...)
+		if large {
+			ends = append(ends, len(stream))
+		}
+	}
+	stream = append(stream, haveSetFrame(t, g)...)
+	add(&wire.Have{Piece: 1}, false)
+	add(&wire.Data{Piece: 1, Offset: 0, Bytes: make([]byte, 64*KiB)}, true)
+	add(&wire.Data{Piece: 2, Offset: 0, Bytes: make([]byte, 100)}, false)
+	add(&wire.Data{Piece: 2, Offset: 100, Bytes: make([]byte, 32*KiB)}, true)
+	cr := &countingReader{r: bytes.NewReader(stream)}
+	r := wire.NewReader(cr, g)
+	var told []int // the stream offsets up to which the Reader said it needed bytes
+	r.NotifyNeed(func(n int) { told = append(told, cr.n+n) })
+	for {
+		_, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(told, ends) {
+		t.Errorf("NotifyNeed said the stream must deliver up to %v, the large frames end at %v", told, ends)
 	}
 }
