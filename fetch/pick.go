@@ -21,6 +21,10 @@ import (
 // candidatesHeader is origin.CandidatesHeader.
 const candidatesHeader = "Stampede-Candidates"
 
+// inSwarmHeader is origin.InSwarmHeader: a 503 saying the pieces a request
+// and its candidates name were all sent to other peers just now.
+const inSwarmHeader = "Stampede-In-Swarm"
+
 // readPickAnswer checks and stores the piece the origin picked among a's
 // candidates, and records it in a.got. The response's validators were
 // checked already.

@@ -79,7 +79,8 @@ func TestReadPickAnswer(t *testing.T) {
 
 // TestSwarmOriginPicks: peers that cannot see each other, all asking the
 // origin for piece 0 and offering every other piece, each get a piece
-// nobody got before, until every piece went out once.
+// nobody got before, until every piece went out once; then they are told
+// the pieces are in the swarm.
 func TestSwarmOriginPicks(t *testing.T) {
 	o := startOverloadOrigin(t, 4<<20, origin.Config{})
 	var fetchers []node.OriginFetcher
@@ -113,5 +114,16 @@ func TestSwarmOriginPicks(t *testing.T) {
 			t.Fatalf("fetch %d got piece %d, sent before while others were not", k, got)
 		}
 		seen[got] = true
+	}
+	// Every piece went out just now: the next peer is told to get them from
+	// the swarm (within the origin's ResendAfter), not sent a copy.
+	_, _, err := fetchers[0](t.Context(), swarm.FetchOrigin{Piece: 0, Reason: swarm.ReasonNoPeerHasIt, Candidates: all})
+	ie, ok := errors.AsType[*node.InSwarmError](err)
+	if !ok || ie.Wait <= 0 || ie.Wait > origin.DefaultResendAfter {
+		t.Fatalf("fetch after every piece went out: %v, want an InSwarmError with a wait up to %v", err, origin.DefaultResendAfter)
+	}
+	// A fetch without candidates (a stalled piece) still gets its copy.
+	if got, _, err := fetchers[1](t.Context(), swarm.FetchOrigin{Piece: 0, Reason: swarm.ReasonStalled}); err != nil || got != 0 {
+		t.Fatalf("stalled fetch of piece 0: got %d, %v", got, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/pieceset"
 )
 
@@ -357,6 +358,11 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	case http.StatusOK:
 		return errNoRanges
 	case http.StatusServiceUnavailable:
+		if resp.Header.Get(inSwarmHeader) != "" && len(a.candidates) > 0 {
+			// Only an answer to our candidates: otherwise it is a 503
+			// like any other.
+			return &node.InSwarmError{Wait: retryAfter(resp.Header, time.Now())}
+		}
 		be := &busyError{wait: retryAfter(resp.Header, time.Now())}
 		if a.overload {
 			be.peers = parsePeers(resp.Header)

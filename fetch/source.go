@@ -154,6 +154,9 @@ func (d *Download) originFetcher(m *manifest.Manifest, in *info, sk sink, onReje
 			}
 			return -1, oa.wait, err
 		}
+		if _, ok := errors.AsType[*node.InSwarmError](err); ok {
+			return -1, 0, err // not a failure: the swarm has the pieces
+		}
 		if be, ok := errors.AsType[*busyError](err); ok && len(be.peers) > 0 {
 			nd().AddPeers(ctx, be.peers)
 			return -1, be.wait, err

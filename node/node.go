@@ -37,8 +37,19 @@ import (
 // another of f.Candidates if the origin picks one, and stores it
 // (verified); f.Reason is why the scheduler chose the origin (counted by
 // the origin). It returns the piece stored, the origin's Retry-After when
-// it answered 503, and an error when no piece could be had.
+// it answered 503, and an error when no piece could be had: an
+// *InSwarmError when the origin sent them all to others just now.
 type OriginFetcher func(ctx context.Context, f swarm.FetchOrigin) (got int, busy time.Duration, err error)
+
+// InSwarmError is the origin's answer that the piece asked and every
+// candidate went out to other peers just now (503 with Stampede-In-Swarm):
+// it would send them again only after Wait, and meanwhile the swarm has
+// them. It is not a failure, nor a busy origin.
+type InSwarmError struct{ Wait time.Duration }
+
+func (e *InSwarmError) Error() string {
+	return fmt.Sprintf("origin sent these pieces to other peers just now; it sends them again in %v", e.Wait)
+}
 
 // Config describes one peer. Zero values take the documented defaults.
 type Config struct {
@@ -104,6 +115,9 @@ type Stats struct {
 	Cancels         int `json:"cancels"`
 	DuplicatePieces int `json:"duplicate_pieces"`
 	OriginPicked    int `json:"origin_picked"`
+	// OriginInSwarm counts origin fetches answered "in swarm": the pieces
+	// asked had just gone to other peers, and were left to the swarm.
+	OriginInSwarm int `json:"origin_in_swarm"`
 }
 
 // Node is one running peer.
@@ -213,6 +227,7 @@ func (n *Node) Stats() Stats {
 		PiecesFromPeer: n.lastSched.Received, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
+		OriginInSwarm: n.lastSched.OriginInSwarm,
 	}
 }
 
@@ -665,13 +680,17 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 			}
 			return
 		}
+		res := swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy}
+		ie, inSwarm := errors.AsType[*InSwarmError](err)
 		switch {
+		case inSwarm:
+			n.log.Debug("origin: pieces in the swarm", "piece", a.Piece, "retry_after", ie.Wait)
+			res.InSwarm, res.Candidates = max(ie.Wait, time.Millisecond), a.Candidates
 		case err != nil && busy == 0:
 			n.log.Info("origin fetch failed", "piece", a.Piece, "err", err)
 		case busy > 0:
 			n.log.Debug("origin busy", "piece", a.Piece, "retry_after", busy)
 		}
-		res := swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy}
 		if err == nil && got != a.Piece {
 			n.log.Debug("origin picked", "asked", a.Piece, "got", got)
 			res.Picked, res.Got = true, got

@@ -844,3 +844,52 @@ func TestFloodingPeer(t *testing.T) {
 	}
 	t.Logf("a second peer got the HAVESET %v after dialing, during the flood", time.Since(start))
 }
+
+// TestOriginInSwarmAnswer: an origin fetcher's InSwarmError keeps the
+// piece asked off the origin for the wait (a failed fetch would be retried
+// a slice later), is counted, and the download still completes from the
+// origin once the wait is over, the swarm having brought nothing. (The
+// candidates' wait is swarm.TestOriginInSwarm's: here the fetches in
+// flight when the answer came ask for them anyway.)
+func TestOriginInSwarmAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 256*KiB, 0, 13)
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+	st := openStore(t, m, data, func(int) bool { return false })
+	const wait = 600 * time.Millisecond
+	var (
+		mu        sync.Mutex
+		refused   = -1 // the piece the origin said was in the swarm
+		refusedAt time.Time
+		again     time.Duration // when it was asked again, after the answer
+	)
+	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case refused < 0 && len(f.Candidates) > 0:
+			refused, refusedAt = f.Piece, time.Now()
+			return -1, 0, &node.InSwarmError{Wait: wait}
+		case f.Piece == refused && again == 0:
+			again = time.Since(refusedAt)
+		}
+		off := m.PieceOffset(f.Piece)
+		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
+	}
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+	tn.wait(t, ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if refused < 0 {
+		t.Fatal("no origin fetch offered candidates")
+	}
+	if again < wait {
+		t.Errorf("piece %d asked of the origin again %v after an in-swarm answer with a %v wait", refused, again, wait)
+	}
+	if s := tn.nd.Stats(); s.OriginInSwarm != 1 {
+		t.Errorf("Stats.OriginInSwarm = %d, want 1", s.OriginInSwarm)
+	}
+}

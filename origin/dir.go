@@ -72,7 +72,9 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 		e, _ := s.cache.lookup(s.dirKey+name, v)
 		return e
 	}}
-	s.pickPiece(w, r, w.source.entry())
+	if s.pickPiece(w, r, w.source.entry()) {
+		return
+	}
 	// ServeContent sets Last-Modified from fi.ModTime() exactly as
 	// fileValidators formats it.
 	http.ServeContent(w, r, path.Base(name), fi.ModTime(), f)

@@ -69,6 +69,7 @@ type metrics struct {
 	bytesSent         atomic.Int64
 	requests          [numKinds]atomic.Int64
 	rejectedOverload  atomic.Int64
+	rejectedInSwarm   atomic.Int64              // pieces sent just now (pick.go)
 	stalled           atomic.Int64              // responses ended by WriteIdleTimeout
 	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
 	overloadBytes     atomic.Int64              // piece bytes of overload answers
@@ -117,8 +118,10 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	promtext.MapSamples(&p, "code", m.responses)
 	m.mu.Unlock()
 
-	p.Family("stampede_origin_rejected_total", promtext.Counter, "Requests turned away with 503 and Retry-After, by reason.")
+	p.Family("stampede_origin_rejected_total", promtext.Counter, "Requests turned away with 503 and Retry-After, by reason: "+
+		"\"overload\" past the transfer limit, \"in-swarm\" a swarm peer's piece request whose pieces were all sent just now.")
 	p.Sample(m.rejectedOverload.Load(), "reason", "overload")
+	p.Sample(m.rejectedInSwarm.Load(), "reason", "in-swarm")
 	p.Family("stampede_origin_responses_stalled_total", promtext.Counter, "Responses ended because their client took none of their bytes "+
 		"for --write-idle-timeout (a file body's transfer slot is freed with it).")
 	p.Sample(m.stalled.Load())

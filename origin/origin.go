@@ -84,6 +84,7 @@ const (
 	DefaultOverloadTransfers = 16
 	DefaultOverloadCopies    = 1
 	DefaultOverloadWindow    = 30 * time.Second
+	DefaultResendAfter       = 3 * time.Second
 	DefaultMemoryManifests   = 256
 	DefaultCacheMaxBytes     = 256 << 20
 	DefaultShutdownGrace     = 5 * time.Second
@@ -129,6 +130,13 @@ type Config struct {
 	// DefaultOverloadCopies and DefaultOverloadWindow.
 	OverloadCopies int
 	OverloadWindow time.Duration
+
+	// ResendAfter: a swarm peer's piece request whose piece and candidates
+	// (pick.go) were all sent less than ResendAfter ago is answered 503,
+	// "in swarm", rather than sent again: the peers they went to are
+	// passing them on. 0 means DefaultResendAfter; negative sends them
+	// again at once.
+	ResendAfter time.Duration
 
 	// BundleMaxAssets and BundleMaxBytes bound the bundle of an HTML page
 	// (bundle.go): at most BundleMaxAssets assets after the page, and at
@@ -264,6 +272,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.OverloadWindow == 0 {
 		cfg.OverloadWindow = DefaultOverloadWindow
+	}
+	if cfg.ResendAfter == 0 {
+		cfg.ResendAfter = DefaultResendAfter
 	}
 	if cfg.BundleMaxAssets == 0 {
 		cfg.BundleMaxAssets = DefaultBundleMaxAssets

@@ -39,12 +39,30 @@ import (
 // candidates or not. A pick answer carries no Retry-After, which tells it
 // from an overload answer (overloadanswer.go): the peer may go on fetching.
 //
+// When the piece it would send went out less than Config.ResendAfter ago,
+// and the request offered candidates (only a swarm peer does), every piece
+// the peer would take is already on its way through the swarm: another
+// copy from the origin would be origin upload spent twice, taken from the
+// pieces nobody has yet. The answer is then
+//
+//	503 Service Unavailable
+//	Stampede-In-Swarm: 1
+//	Retry-After: S                       (when the origin would send it again)
+//
+// and the peer leaves those pieces to the swarm for S, still free to fetch
+// others. A piece whose copy is lost with a peer that left is sent again
+// once ResendAfter has passed.
+//
 // Only files served from a directory pick; in upstream mode the range
 // asked is forwarded as it is.
 
 // CandidatesHeader lists the pieces a request would take instead of the
 // one its Range asks for.
 const CandidatesHeader = "Stampede-Candidates"
+
+// InSwarmHeader marks a 503 that says "the pieces you would take were all
+// sent just now: get them from the swarm".
+const InSwarmHeader = "Stampede-In-Swarm"
 
 // maxPickCandidates bounds the candidates read from one request.
 const maxPickCandidates = 256
@@ -62,8 +80,11 @@ func newSentLedger(n int) *sentLedger {
 
 // choose returns the piece to send for a request asking for asked and
 // offering cands (indexes below the ledger's length) and records it as
-// sent; undo takes the record back if it is not sent after all.
-func (l *sentLedger) choose(asked int, cands []int, now time.Time) (piece int, undo func()) {
+// sent; undo takes the record back if it is not sent after all. When cands
+// is not empty and even the piece sent longest ago among the fewest-sent
+// went out less than resendAfter ago (resendAfter > 0), nothing is
+// recorded and wait is how long until it may go again.
+func (l *sentLedger) choose(asked int, cands []int, now time.Time, resendAfter time.Duration) (piece int, undo func(), wait time.Duration) {
 	// Fewest sends first, then the one sent longest ago (more likely lost
 	// with a peer that left than one still on its way into the swarm).
 	// Strict comparisons keep the asked piece on a tie: unsent, it is as
@@ -75,26 +96,33 @@ func (l *sentLedger) choose(asked int, cands []int, now time.Time) (piece int, u
 		}
 	}
 	last := l.last[best]
+	if len(cands) > 0 && resendAfter > 0 && l.count[best] > 0 {
+		if age := now.Sub(time.Unix(0, last)); age < resendAfter {
+			return best, nil, resendAfter - age
+		}
+	}
 	l.count[best]++
 	l.last[best] = now.UnixNano()
 	return best, func() {
 		l.count[best]--
 		l.last[best] = last
-	}
+	}, 0
 }
 
 // pickPiece records the piece r asks for in the file's ledger and, when r
 // offers candidates and the origin prefers another of them, rewrites r's
-// Range to that piece and marks the response with PieceHeader. It does
-// nothing unless r's Range asks for exactly one piece of e's manifest.
-func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
+// Range to that piece and marks the response with PieceHeader; or, when
+// every piece r would take was sent just now, answers 503 "in swarm" and
+// reports true: the handler is done. It does nothing unless r's Range asks
+// for exactly one piece of e's manifest.
+func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered bool) {
 	if e == nil || r.Method != http.MethodGet {
-		return
+		return false
 	}
 	m := e.m
 	asked := askedPiece(r, m)
 	if asked < 0 || !exactPiece(r, m, asked) {
-		return
+		return false
 	}
 	// Malformed candidates are ignored: the piece asked is served.
 	cands, _ := pieceset.ParseList(r.Header.Get(CandidatesHeader), m.NumPieces(), maxPickCandidates)
@@ -103,12 +131,17 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 		got   int
 		again bool
 		undo  func()
+		wait  time.Duration
 	)
 	fresh := func() *sentLedger { return newSentLedger(m.NumPieces()) }
 	s.picks.with(m, now, fresh, func(l *sentLedger) {
-		got, undo = l.choose(asked, cands, now)
+		got, undo, wait = l.choose(asked, cands, now, s.cfg.ResendAfter)
 		again = l.count[got] > 1
 	})
+	if wait > 0 {
+		w.inSwarm(wait)
+		return true
+	}
 	swapped := got != asked
 	asking := r.Header.Get("Range")
 	if swapped {
@@ -136,6 +169,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) {
 			s.metrics.picksSwapped.Add(1)
 		}
 	}
+	return false
 }
 
 // Whether a piece sent had been sent before, for the metrics.

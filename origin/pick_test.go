@@ -16,22 +16,22 @@ func TestSentLedgerChoose(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
 	// Unsent: the asked piece wins, candidates or not.
-	if p, _ := l.choose(2, []int{5, 6}, at(0)); p != 2 {
+	if p, _, _ := l.choose(2, []int{5, 6}, at(0), 0); p != 2 {
 		t.Fatalf("unsent piece asked: got %d, want 2", p)
 	}
 	// Sent once: the first unsent candidate.
-	if p, _ := l.choose(2, []int{2, 5, 6}, at(1)); p != 5 {
+	if p, _, _ := l.choose(2, []int{2, 5, 6}, at(1), 0); p != 5 {
 		t.Fatalf("asked piece sent, candidates unsent: got %d, want 5", p)
 	}
-	if p, _ := l.choose(2, []int{5, 6}, at(2)); p != 6 {
+	if p, _, _ := l.choose(2, []int{5, 6}, at(2), 0); p != 6 {
 		t.Fatalf("got %d, want 6", p)
 	}
 	// All sent once: the one sent longest ago (2 at 0 s; 5 at 1 s).
-	if p, _ := l.choose(6, []int{5, 2}, at(3)); p != 2 {
+	if p, _, _ := l.choose(6, []int{5, 2}, at(3), 0); p != 2 {
 		t.Fatalf("all sent once: got %d, want 2, the oldest", p)
 	}
 	// Undo takes a send back: 7 is unsent again afterwards.
-	p, undo := l.choose(7, nil, at(4))
+	p, undo, _ := l.choose(7, nil, at(4), 0)
 	if p != 7 {
 		t.Fatalf("got %d, want 7", p)
 	}
@@ -39,8 +39,79 @@ func TestSentLedgerChoose(t *testing.T) {
 	if l.count[7] != 0 || l.last[7] != 0 {
 		t.Fatalf("after undo: count %d last %d", l.count[7], l.last[7])
 	}
-	if p, _ := l.choose(0, []int{7}, at(5)); p != 0 {
+	if p, _, _ := l.choose(0, []int{7}, at(5), 0); p != 0 {
 		t.Fatalf("got %d, want 0 (asked, unsent)", p)
+	}
+}
+
+// TestSentLedgerResendAfter: a request with candidates whose pieces all went
+// out less than resendAfter ago gets nothing (and how long to wait); one
+// without candidates, or once resendAfter passed, gets a copy.
+func TestSentLedgerResendAfter(t *testing.T) {
+	l := newSentLedger(4)
+	t0 := time.Unix(1000, 0)
+	const after = 3 * time.Second
+	if p, _, wait := l.choose(0, []int{1}, t0, after); p != 0 || wait != 0 {
+		t.Fatalf("unsent: got %d, wait %v", p, wait)
+	}
+	if p, _, wait := l.choose(0, []int{1}, t0.Add(time.Second), after); p != 1 || wait != 0 {
+		t.Fatalf("one unsent candidate: got %d, wait %v", p, wait)
+	}
+	// 0 went out at 0 s and 1 at 1 s: at 2 s the oldest may go at 3 s.
+	p, undo, wait := l.choose(1, []int{0}, t0.Add(2*time.Second), after)
+	if wait != time.Second || undo != nil {
+		t.Fatalf("all sent just now: got %d, wait %v, want a 1s wait and no send", p, wait)
+	}
+	if l.count[0] != 1 || l.count[1] != 1 {
+		t.Fatalf("a refused request counted as sent: counts %v", l.count)
+	}
+	// No candidates: not a swarm peer's pick, the piece asked goes.
+	if p, _, wait := l.choose(1, nil, t0.Add(2*time.Second), after); p != 1 || wait != 0 {
+		t.Fatalf("no candidates: got %d, wait %v", p, wait)
+	}
+	// Past resendAfter the copy sent longest ago goes again.
+	if p, _, wait := l.choose(1, []int{0}, t0.Add(3*time.Second), after); p != 0 || wait != 0 {
+		t.Fatalf("after resendAfter: got %d, wait %v, want piece 0 at once", p, wait)
+	}
+}
+
+// TestPickInSwarm: a swarm peer asking for pieces the origin sent just now
+// gets 503 "in swarm" with a Retry-After, no body of the file, and the
+// piece is not counted as sent; the same request without candidates (not a
+// swarm peer) still gets it.
+func TestPickInSwarm(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 31)
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir, ResendAfter: time.Minute})
+	m := ts.manifest(t, "/f")
+	if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 0 {
+		t.Fatalf("first request: got piece %d", p)
+	}
+	if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 1 {
+		t.Fatalf("second request: got piece %d, want the unsent candidate 1", p)
+	}
+	res, p := ts.pieceGet(t, m, data, 1, "0")
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(InSwarmHeader) != "1" || p != -1 {
+		t.Fatalf("all sent just now: %s, %s %q", res.Status, InSwarmHeader, res.Header.Get(InSwarmHeader))
+	}
+	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 59 || ra > 60 {
+		t.Errorf("Retry-After %q, want about 60 (ResendAfter)", res.Header.Get("Retry-After"))
+	}
+	if res.Header.Get("Etag") != "" || res.Header.Get("Content-Range") != "" {
+		t.Errorf("the 503 carries the file's headers: %v", res.Header)
+	}
+	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
+		t.Errorf("no candidates: got piece %d, want 1", p)
+	}
+	for series, want := range map[string]int64{
+		`stampede_origin_piece_sends_total{copy="first"}`:   2,
+		`stampede_origin_piece_sends_total{copy="again"}`:   1,
+		`stampede_origin_rejected_total{reason="in-swarm"}`: 1,
+	} {
+		if got := ts.metric(t, series); got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
 	}
 }
 
@@ -84,7 +155,9 @@ func TestPickPiece(t *testing.T) {
 	dir := t.TempDir()
 	data := randomBytes(fileSize, 29)
 	writeFile(t, dir, "f", data, t0)
-	ts := start(t, Config{Dir: dir})
+	// Every piece may be sent again at once here; TestPickInSwarm tests
+	// ResendAfter.
+	ts := start(t, Config{Dir: dir, ResendAfter: -1})
 
 	// Before the manifest is computed the origin knows no pieces: the
 	// range asked is served.

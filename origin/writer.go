@@ -204,6 +204,28 @@ func (w *respWriter) reject() {
 	w.s.log.Debug("answered 503", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
 }
 
+// inSwarm answers 503 "in swarm" (pick.go): every piece the swarm peer
+// would take was sent less than Config.ResendAfter ago, and may be sent
+// again in wait.
+func (w *respWriter) inSwarm(wait time.Duration) {
+	secs := int64((wait + time.Second - 1) / time.Second)
+	body := fmt.Sprintf("stampede: the pieces asked were all sent in the last %v; get them from the swarm, or ask again in %d s\n",
+		w.s.cfg.ResendAfter, secs)
+	h := w.Header()
+	clear(h) // the file's validators describe a representation; this is not one
+	h.Set(InSwarmHeader, "1")
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.decided = true // not a file body: the transfer gate has no say
+	w.status = http.StatusServiceUnavailable
+	w.ResponseWriter.WriteHeader(w.status)
+	n, _ := io.WriteString(w.ResponseWriter, body)
+	w.count(int64(n))
+	w.s.metrics.rejectedInSwarm.Add(1)
+}
+
 // finish runs when the handler returns: it frees the transfer slot and
 // accounts for the request.
 func (w *respWriter) finish() {

@@ -98,13 +98,18 @@ type Rejected struct {
 // OriginResult: a FetchOrigin finished. OK means the piece is verified and
 // stored: Piece, or with Picked the origin's choice among the fetch's
 // Candidates, Got, instead. Busy is the origin's Retry-After when it
-// answered 503 (0 otherwise).
+// answered 503 (0 otherwise). InSwarm, when not 0, says the origin sent
+// Piece and the fetch's Candidates to other peers just now and would send
+// them again only in InSwarm: they are left to the swarm for that long,
+// and other pieces may still be fetched.
 type OriginResult struct {
-	Piece  int
-	OK     bool
-	Busy   time.Duration
-	Picked bool
-	Got    int
+	Piece      int
+	OK         bool
+	Busy       time.Duration
+	Picked     bool
+	Got        int
+	InSwarm    time.Duration
+	Candidates []int // the FetchOrigin's, with InSwarm
 }
 
 // PeerRequest: the peer asked us for Piece (upload side).

@@ -351,6 +351,16 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		s.stats.OriginOK++
 		s.addPiece(e.Piece)
 		return
+	case e.InSwarm > 0:
+		// Left to the swarm: the peers the origin sent them to pass
+		// them on. Retried if they have not come by then.
+		s.stats.OriginInSwarm++
+		until := s.now.Add(e.InSwarm)
+		for _, j := range append([]int{e.Piece}, e.Candidates...) {
+			if s.valid(j) && until.After(s.pieces[j].retry) {
+				s.pieces[j].retry = until
+			}
+		}
 	case e.Busy > 0:
 		s.stats.OriginBusy++
 		if until := s.now.Add(e.Busy); until.After(s.busyUntil) {

@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -130,5 +131,74 @@ func TestOriginLoneFullPipeline(t *testing.T) {
 	}
 	if len(s.originReqs) != want {
 		t.Errorf("%d origin fetches in flight, want %d", len(s.originReqs), want)
+	}
+}
+
+// TestOriginInSwarm: an origin answer "in swarm" keeps the piece asked and
+// the fetch's candidates off the origin for its wait, but not the other
+// pieces; once the wait is over, a piece the swarm did not bring is
+// fetched again.
+func TestOriginInSwarm(t *testing.T) {
+	s := New(Config{NumPieces: 8, Seed: 1}, nil, t0)
+	s.Start(t0)
+	now := t0
+	seen := map[int]bool{}
+	var pending []int
+	var first FetchOrigin
+	for _, a := range s.Step(TrackerPeers{SwarmSize: 1}, now) {
+		if f, ok := a.(FetchOrigin); ok {
+			if first.Candidates == nil {
+				first = f
+			} else {
+				pending = append(pending, f.Piece)
+			}
+		}
+	}
+	if len(first.Candidates) < 2 {
+		t.Fatalf("origin fetch on the tracker's answer offers %v", first.Candidates)
+	}
+	// run answers every fetch with its piece and ticks, slice by slice,
+	// until end; it records the pieces fetched.
+	run := func(end time.Time) {
+		for now.Before(end) {
+			var next []int
+			for _, p := range pending {
+				next = append(next, fetches(s.Step(OriginResult{Piece: p, OK: true}, now))...)
+			}
+			now = now.Add(s.cfg.OriginSlice)
+			pending = append(next, fetches(s.Step(Tick{}, now))...)
+			for _, p := range pending {
+				seen[p] = true
+			}
+		}
+	}
+	// The origin says: the piece and two candidates (not fetched by us
+	// meanwhile) went to others just now.
+	held := []int{first.Piece}
+	for _, c := range first.Candidates {
+		if len(held) < 3 && !slices.Contains(pending, c) {
+			held = append(held, c)
+		}
+	}
+	const wait = 2 * time.Second
+	pending = append(pending, fetches(s.Step(OriginResult{Piece: first.Piece, InSwarm: wait, Candidates: held[1:]}, now))...)
+	run(t0.Add(wait - s.cfg.OriginSlice))
+	for _, p := range held {
+		if seen[p] {
+			t.Errorf("piece %d fetched from the origin within the in-swarm wait", p)
+		}
+	}
+	if len(seen) == 0 {
+		t.Error("no other piece fetched during the wait")
+	}
+	if st := s.Stats(); st.OriginInSwarm != 1 {
+		t.Errorf("Stats.OriginInSwarm = %d, want 1", st.OriginInSwarm)
+	}
+	// After the wait they may go again; the swarm did not bring them.
+	run(now.Add(5 * time.Second))
+	for _, p := range held {
+		if !seen[p] {
+			t.Errorf("piece %d never fetched again after the wait", p)
+		}
 	}
 }

@@ -249,6 +249,7 @@ type Stats struct {
 	// OriginFetches counts FetchOrigin actions by reason.
 	OriginFetches                        map[string]int
 	OriginOK, OriginErrors, OriginBusy   int
+	OriginInSwarm                        int // results saying the pieces were sent to others just now
 	OriginPicked                         int // OK results that brought another candidate (OriginResult.Picked)
 	OriginSlicesDrawn, OriginSlicesWon   int
 	OriginSlicesUsed                     int // won slices in which we fetched
