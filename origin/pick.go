@@ -39,11 +39,12 @@ import (
 // candidates or not. A pick answer carries no Retry-After, which tells it
 // from an overload answer (overloadanswer.go): the peer may go on fetching.
 //
-// When the piece it would send went out less than Config.ResendAfter ago,
-// and the request offered candidates (only a swarm peer does), every piece
-// the peer would take is already on its way through the swarm: another
-// copy from the origin would be origin upload spent twice, taken from the
-// pieces nobody has yet. The answer is then
+// When the piece it would send went out less than Config.ResendAfter ago
+// (counted from the end of its body, or from its request while it is
+// still being sent), and the request offered candidates (only a swarm peer
+// does), every piece the peer would take is already on its way through
+// the swarm: another copy from the origin would be origin upload spent
+// twice, taken from the pieces nobody has yet. The answer is then
 //
 //	503 Service Unavailable
 //	Stampede-In-Swarm: 1
@@ -167,6 +168,12 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		}
 		if swapped {
 			s.metrics.picksSwapped.Add(1)
+		}
+		// The resend window counts from the end of the body: a piece
+		// still on its way (a busy origin sends tens at once) is not in
+		// the swarm yet.
+		w.delivered = func() {
+			s.picks.with(m, time.Now(), fresh, func(l *sentLedger) { l.last[got] = time.Now().UnixNano() })
 		}
 	}
 	return false

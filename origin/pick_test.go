@@ -115,6 +115,32 @@ func TestPickInSwarm(t *testing.T) {
 	}
 }
 
+// TestPickInSwarmCountsFromDelivery: the resend window starts when a
+// piece's body has gone out, not when it was asked for: a piece that took
+// longer than the window to send is still refused right after.
+func TestPickInSwarmCountsFromDelivery(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 37)
+	writeFile(t, dir, "f", data, t0)
+	const window = 300 * time.Millisecond
+	ts := start(t, Config{Dir: dir, ResendAfter: window, Rate: 16 << 10})
+	m := ts.manifest(t, "/f")
+	// A first piece empties the rate limiter's burst; the next is shaped.
+	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
+		t.Fatalf("warm-up request: got piece %d", p)
+	}
+	begin := time.Now()
+	if _, p := ts.pieceGet(t, m, data, 0, "0"); p != 0 {
+		t.Fatalf("first request: got piece %d", p)
+	}
+	if took := time.Since(begin); took < 2*window {
+		t.Fatalf("piece 0 took %v to send; the test needs over %v", took, 2*window)
+	}
+	if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(InSwarmHeader) == "" {
+		t.Errorf("right after a slow send: %s, want 503 in swarm (the window counts from the end of the body)", res.Status)
+	}
+}
+
 // pieceGet asks for piece i offering cands, as a stampede peer does, and
 // returns the piece the response carries.
 func (ts *testServer) pieceGet(t *testing.T, m *manifest.Manifest, data []byte, i int, cands string, extra ...string) (*http.Response, int) {

@@ -41,8 +41,10 @@ type respWriter struct {
 	// bundle being served (overloadanswer.go).
 	source *pieceSource
 	// picked, if set, is told once whether the piece pickPiece chose goes
-	// out (a 206 admitted by the gate) or not (pick.go).
-	picked func(sent bool)
+	// out (a 206 admitted by the gate) or not (pick.go); delivered, if
+	// set, when its whole body has been written.
+	picked    func(sent bool)
+	delivered func()
 
 	status   int // 0 until the header is written
 	bytes    int64
@@ -232,6 +234,9 @@ func (w *respWriter) finish() {
 	if w.picked != nil { // no header was written: nothing went out
 		w.picked(false)
 		w.picked = nil
+	}
+	if w.delivered != nil && !w.conn.stalled && w.bytes == contentLength(w.Header()) {
+		w.delivered()
 	}
 	if w.conn.stalled {
 		w.s.metrics.stalled.Add(1)
