@@ -4,6 +4,8 @@ package sockopt
 
 import (
 	"net"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,4 +30,56 @@ func NotSentLowat(c net.Conn, n int) {
 	raw.Control(func(fd uintptr) {
 		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
 	})
+}
+
+// RecvLowat sets SO_RCVLOWAT on the socket raw controls to n bytes: the
+// kernel then reports the TCP socket readable (and wakes an epoll waiter)
+// only once n bytes are queued, or the peer closed, and grows the receive
+// buffer to hold them (tcp_set_rcvlowat). A non-blocking read still
+// returns what is queued. Use it only where RecvLowatSafe.
+func RecvLowat(raw syscall.RawConn, n int) error {
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, n)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// RecvLowatSafe reports whether this kernel wakes a reader below its
+// SO_RCVLOWAT mark when the receive window or memory runs short: Linux 5.7
+// and later. Older kernels could leave a reader asleep with less than the
+// mark queued and the window closed (fixed in 2020: "tcp: fix SO_RCVLOWAT
+// hangs with fat skbs" and "tcp: fix SO_RCVLOWAT possible hangs under high
+// mem pressure"), so the option stays unused there.
+var RecvLowatSafe = kernelAtLeast(5, 7)
+
+// kernelAtLeast reports whether the running kernel's release is at least
+// major.minor; false if it cannot tell.
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return releaseAtLeast(unix.ByteSliceToString(u.Release[:]), major, minor)
+}
+
+// releaseAtLeast compares a kernel release such as "6.1.0-18-amd64" or
+// "5.10rc1" with major.minor.
+func releaseAtLeast(release string, major, minor int) bool {
+	ma, rest, ok := strings.Cut(release, ".")
+	if !ok {
+		return false
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end >= 0 {
+		rest = rest[:end]
+	}
+	M, err1 := strconv.Atoi(ma)
+	m, err2 := strconv.Atoi(rest)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return M > major || M == major && m >= minor
 }

@@ -4,7 +4,18 @@
 // connections.
 package sockopt
 
-import "net"
+import (
+	"errors"
+	"net"
+	"syscall"
+)
 
 // NotSentLowat does nothing outside Linux (see sockopt_linux.go).
 func NotSentLowat(net.Conn, int) {}
+
+// RecvLowat is Linux only: elsewhere the poll semantics of SO_RCVLOWAT
+// differ.
+func RecvLowat(syscall.RawConn, int) error { return errors.ErrUnsupported }
+
+// RecvLowatSafe is false outside Linux.
+const RecvLowatSafe = false

@@ -38,3 +38,43 @@ func TestNotSentLowat(t *testing.T) {
 	defer b.Close()
 	NotSentLowat(a, 1)
 }
+
+func TestReleaseAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    bool
+	}{
+		{"5.7.0", true}, {"5.6.19", false}, {"6.1.0-18-amd64", true}, {"4.19.0", false},
+		{"5.10rc1", true}, {"5.6-custom", false}, {"10.0", true}, {"garbage", false}, {"5.", false},
+	} {
+		if got := releaseAtLeast(tc.release, 5, 7); got != tc.want {
+			t.Errorf("releaseAtLeast(%q, 5, 7) = %v, want %v", tc.release, got, tc.want)
+		}
+	}
+}
+
+func TestRecvLowat(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RecvLowat(raw, 40<<10); err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	var gerr error
+	raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT) })
+	if gerr != nil || got != 40<<10 {
+		t.Fatalf("SO_RCVLOWAT = %d, %v; want %d", got, gerr, 40<<10)
+	}
+}
