@@ -360,7 +360,9 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	case http.StatusServiceUnavailable:
 		if resp.Header.Get(inSwarmHeader) != "" && len(a.candidates) > 0 {
 			// Only an answer to our candidates: otherwise it is a 503
-			// like any other.
+			// like any other. Its short body is read, so the connection
+			// is kept for the next fetch.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			return &node.InSwarmError{Wait: retryAfter(resp.Header, time.Now())}
 		}
 		be := &busyError{wait: retryAfter(resp.Header, time.Now())}

@@ -32,27 +32,31 @@ import (
 // The origin sends the piece it has sent least often of the asked one and
 // the candidates; among equals, the one sent longest ago, and the asked
 // one, then the first offered, among those never sent (the peer offers a
-// random sample). So
-// concurrent fetchers of the crowd get pieces nobody has been sent yet as
-// long as their candidates include one. Every single-piece Range request
-// of a file whose manifest is cached counts as sending that piece, offered
-// candidates or not. A pick answer carries no Retry-After, which tells it
-// from an overload answer (overloadanswer.go): the peer may go on fetching.
+// random sample). So concurrent fetchers of the crowd get pieces nobody
+// has been sent yet as long as their candidates include one. Every
+// single-piece Range request of a file whose manifest is cached counts as
+// sending that piece, offered candidates or not, unless its body is cut
+// short. A pick answer carries no Retry-After, which tells it from an
+// overload answer (overloadanswer.go): the peer may go on fetching.
 //
-// When the piece it would send went out less than Config.ResendAfter ago
-// (counted from the end of its body, or from its request while it is
-// still being sent), and the request offered candidates (only a swarm peer
-// does), every piece the peer would take is already on its way through
-// the swarm: another copy from the origin would be origin upload spent
-// twice, taken from the pieces nobody has yet. The answer is then
+// A piece sent to a swarm peer (a request that offered candidates) less
+// than Config.ResendAfter ago, counted from the end of its body (or from
+// its request while it is still being sent), is on its way through the
+// swarm: another copy from the origin would be origin upload spent twice,
+// taken from the pieces nobody has yet. A swarm peer's request gets such a
+// piece only when it names no other; when every piece it names is such,
+// the answer is
 //
 //	503 Service Unavailable
 //	Stampede-In-Swarm: 1
-//	Retry-After: S                       (when the origin would send it again)
+//	Retry-After: S                       (when the first may be sent again)
 //
 // and the peer leaves those pieces to the swarm for S, still free to fetch
 // others. A piece whose copy is lost with a peer that left is sent again
-// once ResendAfter has passed.
+// once ResendAfter has passed. Sends to other clients (plain HTTP, get
+// --no-swarm) do not count here: the swarm does not have those pieces.
+// Nor is a request refused whose If-Range is not the file's ETag: a peer
+// with a stale manifest learns so from the 200 it gets.
 //
 // Only files served from a directory pick; in upstream mode the range
 // asked is forwarded as it is.
@@ -72,42 +76,73 @@ const maxPickCandidates = 256
 // file version.
 type sentLedger struct {
 	count []uint32
-	last  []int64 // UnixNano
+	last  []int64 // UnixNano of the last send to anyone
+	// swarm is the UnixNano of the last send to a swarm peer (a request
+	// that offered candidates): when its body went out in full, or when
+	// it was asked for while it is being sent. 0: never.
+	swarm []int64
 }
 
 func newSentLedger(n int) *sentLedger {
-	return &sentLedger{count: make([]uint32, n), last: make([]int64, n)}
+	return &sentLedger{count: make([]uint32, n), last: make([]int64, n), swarm: make([]int64, n)}
 }
 
 // choose returns the piece to send for a request asking for asked and
 // offering cands (indexes below the ledger's length) and records it as
-// sent; undo takes the record back if it is not sent after all. When cands
-// is not empty and even the piece sent longest ago among the fewest-sent
-// went out less than resendAfter ago (resendAfter > 0), nothing is
-// recorded and wait is how long until it may go again.
+// sent; undo takes the record back if it is not sent after all.
+//
+// For a swarm peer's request (cands not empty) and resendAfter > 0, the
+// pieces sent to swarm peers less than resendAfter ago come last: they are
+// on their way through the swarm. If all of them are, nothing is recorded
+// and wait is how long until the first may go again.
 func (l *sentLedger) choose(asked int, cands []int, now time.Time, resendAfter time.Duration) (piece int, undo func(), wait time.Duration) {
-	// Fewest sends first, then the one sent longest ago (more likely lost
-	// with a peer that left than one still on its way into the swarm).
-	// Strict comparisons keep the asked piece on a tie: unsent, it is as
-	// new as any, and the peer's choice respects its own preferences.
+	swarm, t := len(cands) > 0, now.UnixNano()
+	recent := func(i int) bool {
+		return swarm && resendAfter > 0 && l.swarm[i] != 0 && t-l.swarm[i] < int64(resendAfter)
+	}
+	// Then fewest sends first, then the one sent longest ago (more likely
+	// lost with a peer that left than one still on its way into the
+	// swarm). Strict comparisons keep the asked piece on a tie: unsent,
+	// it is as new as any, and the peer's choice respects its own
+	// preferences.
+	better := func(c, b int) bool {
+		if rc, rb := recent(c), recent(b); rc != rb {
+			return rb
+		}
+		return l.count[c] < l.count[b] || l.count[c] == l.count[b] && l.last[c] < l.last[b]
+	}
 	best := asked
 	for _, c := range cands {
-		if l.count[c] < l.count[best] || l.count[c] == l.count[best] && l.last[c] < l.last[best] {
+		if better(c, best) {
 			best = c
 		}
 	}
-	last := l.last[best]
-	if len(cands) > 0 && resendAfter > 0 && l.count[best] > 0 {
-		if age := now.Sub(time.Unix(0, last)); age < resendAfter {
-			return best, nil, resendAfter - age
+	if recent(best) {
+		wait = time.Duration(l.swarm[asked] + int64(resendAfter) - t)
+		for _, c := range cands {
+			wait = min(wait, time.Duration(l.swarm[c]+int64(resendAfter)-t))
 		}
+		return best, nil, wait
 	}
+	last, sw := l.last[best], l.swarm[best]
 	l.count[best]++
-	l.last[best] = now.UnixNano()
+	l.last[best] = t
+	if swarm {
+		l.swarm[best] = t
+	}
 	return best, func() {
 		l.count[best]--
-		l.last[best] = last
+		l.last[best], l.swarm[best] = last, sw
 	}, 0
+}
+
+// delivered records that the body of piece went out in full, to a swarm
+// peer if swarm: its resend window counts from now.
+func (l *sentLedger) delivered(piece int, swarm bool, now time.Time) {
+	l.last[piece] = now.UnixNano()
+	if swarm {
+		l.swarm[piece] = now.UnixNano()
+	}
 }
 
 // pickPiece records the piece r asks for in the file's ledger and, when r
@@ -135,8 +170,13 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		wait  time.Duration
 	)
 	fresh := func() *sentLedger { return newSentLedger(m.NumPieces()) }
+	resend := s.cfg.ResendAfter
+	if ir := r.Header.Get("If-Range"); ir != "" && ir != w.Header().Get("Etag") {
+		// Likely a stale manifest: the 200 it gets tells the peer so.
+		resend = 0
+	}
 	s.picks.with(m, now, fresh, func(l *sentLedger) {
-		got, undo, wait = l.choose(asked, cands, now, s.cfg.ResendAfter)
+		got, undo, wait = l.choose(asked, cands, now, resend)
 		again = l.count[got] > 1
 	})
 	if wait > 0 {
@@ -171,9 +211,15 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		}
 		// The resend window counts from the end of the body: a piece
 		// still on its way (a busy origin sends tens at once) is not in
-		// the swarm yet.
-		w.delivered = func() {
-			s.picks.with(m, time.Now(), fresh, func(l *sentLedger) { l.last[got] = time.Now().UnixNano() })
+		// the swarm yet. A body cut short did not send the piece.
+		w.delivered = func(complete bool) {
+			s.picks.with(m, time.Now(), fresh, func(l *sentLedger) {
+				if complete {
+					l.delivered(got, len(cands) > 0, time.Now())
+				} else {
+					undo()
+				}
+			})
 		}
 	}
 	return false

@@ -1,7 +1,9 @@
 package origin
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -73,6 +75,22 @@ func TestSentLedgerResendAfter(t *testing.T) {
 	if p, _, wait := l.choose(1, []int{0}, t0.Add(3*time.Second), after); p != 0 || wait != 0 {
 		t.Fatalf("after resendAfter: got %d, wait %v, want piece 0 at once", p, wait)
 	}
+	// Fewer sends do not outweigh being on its way: 0 went to swarm peers
+	// twice long ago, 1 once just now; 0 goes.
+	l = newSentLedger(2)
+	l.choose(0, []int{0}, t0, after)
+	l.choose(0, []int{0}, t0.Add(5*time.Second), after)
+	l.choose(1, []int{1}, t0.Add(9*time.Second), after)
+	if p, _, wait := l.choose(0, []int{1}, t0.Add(10*time.Second), after); p != 0 || wait != 0 {
+		t.Fatalf("asked piece old, candidate recent but sent fewer times: got %d, wait %v, want 0 at once", p, wait)
+	}
+	// Sends to plain clients (no candidates) do not put a piece in the
+	// swarm: 1 went to a plain client just now, and a swarm peer gets it.
+	l = newSentLedger(2)
+	l.choose(1, nil, t0, after)
+	if p, _, wait := l.choose(1, []int{1}, t0.Add(time.Second), after); p != 1 || wait != 0 {
+		t.Fatalf("piece sent to a plain client just now: got %d, wait %v, want 1 at once", p, wait)
+	}
 }
 
 // TestPickInSwarm: a swarm peer asking for pieces the origin sent just now
@@ -138,6 +156,51 @@ func TestPickInSwarmCountsFromDelivery(t *testing.T) {
 	}
 	if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(InSwarmHeader) == "" {
 		t.Errorf("right after a slow send: %s, want 503 in swarm (the window counts from the end of the body)", res.Status)
+	}
+}
+
+// TestPickInSwarmCutShort: a piece whose body the peer stopped taking did
+// not go out: it is not "in the swarm", and the next swarm peer gets it.
+func TestPickInSwarmCutShort(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(32<<20, 41) // 64 KiB pieces: several limiter chunks each
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir, ResendAfter: time.Minute, Rate: 64 << 10})
+	m := ts.manifest(t, "/f")
+	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 { // empties the limiter's burst
+		t.Fatalf("warm-up request: got piece %d", p)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, "GET", ts.url+"/f", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", m.PieceLen(0)-1))
+	req.Header.Set(CandidatesHeader, "0")
+	res, err := ts.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusPartialContent {
+		t.Fatalf("first request: %s", res.Status)
+	}
+	if _, err := io.ReadFull(res.Body, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the peer gives up a few bytes into the piece
+	res.Body.Close()
+	// The origin notices when its next write fails; until then the piece
+	// is on its way and refused.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, p := ts.pieceGet(t, m, data, 0, "0")
+		if p == 0 {
+			break
+		}
+		if res.Header.Get(InSwarmHeader) == "" || time.Now().After(deadline) {
+			t.Fatalf("after the first body was cut short: %s (in swarm %q), want piece 0", res.Status, res.Header.Get(InSwarmHeader))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

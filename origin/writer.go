@@ -41,10 +41,10 @@ type respWriter struct {
 	// bundle being served (overloadanswer.go).
 	source *pieceSource
 	// picked, if set, is told once whether the piece pickPiece chose goes
-	// out (a 206 admitted by the gate) or not (pick.go); delivered, if
-	// set, when its whole body has been written.
+	// out (a 206 admitted by the gate) or not (pick.go); then delivered,
+	// when the handler is done, whether its whole body was written.
 	picked    func(sent bool)
-	delivered func()
+	delivered func(complete bool)
 
 	status   int // 0 until the header is written
 	bytes    int64
@@ -235,8 +235,8 @@ func (w *respWriter) finish() {
 		w.picked(false)
 		w.picked = nil
 	}
-	if w.delivered != nil && !w.conn.stalled && w.bytes == contentLength(w.Header()) {
-		w.delivered()
+	if w.delivered != nil {
+		w.delivered(!w.conn.stalled && w.bytes == contentLength(w.Header()))
 	}
 	if w.conn.stalled {
 		w.s.metrics.stalled.Add(1)

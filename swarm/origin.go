@@ -39,7 +39,10 @@ import (
 //   - A piece peers have that has not come for StallAfter may be fetched
 //     too (reason "stalled"), one at a time, still only in a slice we hold.
 //   - A 503 stops all origin use for its Retry-After; an error makes the
-//     piece wait one slice before it may be fetched again.
+//     piece wait one slice before it may be fetched again. An "in swarm"
+//     503 (the origin sent the piece and the candidates to other peers
+//     just now) keeps only those pieces off the origin, for its wait,
+//     unless one becomes preferred.
 
 func (s *Scheduler) useOrigin() {
 	if s.have.Complete() || !s.trackerKnown() {
@@ -235,6 +238,12 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && (!suspects || s.heldByTrusted(i))) {
 			continue
 		}
+		// A piece the origin sent others just now waits for the swarm,
+		// unless it is needed now (a preferred fetch offers no
+		// candidates, so the origin does not refuse it).
+		if s.now.Before(ps.inSwarm) && !s.preferred(i) {
+			continue
+		}
 		// A uniform sample of the eligible pieces (reservoir), the
 		// chosen one among them; it is taken out below.
 		if eligible++; len(cands) < maxOriginCandidates+1 {
@@ -357,8 +366,8 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		s.stats.OriginInSwarm++
 		until := s.now.Add(e.InSwarm)
 		for _, j := range append([]int{e.Piece}, e.Candidates...) {
-			if s.valid(j) && until.After(s.pieces[j].retry) {
-				s.pieces[j].retry = until
+			if s.valid(j) && until.After(s.pieces[j].inSwarm) {
+				s.pieces[j].inSwarm = until
 			}
 		}
 	case e.Busy > 0:

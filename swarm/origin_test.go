@@ -181,7 +181,10 @@ func TestOriginInSwarm(t *testing.T) {
 		}
 	}
 	const wait = 2 * time.Second
-	pending = append(pending, fetches(s.Step(OriginResult{Piece: first.Piece, InSwarm: wait, Candidates: held[1:]}, now))...)
+	for _, p := range fetches(s.Step(OriginResult{Piece: first.Piece, InSwarm: wait, Candidates: held[1:]}, now)) {
+		seen[p] = true
+		pending = append(pending, p)
+	}
 	run(t0.Add(wait - s.cfg.OriginSlice))
 	for _, p := range held {
 		if seen[p] {
@@ -200,5 +203,59 @@ func TestOriginInSwarm(t *testing.T) {
 		if !seen[p] {
 			t.Errorf("piece %d never fetched again after the wait", p)
 		}
+	}
+}
+
+// TestOriginInSwarmPreferred: a piece the origin said was in the swarm is
+// still fetched at once when it becomes preferred (a reader waits for it);
+// that fetch offers no candidates, so the origin sends it.
+func TestOriginInSwarmPreferred(t *testing.T) {
+	s := New(Config{NumPieces: 64, Seed: 1}, nil, t0)
+	s.Start(t0)
+	now := t0
+	var first *FetchOrigin
+	var got *FetchOrigin
+	// step applies ev and answers every origin fetch but the watched
+	// piece's with the piece, so the pipeline has room.
+	var step func(ev Event)
+	step = func(ev Event) {
+		for _, a := range s.Step(ev, now) {
+			f, ok := a.(FetchOrigin)
+			switch {
+			case !ok:
+			case first == nil && len(f.Candidates) > 0:
+				first = &f
+				step(OriginResult{Piece: f.Piece, InSwarm: time.Minute})
+			case first != nil && f.Piece == first.Piece:
+				got = &f
+			default:
+				step(OriginResult{Piece: f.Piece, OK: true})
+			}
+		}
+	}
+	step(TrackerPeers{SwarmSize: 1})
+	if first == nil {
+		t.Fatal("no origin fetch with candidates on the tracker's answer")
+	}
+	for range 4 {
+		now = now.Add(s.cfg.OriginSlice)
+		step(Tick{})
+	}
+	if got != nil {
+		t.Fatalf("piece %d fetched again within the in-swarm wait before it was preferred", first.Piece)
+	}
+	step(Prefer{From: first.Piece, Count: 1})
+	for range 8 {
+		if got != nil {
+			break
+		}
+		now = now.Add(s.cfg.OriginSlice)
+		step(Tick{})
+	}
+	if got == nil {
+		t.Fatalf("preferred piece %d not fetched within 2 s of an in-swarm answer with a minute's wait", first.Piece)
+	}
+	if len(got.Candidates) != 0 {
+		t.Errorf("the preferred fetch offers candidates %v: the origin could refuse it", got.Candidates)
 	}
 }

@@ -32,6 +32,11 @@ clients when no piece can be given, gets 503 with Retry-After. A client that sto
 reading has its response ended after --write-idle-timeout, which frees its slot;
 a slow one still reading (about 2 KiB/s or more) is not cut.
 
+Swarm peers' piece requests name the other pieces they would take; the origin
+sends the one it has sent least, and answers 503 "in swarm" when all of them
+went to other swarm peers less than --resend-after ago: those peers are
+passing them on, and another copy would cost the origin's link twice.
+
 Pages: an HTML page of DIR (.html, .htm) links its bundle (rel="stampede-bundle"):
 /.well-known/stampede/bundle/PATH is the page and its same-origin assets in one
 file, swarmed like any other, and /.well-known/stampede/bundle-index/PATH lists
@@ -46,6 +51,8 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
 	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
 	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
+	resendAfter := fs.Duration("resend-after", origin.DefaultResendAfter,
+		"answer a swarm peer 503 \"in swarm\" for pieces sent to other peers less than this long ago (0: always send them again)")
 	writeIdle := fs.Duration("write-idle-timeout", origin.DefaultWriteIdleTimeout,
 		"end a response whose client takes none of its bytes for this long, freeing its slot (0: never)")
 	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR`, swept of those of files gone or changed and kept under 256 MiB (default: the user cache directory's stampede/manifests)")
@@ -66,6 +73,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		OverloadCopies:    *overloadCopies,
 		OverloadWindow:    *overloadWindow,
 		WriteIdleTimeout:  *writeIdle,
+		ResendAfter:       *resendAfter,
 		CacheDir:          *cacheDir,
 		Warm:              *warm,
 		Logger:            e.logger(*quiet),
@@ -86,12 +94,17 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		return usageErrorf("--overload-window must be positive, got %v", *overloadWindow)
 	case *writeIdle < 0:
 		return usageErrorf("--write-idle-timeout must not be negative, got %v", *writeIdle)
+	case *resendAfter < 0:
+		return usageErrorf("--resend-after must not be negative, got %v", *resendAfter)
 	}
 	if *overloadTransfers == 0 {
 		cfg.OverloadTransfers = -1 // off
 	}
 	if *writeIdle == 0 {
 		cfg.WriteIdleTimeout = -1 // never
+	}
+	if *resendAfter == 0 {
+		cfg.ResendAfter = -1 // always send again
 	}
 	var what string
 	switch {

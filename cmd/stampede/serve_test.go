@@ -42,6 +42,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--overload-copies", "0"},
 		{dir, "--overload-window", "0s"},
 		{dir, "--write-idle-timeout", "-1s"},
+		{dir, "--resend-after", "-1s"},
 		{dir, "--no-such-flag"},
 		{dir, "--cache-dir", filepath.Join(dir, "cache")}, // never write into DIR
 		{dir, "--tracker", "udp://tracker.example:6969"},
@@ -134,7 +135,7 @@ func TestServeHelp(t *testing.T) {
 		t.Fatalf("help serve: exit %d", code)
 	}
 	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm", "-tracker", "-no-tracker",
-		"-overload-transfers", "-overload-copies", "-overload-window", "-write-idle-timeout", "stampede-bundle"} {
+		"-overload-transfers", "-overload-copies", "-overload-window", "-write-idle-timeout", "-resend-after", "stampede-bundle"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
 		}
