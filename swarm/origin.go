@@ -10,10 +10,10 @@ import (
 //   - Time is cut into slices of OriginSlice. At the start of each slice we
 //     draw: we hold the origin for the slice with probability min(1, k/n),
 //     n = max(the tracker's swarm size less the peers seen leaving since,
-//     connected peers + 1) (swarmN), scaled down by 4·OriginSlice/d when
-//     our origin fetches take d > 4·OriginSlice (they outlive the slice
+//     connected peers + 1) (swarmN), scaled down by 8·OriginSlice/d when
+//     our origin fetches take d > 8·OriginSlice (they outlive the slice
 //     they start in) and n > k. So about k peers of the swarm hold the
-//     origin at any moment, and the fetches of at most about 4k are in
+//     origin at any moment, and the fetches of at most about 8k are in
 //     flight, however large n is and however slow the origin; a lone
 //     downloader (n = 1) always holds it. The first draw waits for the
 //     tracker's answer (or TrackerWait), so a flash crowd does not all
@@ -148,7 +148,7 @@ func (s *Scheduler) originFetchTime() time.Duration {
 
 // originHold is how many slices' holders may have fetches in flight at
 // once before the draw is scaled down (see drawSlice).
-const originHold = 4
+const originHold = 8
 
 func (s *Scheduler) drawSlice() {
 	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN()))
@@ -156,7 +156,10 @@ func (s *Scheduler) drawSlice() {
 	// d > OriginSlice, the holders of d/OriginSlice slices have theirs in
 	// flight at once. Up to originHold that is welcome (it keeps a
 	// saturated origin's link busy: scaling from OriginSlice on cut the
-	// testbed's origin to two thirds of its link); beyond, scale the draw
+	// testbed's origin to two thirds of its link, and from 4 slices on
+	// left it idle a third of the time for seconds in a crowd of 50,
+	// whose peers each time their fetches rarely, so the scaled-down
+	// draw outlived the queue); beyond, scale the draw
 	// down, so that a slower origin does not get ever more fetches at
 	// once, which would make it slower still. With n <= k everyone may
 	// hold the origin all the time anyway.
