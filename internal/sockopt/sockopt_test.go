@@ -10,22 +10,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestNotSentLowat(t *testing.T) {
+// dialLoopback returns a TCP connection to a loopback listener, and its
+// raw connection.
+func dialLoopback(t *testing.T) (net.Conn, syscall.RawConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	NotSentLowat(c, 48<<10)
+	t.Cleanup(func() { c.Close() })
 	raw, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, raw
+}
+
+func TestNotSentLowat(t *testing.T) {
+	c, raw := dialLoopback(t)
+	NotSentLowat(c, 48<<10)
 	var got int
 	var gerr error
 	raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) })
@@ -54,20 +62,7 @@ func TestReleaseAtLeast(t *testing.T) {
 }
 
 func TestRecvLowat(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	raw, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, raw := dialLoopback(t)
 	if err := RecvLowat(raw, 40<<10); err != nil {
 		t.Fatal(err)
 	}
