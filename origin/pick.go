@@ -40,9 +40,9 @@ import (
 // overload answer (overloadanswer.go): the peer may go on fetching.
 //
 // A piece sent to a swarm peer (a request that offered candidates) less
-// than Config.ResendAfter ago, counted from the end of its body (or from
-// its request while it is still being sent), is on its way through the
-// swarm: another copy from the origin would be origin upload spent twice,
+// than Config.ResendAfter ago, counted from the end of its body, or still
+// being sent to one (for at most 4 windows from its request), is on its
+// way through the swarm: another copy from the origin would be origin upload spent twice,
 // taken from the pieces nobody has yet. A swarm peer's request gets such a
 // piece only when it names no other; when every piece it names is such,
 // the answer is
@@ -81,24 +81,44 @@ type sentLedger struct {
 	// that offered candidates): when its body went out in full, or when
 	// it was asked for while it is being sent. 0: never.
 	swarm []int64
+	// sending counts the sends to swarm peers under way.
+	sending []uint16
 }
 
 func newSentLedger(n int) *sentLedger {
-	return &sentLedger{count: make([]uint32, n), last: make([]int64, n), swarm: make([]int64, n)}
+	return &sentLedger{count: make([]uint32, n), last: make([]int64, n), swarm: make([]int64, n), sending: make([]uint16, n)}
 }
+
+// sendingHold bounds, in resend windows from its request, how long a send
+// to a swarm peer still under way keeps its piece "recent": a busy origin's
+// sends take seconds, but a stuck one (ended only by the write idle
+// timeout) must not hold the piece from the rest of the swarm that long.
+const sendingHold = 4
 
 // choose returns the piece to send for a request asking for asked and
 // offering cands (indexes below the ledger's length) and records it as
 // sent; undo takes the record back if it is not sent after all.
 //
 // For a swarm peer's request (cands not empty) and resendAfter > 0, the
-// pieces sent to swarm peers less than resendAfter ago come last: they are
-// on their way through the swarm. If all of them are, nothing is recorded
-// and wait is how long until the first may go again.
+// pieces on their way through the swarm come last: sent to a swarm peer
+// less than resendAfter ago, or still being sent to one (for at most
+// sendingHold windows). If all of them are, nothing is recorded and wait
+// is how long until the first may go again.
 func (l *sentLedger) choose(asked int, cands []int, now time.Time, resendAfter time.Duration) (piece int, undo func(), wait time.Duration) {
-	swarm, t := len(cands) > 0, now.UnixNano()
+	swarm, t, ra := len(cands) > 0, now.UnixNano(), int64(resendAfter)
 	recent := func(i int) bool {
-		return swarm && resendAfter > 0 && l.swarm[i] != 0 && t-l.swarm[i] < int64(resendAfter)
+		if !swarm || ra <= 0 || l.swarm[i] == 0 {
+			return false
+		}
+		age := t - l.swarm[i]
+		return age < ra || l.sending[i] > 0 && age < sendingHold*ra
+	}
+	// again is when a recent piece i may go again (UnixNano).
+	again := func(i int) int64 {
+		if age := t - l.swarm[i]; age < ra {
+			return l.swarm[i] + ra
+		}
+		return min(t+ra, l.swarm[i]+sendingHold*ra) // still being sent
 	}
 	// Then fewest sends first, then the one sent longest ago (more likely
 	// lost with a peer that left than one still on its way into the
@@ -118,30 +138,43 @@ func (l *sentLedger) choose(asked int, cands []int, now time.Time, resendAfter t
 		}
 	}
 	if recent(best) {
-		wait = time.Duration(l.swarm[asked] + int64(resendAfter) - t)
+		next := again(asked)
 		for _, c := range cands {
-			wait = min(wait, time.Duration(l.swarm[c]+int64(resendAfter)-t))
+			next = min(next, again(c))
 		}
-		return best, nil, wait
+		return best, nil, time.Duration(next - t)
 	}
 	last, sw := l.last[best], l.swarm[best]
 	l.count[best]++
 	l.last[best] = t
 	if swarm {
 		l.swarm[best] = t
+		l.sending[best]++
 	}
 	return best, func() {
+		// Later sends of the same piece may have been recorded since:
+		// their times stay.
 		l.count[best]--
-		l.last[best], l.swarm[best] = last, sw
+		if l.last[best] == t {
+			l.last[best] = last
+		}
+		if swarm {
+			l.sending[best]--
+			if l.swarm[best] == t {
+				l.swarm[best] = sw
+			}
+		}
 	}, 0
 }
 
 // delivered records that the body of piece went out in full, to a swarm
-// peer if swarm: its resend window counts from now.
+// peer if swarm (a send choose recorded): its resend window counts from
+// now.
 func (l *sentLedger) delivered(piece int, swarm bool, now time.Time) {
 	l.last[piece] = now.UnixNano()
 	if swarm {
 		l.swarm[piece] = now.UnixNano()
+		l.sending[piece]--
 	}
 }
 

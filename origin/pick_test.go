@@ -53,10 +53,18 @@ func TestSentLedgerResendAfter(t *testing.T) {
 	l := newSentLedger(4)
 	t0 := time.Unix(1000, 0)
 	const after = 3 * time.Second
-	if p, _, wait := l.choose(0, []int{1}, t0, after); p != 0 || wait != 0 {
+	// send is a choose whose body goes out at once.
+	send := func(l *sentLedger, asked int, cands []int, at time.Time) (int, time.Duration) {
+		p, undo, wait := l.choose(asked, cands, at, after)
+		if undo != nil {
+			l.delivered(p, len(cands) > 0, at)
+		}
+		return p, wait
+	}
+	if p, wait := send(l, 0, []int{1}, t0); p != 0 || wait != 0 {
 		t.Fatalf("unsent: got %d, wait %v", p, wait)
 	}
-	if p, _, wait := l.choose(0, []int{1}, t0.Add(time.Second), after); p != 1 || wait != 0 {
+	if p, wait := send(l, 0, []int{1}, t0.Add(time.Second)); p != 1 || wait != 0 {
 		t.Fatalf("one unsent candidate: got %d, wait %v", p, wait)
 	}
 	// 0 went out at 0 s and 1 at 1 s: at 2 s the oldest may go at 3 s.
@@ -68,27 +76,54 @@ func TestSentLedgerResendAfter(t *testing.T) {
 		t.Fatalf("a refused request counted as sent: counts %v", l.count)
 	}
 	// No candidates: not a swarm peer's pick, the piece asked goes.
-	if p, _, wait := l.choose(1, nil, t0.Add(2*time.Second), after); p != 1 || wait != 0 {
+	if p, wait := send(l, 1, nil, t0.Add(2*time.Second)); p != 1 || wait != 0 {
 		t.Fatalf("no candidates: got %d, wait %v", p, wait)
 	}
 	// Past resendAfter the copy sent longest ago goes again.
-	if p, _, wait := l.choose(1, []int{0}, t0.Add(3*time.Second), after); p != 0 || wait != 0 {
+	if p, wait := send(l, 1, []int{0}, t0.Add(3*time.Second)); p != 0 || wait != 0 {
 		t.Fatalf("after resendAfter: got %d, wait %v, want piece 0 at once", p, wait)
 	}
 	// Fewer sends do not outweigh being on its way: 0 went to swarm peers
 	// twice long ago, 1 once just now; 0 goes.
 	l = newSentLedger(2)
-	l.choose(0, []int{0}, t0, after)
-	l.choose(0, []int{0}, t0.Add(5*time.Second), after)
-	l.choose(1, []int{1}, t0.Add(9*time.Second), after)
-	if p, _, wait := l.choose(0, []int{1}, t0.Add(10*time.Second), after); p != 0 || wait != 0 {
+	send(l, 0, []int{0}, t0)
+	send(l, 0, []int{0}, t0.Add(5*time.Second))
+	send(l, 1, []int{1}, t0.Add(9*time.Second))
+	if p, wait := send(l, 0, []int{1}, t0.Add(10*time.Second)); p != 0 || wait != 0 {
 		t.Fatalf("asked piece old, candidate recent but sent fewer times: got %d, wait %v, want 0 at once", p, wait)
+	}
+	// A send still under way keeps its piece off past the window, for at
+	// most sendingHold windows from its request.
+	l = newSentLedger(1)
+	l.choose(0, []int{0}, t0, after)
+	if _, _, wait := l.choose(0, []int{0}, t0.Add(4*time.Second), after); wait != after {
+		t.Fatalf("piece still being sent after 4 s: wait %v, want %v", wait, after)
+	}
+	if p, _, wait := l.choose(0, []int{0}, t0.Add(sendingHold*after), after); p != 0 || wait != 0 {
+		t.Fatalf("piece still being sent after %d windows: got %d, wait %v, want it sent again", sendingHold, p, wait)
+	}
+	// Undoing a send leaves a later send's record alone: 0 went to A at
+	// 0 s, to B at 13 s (A's send stuck past sendingHold windows), B's body
+	// was out at 14 s, then A's is cut short at 15 s: 0 is still on its
+	// way through the swarm.
+	l = newSentLedger(1)
+	_, undoA, _ := l.choose(0, []int{0}, t0, after)
+	if _, _, wait := l.choose(0, []int{0}, t0.Add(13*time.Second), after); wait != 0 {
+		t.Fatalf("second send at 13 s refused (wait %v)", wait)
+	}
+	l.delivered(0, true, t0.Add(14*time.Second))
+	undoA()
+	if _, _, wait := l.choose(0, []int{0}, t0.Add(15*time.Second), after); wait != 2*time.Second {
+		t.Fatalf("after B's delivery at 14 s and A's undo: wait %v, want 2s", wait)
+	}
+	if l.count[0] != 1 || l.sending[0] != 0 {
+		t.Fatalf("after the undo: count %d, sending %d; want 1 and 0", l.count[0], l.sending[0])
 	}
 	// Sends to plain clients (no candidates) do not put a piece in the
 	// swarm: 1 went to a plain client just now, and a swarm peer gets it.
 	l = newSentLedger(2)
-	l.choose(1, nil, t0, after)
-	if p, _, wait := l.choose(1, []int{1}, t0.Add(time.Second), after); p != 1 || wait != 0 {
+	send(l, 1, nil, t0)
+	if p, wait := send(l, 1, []int{1}, t0.Add(time.Second)); p != 1 || wait != 0 {
 		t.Fatalf("piece sent to a plain client just now: got %d, wait %v, want 1 at once", p, wait)
 	}
 }

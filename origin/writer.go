@@ -236,6 +236,8 @@ func (w *respWriter) finish() {
 		w.picked = nil
 	}
 	if w.delivered != nil {
+		// Written in full means handed to net/http and the kernel; the
+		// last buffered bytes are flushed after we return.
 		w.delivered(!w.conn.stalled && w.bytes == contentLength(w.Header()))
 	}
 	if w.conn.stalled {

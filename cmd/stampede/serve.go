@@ -33,8 +33,9 @@ reading has its response ended after --write-idle-timeout, which frees its slot;
 a slow one still reading (about 2 KiB/s or more) is not cut.
 
 Swarm peers' piece requests name the other pieces they would take; the origin
-sends the one it has sent least, and answers 503 "in swarm" when all of them
-went to other swarm peers less than --resend-after ago: those peers are
+sends one it has not sent to the swarm recently, the one sent least among
+those, and answers 503 "in swarm" when all of them went to other swarm peers
+less than --resend-after ago (or are still being sent): those peers are
 passing them on, and another copy would cost the origin's link twice.
 
 Pages: an HTML page of DIR (.html, .htm) links its bundle (rel="stampede-bundle"):
