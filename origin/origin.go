@@ -132,8 +132,9 @@ type Config struct {
 	OverloadWindow time.Duration
 
 	// ResendAfter: a swarm peer's piece request whose piece and candidates
-	// (pick.go) were all sent less than ResendAfter ago is answered 503,
-	// "in swarm", rather than sent again: the peers they went to are
+	// (pick.go) all went to swarm peers less than ResendAfter ago (from the
+	// end of their bodies), or are still being sent to one, is answered
+	// 503, "in swarm", rather than sent again: the peers they went to are
 	// passing them on. 0 means DefaultResendAfter; negative sends them
 	// again at once.
 	ResendAfter time.Duration

@@ -42,10 +42,10 @@ import (
 // A piece sent to a swarm peer (a request that offered candidates) less
 // than Config.ResendAfter ago, counted from the end of its body, or still
 // being sent to one (for at most 4 windows from its request), is on its
-// way through the swarm: another copy from the origin would be origin upload spent twice,
-// taken from the pieces nobody has yet. A swarm peer's request gets such a
-// piece only when it names no other; when every piece it names is such,
-// the answer is
+// way through the swarm: another copy from the origin would be origin
+// upload spent twice, taken from the pieces nobody has yet. A swarm peer's
+// request gets such a piece only when it names no other; when every piece
+// it names is such, the answer is
 //
 //	503 Service Unavailable
 //	Stampede-In-Swarm: 1

@@ -182,26 +182,17 @@ func (w *respWriter) overloaded() {
 	w.reject()
 }
 
-// reject answers 503 with Retry-After, dropping the headers already set for
-// the file: validators describe a representation, and this is not one.
+// reject answers 503 with Retry-After for an origin at its transfer limit.
 func (w *respWriter) reject() {
-	secs := int64((w.retry + time.Second - 1) / time.Second)
-	body := fmt.Sprintf("stampede: this origin is sending as many files as it may (%d); retry in %d s\n",
-		w.s.cfg.MaxTransfers, secs)
+	secs := retrySeconds(w.retry)
 	h := w.Header()
 	peers := h.Get(PeersHeader) // set by answerPiece when it found no piece to give
 	clear(h)
 	if peers != "" {
 		h.Set(PeersHeader, peers)
 	}
-	h.Set("Retry-After", strconv.FormatInt(secs, 10))
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	w.status = http.StatusServiceUnavailable
-	w.ResponseWriter.WriteHeader(w.status)
-	n, _ := io.WriteString(w.ResponseWriter, body)
-	w.count(int64(n))
+	w.write503(secs, fmt.Sprintf("stampede: this origin is sending as many files as it may (%d); retry in %d s\n",
+		w.s.cfg.MaxTransfers, secs))
 	w.s.metrics.rejectedOverload.Add(1)
 	w.s.log.Debug("answered 503", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
 }
@@ -210,22 +201,31 @@ func (w *respWriter) reject() {
 // would take was sent less than Config.ResendAfter ago, and may be sent
 // again in wait.
 func (w *respWriter) inSwarm(wait time.Duration) {
-	secs := int64((wait + time.Second - 1) / time.Second)
-	body := fmt.Sprintf("stampede: the pieces asked were all sent in the last %v; get them from the swarm, or ask again in %d s\n",
-		w.s.cfg.ResendAfter, secs)
+	secs := retrySeconds(wait)
+	clear(w.Header())
+	w.Header().Set(InSwarmHeader, "1")
+	w.decided = true // not a file body: the transfer gate has no say
+	w.write503(secs, fmt.Sprintf("stampede: the pieces asked were all sent in the last %v; get them from the swarm, or ask again in %d s\n",
+		w.s.cfg.ResendAfter, secs))
+	w.s.metrics.rejectedInSwarm.Add(1)
+}
+
+// retrySeconds is d as a Retry-After: whole seconds, rounded up.
+func retrySeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// write503 sends a 503 with Retry-After secs and a text body. The headers
+// set for the file were cleared by the caller (validators describe a
+// representation, and this is not one), which may have added its own.
+func (w *respWriter) write503(secs int64, body string) {
 	h := w.Header()
-	clear(h) // the file's validators describe a representation; this is not one
-	h.Set(InSwarmHeader, "1")
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
-	w.decided = true // not a file body: the transfer gate has no say
 	w.status = http.StatusServiceUnavailable
 	w.ResponseWriter.WriteHeader(w.status)
 	n, _ := io.WriteString(w.ResponseWriter, body)
 	w.count(int64(n))
-	w.s.metrics.rejectedInSwarm.Add(1)
 }
 
 // finish runs when the handler returns: it frees the transfer slot and

@@ -36,8 +36,8 @@ const needHint = 8 << 10
 
 // NotifyNeed has the Reader call f before it reads the rest of a frame
 // payload of needHint bytes or more (DATA frames, a large HAVESET) from its
-// stream, with the number of bytes
-// the frame still needs beyond what the Reader has buffered. A stream that
+// stream, with the number of bytes the frame still needs beyond what the
+// Reader has buffered. A stream that
 // can wait for that many bytes before waking its reader (a TCP socket's
 // SO_RCVLOWAT) then costs one wake-up per frame instead of one per few
 // segments. f must count the bytes the stream delivers and never wait for
