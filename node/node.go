@@ -141,10 +141,12 @@ type Node struct {
 	wg     sync.WaitGroup // connection and helper goroutines
 
 	// Owned by the loop goroutine.
-	batch    []swarm.Event
-	peers    map[swarm.PeerID]*peerConn
-	byPeerID map[wire.PeerID]swarm.PeerID
-	complete bool
+	batch []swarm.Event
+	// tickEvents are events a tick adds to its batch (pathRTTs).
+	tickEvents []swarm.Event
+	peers      map[swarm.PeerID]*peerConn
+	byPeerID   map[wire.PeerID]swarm.PeerID
+	complete   bool
 	// completedAt and lastUpload time the hand-over of a peer leaving at
 	// once (handedOver); uploading counts the pieces being written to
 	// peers now (the queues hold the others).
@@ -337,12 +339,15 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			n.schedStats()
 			n.measureUpload(now)
+			n.tickEvents = n.pathRTTs(now, n.tickEvents[:0])
 		case ev = <-n.events:
 		}
 		// Hand the scheduler everything already waiting in one batch: a
 		// busy swarm sends bursts of HAVE and START, and deciding once per
 		// burst instead of once per frame saves most of the CPU.
 		batch := append(n.batch[:0], ev)
+		batch = append(batch, n.tickEvents...)
+		n.tickEvents = n.tickEvents[:0]
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -536,6 +541,27 @@ func (n *Node) uploadsQueued() int {
 func (n *Node) maxUploadsQueued() int {
 	return max(minUploadsQueued, int(n.upRate*uploadQueueTime.Seconds()/float64(n.m.PieceSize)))
 }
+
+// pathRTTs appends a swarm.PathRTT for each connection whose round trip
+// without queues (sockopt.MinRTT) changed since it was last read, reading
+// each at most every pathRTTEvery (a connection without a reading yet, on
+// every tick). Transports that cannot tell give none.
+func (n *Node) pathRTTs(now time.Time, evs []swarm.Event) []swarm.Event {
+	for id, p := range n.peers {
+		if p.pathRTT > 0 && now.Sub(p.pathRTTAt) < pathRTTEvery {
+			continue
+		}
+		p.pathRTTAt = now
+		if rtt := sockopt.MinRTT(p.c); rtt > 0 && rtt != p.pathRTT {
+			p.pathRTT = rtt
+			evs = append(evs, swarm.PathRTT{Peer: id, RTT: rtt})
+		}
+	}
+	return evs
+}
+
+// pathRTTEvery is how often a connection's path RTT is read again.
+const pathRTTEvery = 2 * time.Second
 
 // measureUpload updates upRate, the bytes per second uploaded (a moving
 // average over about a second, of the ticks' samples).

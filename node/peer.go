@@ -42,6 +42,10 @@ type peerConn struct {
 	// lazyHaves are HAVEs held back for a while (see lazyHaveDelay); owned
 	// by the loop goroutine.
 	lazyHaves []int
+	// pathRTT is the path's round trip last reported to the scheduler, read
+	// at pathRTTAt (Node.pathRTTs); owned by the loop goroutine.
+	pathRTT   time.Duration
+	pathRTTAt time.Time
 	done      chan struct{}
 	once      sync.Once
 

@@ -132,6 +132,14 @@ type Uploaded struct {
 	Bytes int64
 }
 
+// PathRTT: the connection's round trip without queues, as the transport
+// measures it (TCP's minimum RTT), for sizing request pipelines
+// (Scheduler.depth). Transports that cannot tell send none.
+type PathRTT struct {
+	Peer PeerID
+	RTT  time.Duration
+}
+
 // Recommended: a peer recommended addresses, most recent first.
 type Recommended struct {
 	Peer  PeerID
@@ -175,6 +183,7 @@ func (Rejected) isEvent()     {}
 func (OriginResult) isEvent() {}
 func (PeerRequest) isEvent()  {}
 func (Uploaded) isEvent()     {}
+func (PathRTT) isEvent()      {}
 func (Unserved) isEvent()     {}
 func (Recommended) isEvent()  {}
 func (TrackerPeers) isEvent() {}

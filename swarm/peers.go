@@ -29,6 +29,7 @@ type peer struct {
 	rate         float64 // delivery rate, bytes/s (EWMA)
 	lat          time.Duration
 	idleRTT      time.Duration // fastest round trip before the first rate sample
+	pathRTT      time.Duration // the transport's RTT without queues (PathRTT), 0 if unknown
 	samples      int
 	lastRecv     time.Time
 	claimed      []int // pieces it claimed with START (may be stale)

@@ -107,12 +107,30 @@ func transferTime(b int64, rate float64) time.Duration {
 // depth is the number of requests to keep in flight to p: its
 // bandwidth-delay product in pieces, plus one so the pipe never drains while
 // a request travels; 2 before any sample, 1 while on probation.
+//
+// The delay is the path's round trip without queues (PathRTT) when the
+// transport tells it, and then the product is rounded down before the one
+// is added: a peer whose path holds less than a piece gets one request at a
+// time. Our measured latency includes the time our request waits at the
+// peer behind the pieces it sends to the others it serves, and pipelining
+// to cover that wait only queues a second request of ours behind the first:
+// every uploader of a crowd then holds twice the pieces, and each hop of a
+// piece through the swarm takes twice as long. The peer's link does not
+// idle while our next request travels: it is sending to the others. A path
+// that holds a piece or more still gets its product plus one, and a rate
+// held down by too shallow a pipe measures a product that fills the pipe,
+// so the depth still grows (from 1 to 2 at a product of one piece). The
+// flash crowds of docs/benchmarks.md ("fifth pass") finish sooner for it.
 func (s *Scheduler) depth(p *peer) int {
 	switch {
 	case p.probation:
 		return 1
 	case p.samples == 0 || p.rate <= 0:
 		return min(2, s.cfg.MaxDepth)
+	}
+	if p.pathRTT > 0 {
+		bdp := p.rate * p.pathRTT.Seconds() / s.avgLen
+		return min(int(bdp)+1, s.cfg.MaxDepth)
 	}
 	bdp := p.rate * p.lat.Seconds() / s.avgLen
 	return min(max(int(math.Ceil(bdp))+1, 1), s.cfg.MaxDepth)

@@ -38,6 +38,7 @@ import (
 //	request ID P                PeerRequest (the peer asks us)
 //	uploaded ID P [bytes=N]     Uploaded
 //	recommended ID A,B          Recommended
+//	rtt ID D                    PathRTT
 //	tracker size=N [peers=A,B]  TrackerPeers
 //	dialfailed A                DialFailed
 //	tick                        Tick
@@ -183,6 +184,12 @@ func (sc *scenario) exec(line string) (err error) {
 		ev = Uploaded{Peer: id(), Piece: num(1), Bytes: parseInt(kv["bytes"])}
 	case "recommended":
 		ev = Recommended{Peer: id(), Addrs: splitList(pos[1])}
+	case "rtt":
+		d, err := time.ParseDuration(pos[1])
+		if err != nil {
+			return err
+		}
+		ev = PathRTT{Peer: id(), RTT: d}
 	case "tracker":
 		ev = TrackerPeers{Addrs: splitList(kv["peers"]), SwarmSize: int(parseInt(kv["size"]))}
 	case "dialfailed":

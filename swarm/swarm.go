@@ -460,6 +460,10 @@ func (s *Scheduler) apply(ev Event) {
 		s.onPeerRequest(e)
 	case Uploaded:
 		s.onUploaded(e)
+	case PathRTT:
+		if p := s.peers[e.Peer]; p != nil && e.RTT > 0 {
+			p.pathRTT = e.RTT
+		}
 	case Unserved:
 		if p := s.peers[e.Peer]; p != nil && s.valid(e.Piece) {
 			p.served -= s.pieceLen(e.Piece)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +31,28 @@ func NotSentLowat(c net.Conn, n int) {
 	raw.Control(func(fd uintptr) {
 		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
 	})
+}
+
+// MinRTT is the connection's round trip without queues: TCP's minimum RTT
+// (tcpi_min_rtt, a windowed minimum over the last 5 minutes by default).
+// 0 if c is not TCP or the kernel has no sample yet.
+func MinRTT(c net.Conn) time.Duration {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	raw.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	})
+	if err != nil || info == nil || info.Min_rtt == 0 || info.Min_rtt == ^uint32(0) {
+		return 0
+	}
+	return time.Duration(info.Min_rtt) * time.Microsecond
 }
 
 // RecvLowat sets SO_RCVLOWAT on the socket raw controls to n bytes: the

@@ -8,10 +8,14 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // NotSentLowat does nothing outside Linux (see sockopt_linux.go).
 func NotSentLowat(net.Conn, int) {}
+
+// MinRTT is Linux only (TCP_INFO): 0, unknown, elsewhere.
+func MinRTT(net.Conn) time.Duration { return 0 }
 
 // RecvLowat is Linux only: elsewhere the poll semantics of SO_RCVLOWAT
 // differ.

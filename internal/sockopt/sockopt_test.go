@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,5 +72,28 @@ func TestRecvLowat(t *testing.T) {
 	raw.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT) })
 	if gerr != nil || got != 40<<10 {
 		t.Fatalf("SO_RCVLOWAT = %d, %v; want %d", got, gerr, 40<<10)
+	}
+}
+
+func TestMinRTT(t *testing.T) {
+	c, _ := dialLoopback(t)
+	// A round trip the kernel can time: our bytes, the peer's ACK.
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	var rtt time.Duration
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if rtt = MinRTT(c); rtt > 0 {
+			break
+		}
+	}
+	if rtt <= 0 || rtt > time.Second {
+		t.Fatalf("MinRTT on loopback = %v, want a sample above 0 and below 1s", rtt)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if got := MinRTT(a); got != 0 {
+		t.Fatalf("MinRTT of a pipe = %v, want 0", got)
 	}
 }
