@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/store"
@@ -99,5 +101,47 @@ func TestLatePieceKept(t *testing.T) {
 	}
 	if k := p.lateKept(); k > maxLateKept {
 		t.Fatalf("%d cancelled requests kept, want at most %d", k, maxLateKept)
+	}
+}
+
+// TestPathRTTs: the loop reports a TCP connection's round trip without
+// queues to the scheduler (swarm.PathRTT) once it has one, reads it again
+// only every pathRTTEvery and reports it only when it changed; a
+// connection that cannot tell (not TCP) gets none.
+func TestPathRTTs(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_INFO is read on Linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tcp, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	n := &Node{peers: map[swarm.PeerID]*peerConn{1: {c: tcp}, 2: {c: a}}}
+	now := time.Now()
+	evs := n.pathRTTs(now, nil)
+	if len(evs) != 1 {
+		t.Fatalf("first tick: %v, want one PathRTT, for peer 1", evs)
+	}
+	if e, ok := evs[0].(swarm.PathRTT); !ok || e.Peer != 1 || e.RTT <= 0 {
+		t.Fatalf("first tick: %#v, want a PathRTT above 0 for peer 1", evs[0])
+	}
+	if evs := n.pathRTTs(now.Add(pathRTTEvery/2), nil); len(evs) != 0 {
+		t.Fatalf("read again before pathRTTEvery: %v", evs)
+	}
+	n.peers[1].pathRTT++ // as if the kernel's minimum had changed since
+	if evs := n.pathRTTs(now.Add(pathRTTEvery), nil); len(evs) != 1 {
+		t.Fatalf("changed RTT after pathRTTEvery: %v, want it reported", evs)
+	}
+	if evs := n.pathRTTs(now.Add(2*pathRTTEvery), nil); len(evs) != 0 {
+		t.Fatalf("unchanged RTT reported again: %v", evs)
 	}
 }

@@ -222,6 +222,8 @@ func randomEvents(t testing.TB, seed uint64, n int) []string {
 			ev = TrackerPeers{Addrs: []string{addr(), addr()}, SwarmSize: 1 + rng.IntN(60)}
 		case k == 18:
 			ev = Recommended{Peer: anyPeer(), Addrs: []string{addr()}}
+		case k == 19 && rng.IntN(2) == 0:
+			ev = PathRTT{Peer: anyPeer(), RTT: time.Duration(rng.IntN(300)) * time.Millisecond}
 		default:
 			ev = DialFailed{Addr: addr()}
 		}

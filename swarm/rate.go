@@ -65,13 +65,27 @@ func (r *rateWin) sum(now time.Time) int64 {
 // that was not queued (EWMA, gain 1/4), an upper bound for one that was
 // (it can only lower the estimate). Before the first rate sample, the
 // fastest round trip is kept for the first latency estimate.
+//
+// With the path's RTT known (PathRTT), a piece that was not queued behind
+// ours is a rate sample too: it took the request-to-delivery time less the
+// path RTT, the share of the peer's link we got while it also served
+// others. One request at a time (depth) never delivers back to back, and
+// without these samples the rate, and so the depth, would stay where it
+// was when the pipeline shrank to one.
 func (p *peer) sample(r outReq, b int64, now time.Time) {
 	e := now.Sub(r.sent)
 	queued := false
 	if p.lastRecv.After(r.sent) {
 		queued = p.rate <= 0 || now.Sub(p.lastRecv) < 3*transferTime(b, p.rate)/2
 	}
-	if busy := now.Sub(p.lastRecv); queued && busy > 0 {
+	busy := now.Sub(p.lastRecv)
+	if !queued {
+		busy = 0
+		if p.pathRTT > 0 && p.rate > 0 {
+			busy = e - p.pathRTT
+		}
+	}
+	if busy > 0 {
 		rs := float64(b) / busy.Seconds()
 		if p.rate > 0 {
 			p.rate += (min(rs, 4*p.rate) - p.rate) / 4
@@ -109,18 +123,19 @@ func transferTime(b int64, rate float64) time.Duration {
 // a request travels; 2 before any sample, 1 while on probation.
 //
 // The delay is the path's round trip without queues (PathRTT) when the
-// transport tells it, and then the product is rounded down before the one
-// is added: a peer whose path holds less than a piece gets one request at a
-// time. Our measured latency includes the time our request waits at the
-// peer behind the pieces it sends to the others it serves, and pipelining
-// to cover that wait only queues a second request of ours behind the first:
-// every uploader of a crowd then holds twice the pieces, and each hop of a
-// piece through the swarm takes twice as long. The peer's link does not
-// idle while our next request travels: it is sending to the others. A path
-// that holds a piece or more still gets its product plus one, and a rate
-// held down by too shallow a pipe measures a product that fills the pipe,
-// so the depth still grows (from 1 to 2 at a product of one piece). The
-// flash crowds of docs/benchmarks.md ("fifth pass") finish sooner for it.
+// transport tells it, and the rate then our share of the peer's link (see
+// sample): a peer whose product is below a tenth of a piece (a short path,
+// or a link shared with many) gets one request at a time. Our measured
+// latency includes the time our request waits at the peer behind the
+// pieces it sends to the others it serves, and pipelining to cover that
+// wait only queues a second request of ours behind the first: every
+// uploader of a crowd then holds twice the pieces, and each hop of a piece
+// through the swarm takes twice as long, while the peer's link, busy with
+// the others, gains nothing. A peer we have to ourselves over a longer path
+// measures its whole link as our share, and gets its product plus one
+// (rounded up from a tenth: one request at a time would idle its link for
+// a round trip after each piece, half of it at a product near one).
+// docs/benchmarks.md, "Flash crowds, fifth pass", has the figures.
 func (s *Scheduler) depth(p *peer) int {
 	switch {
 	case p.probation:
@@ -130,7 +145,7 @@ func (s *Scheduler) depth(p *peer) int {
 	}
 	if p.pathRTT > 0 {
 		bdp := p.rate * p.pathRTT.Seconds() / s.avgLen
-		return min(int(bdp)+1, s.cfg.MaxDepth)
+		return min(int(bdp+0.9)+1, s.cfg.MaxDepth)
 	}
 	bdp := p.rate * p.lat.Seconds() / s.avgLen
 	return min(max(int(math.Ceil(bdp))+1, 1), s.cfg.MaxDepth)

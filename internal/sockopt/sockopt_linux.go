@@ -1,5 +1,5 @@
 // Package sockopt sets the socket options stampede tunes on its TCP
-// connections.
+// connections, and reads what it measures from them.
 package sockopt
 
 import (
@@ -46,10 +46,19 @@ func MinRTT(c net.Conn) time.Duration {
 		return 0
 	}
 	var info *unix.TCPInfo
-	raw.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	})
-	if err != nil || info == nil || info.Min_rtt == 0 || info.Min_rtt == ^uint32(0) {
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || gerr != nil {
+		return 0
+	}
+	return minRTT(info)
+}
+
+// minRTT reads tcpi_min_rtt (microseconds); the kernel reports none as 0
+// (also what a kernel too old to have the field leaves there) or ~0.
+func minRTT(info *unix.TCPInfo) time.Duration {
+	if info.Min_rtt == 0 || info.Min_rtt == ^uint32(0) {
 		return 0
 	}
 	return time.Duration(info.Min_rtt) * time.Microsecond

@@ -1,7 +1,7 @@
 //go:build !linux
 
 // Package sockopt sets the socket options stampede tunes on its TCP
-// connections.
+// connections, and reads what it measures from them.
 package sockopt
 
 import (

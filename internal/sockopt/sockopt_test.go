@@ -76,24 +76,43 @@ func TestRecvLowat(t *testing.T) {
 }
 
 func TestMinRTT(t *testing.T) {
-	c, _ := dialLoopback(t)
-	// A round trip the kernel can time: our bytes, the peer's ACK.
-	if _, err := c.Write([]byte("ping")); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	var rtt time.Duration
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if rtt = MinRTT(c); rtt > 0 {
-			break
-		}
+	defer ln.Close()
+	// The handshake is the first sample: connect returns once the SYN's
+	// round trip is over, so the minimum is within the dial's time.
+	start := time.Now()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	dial := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rtt <= 0 || rtt > time.Second {
-		t.Fatalf("MinRTT on loopback = %v, want a sample above 0 and below 1s", rtt)
+	defer c.Close()
+	if rtt := MinRTT(c); rtt < time.Microsecond || rtt > dial {
+		t.Fatalf("MinRTT on loopback = %v, want 1µs to %v (the dial's time)", rtt, dial)
 	}
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
 	if got := MinRTT(a); got != 0 {
 		t.Fatalf("MinRTT of a pipe = %v, want 0", got)
+	}
+}
+
+func TestMinRTTUnits(t *testing.T) {
+	for _, tc := range []struct {
+		us   uint32
+		want time.Duration
+	}{
+		{0, 0},          // no sample
+		{^uint32(0), 0}, // no sample either
+		{1500, 1500 * time.Microsecond},
+		{1, time.Microsecond},
+	} {
+		if got := minRTT(&unix.TCPInfo{Min_rtt: tc.us}); got != tc.want {
+			t.Errorf("min_rtt %d µs: %v, want %v", tc.us, got, tc.want)
+		}
 	}
 }
