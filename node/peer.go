@@ -342,7 +342,7 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 			p.mu.Unlock()
 			return nil, nil
 		}
-		a.buf = make([]byte, a.length)
+		a.buf = p.n.pieceBuf(a.length)
 	}
 	a.got += copy(a.buf[a.got:], d.Bytes)
 	full := a.got == a.length
@@ -354,6 +354,9 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	if !full {
 		return nil, nil
 	}
+	// The assembly is gone from wanted: nothing else holds its buffer, and
+	// the store copies what it writes.
+	defer p.n.putPieceBuf(a.buf)
 	if a.cancelled && p.n.cfg.Store.Has(piece) {
 		// Late, and we got it elsewhere meanwhile.
 		return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(a.length)}, nil
