@@ -511,9 +511,15 @@ const tickEvery = 200 * time.Millisecond
 // of ours, or handOverMax after completion, whichever comes first. Without
 // it, the last piece of a flash crowd left with the peer that fetched it
 // from the origin, and every other peer fetched it from the origin in turn
-// (in one flash20 run, 19 times, over 6 s).
+// (in one flash20 run, 19 times, over 6 s). The quiet is a second: a
+// neighbour keeps one request at a time to a peer on a short path
+// (swarm.Scheduler.depth) and may be busy with others between two, and
+// with 300 ms peers of the staggered scenario left while still asked,
+// so those arriving after them found nobody and went to the origin
+// (3.2-3.6 F against 2.5-2.8 F with a second; docs/benchmarks.md, fifth
+// pass).
 const (
-	handOverQuiet = 300 * time.Millisecond
+	handOverQuiet = time.Second
 	handOverMax   = 2 * time.Second
 )
 
