@@ -82,7 +82,9 @@ func (p *peer) sample(r outReq, b int64, now time.Time) {
 	if !queued {
 		busy = 0
 		if p.pathRTT > 0 && p.rate > 0 {
-			busy = e - p.pathRTT
+			// Its bytes started no sooner than a round trip after the
+			// request, nor before the previous piece had arrived.
+			busy = now.Sub(later(r.sent.Add(p.pathRTT), p.lastRecv))
 		}
 	}
 	if busy > 0 {
