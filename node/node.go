@@ -510,15 +510,15 @@ const tickEvery = 200 * time.Millisecond
 // of ours, or handOverMax after completion, whichever comes first. Without
 // it, the last piece of a flash crowd left with the peer that fetched it
 // from the origin, and every other peer fetched it from the origin in turn
-// (in one flash20 run, 19 times, over 6 s). The quiet is a second: a
-// neighbour keeps one request at a time to a peer on a short path
-// (swarm.Scheduler.depth) and may be busy with others between two, and
-// with 300 ms peers of the staggered scenario left while still asked,
-// so those arriving after them found nobody and went to the origin
-// (3.2-3.6 F against 2.5-2.8 F with a second; docs/benchmarks.md, fifth
-// pass).
+// (in one flash20 run, 19 times, over 6 s). A neighbour keeps one
+// request at a time to a peer on a short path (swarm.Scheduler.depth) and
+// may be busy with others between two, so with 300 ms peers of the
+// staggered scenario leave while still asked, and those arriving after
+// them find nobody and go to the origin; a quiet of a second cured that
+// (2.5-2.8 F against 3.2-3.6 F) but cost flash crowds of 50, whose peers
+// lingered on two busy cores, 1-1.5 s (docs/benchmarks.md, fifth pass).
 const (
-	handOverQuiet = time.Second
+	handOverQuiet = 300 * time.Millisecond
 	handOverMax   = 2 * time.Second
 )
 
