@@ -142,12 +142,10 @@ type Node struct {
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
 
 	// Owned by the loop goroutine.
-	batch []swarm.Event
-	// tickEvents are events a tick adds to its batch (pathRTTs).
-	tickEvents []swarm.Event
-	peers      map[swarm.PeerID]*peerConn
-	byPeerID   map[wire.PeerID]swarm.PeerID
-	complete   bool
+	batch    []swarm.Event
+	peers    map[swarm.PeerID]*peerConn
+	byPeerID map[wire.PeerID]swarm.PeerID
+	complete bool
 	// completedAt and lastUpload time the hand-over of a peer leaving at
 	// once (handedOver); uploading counts the pieces being written to
 	// peers now (the queues hold the others).
@@ -286,6 +284,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Unlock()
 	defer announce.Stop()
 	var seedDone <-chan time.Time
+	var rtts []swarm.Event // a tick's PathRTTs, added to its batch
 	n.lastPiece = time.Now()
 	for {
 		if n.doneErr != nil {
@@ -340,15 +339,15 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			n.schedStats()
 			n.measureUpload(now)
-			n.tickEvents = n.pathRTTs(now, n.tickEvents[:0])
+			rtts = n.pathRTTs(now, rtts[:0])
 		case ev = <-n.events:
 		}
 		// Hand the scheduler everything already waiting in one batch: a
 		// busy swarm sends bursts of HAVE and START, and deciding once per
 		// burst instead of once per frame saves most of the CPU.
 		batch := append(n.batch[:0], ev)
-		batch = append(batch, n.tickEvents...)
-		n.tickEvents = n.tickEvents[:0]
+		batch = append(batch, rtts...)
+		rtts = rtts[:0]
 	drain:
 		for len(batch) < maxBatch {
 			select {
@@ -506,17 +505,19 @@ const tickEvery = 200 * time.Millisecond
 
 // A peer that leaves at once (SeedTime 0) still hands over what it has
 // to the neighbours that lack it and ask in time: it goes once no upload
-// has been queued or under way for handOverQuiet, once no neighbour lacks any piece
-// of ours, or handOverMax after completion, whichever comes first. Without
-// it, the last piece of a flash crowd left with the peer that fetched it
-// from the origin, and every other peer fetched it from the origin in turn
-// (in one flash20 run, 19 times, over 6 s). A neighbour keeps one
-// request at a time to a peer on a short path (swarm.Scheduler.depth) and
-// may be busy with others between two, so with 300 ms peers of the
-// staggered scenario leave while still asked, and those arriving after
-// them find nobody and go to the origin; a quiet of a second cured that
-// (2.5-2.8 F against 3.2-3.6 F) but cost flash crowds of 50, whose peers
-// lingered on two busy cores, 1-1.5 s (docs/benchmarks.md, fifth pass).
+// has been queued or under way for handOverQuiet, once no neighbour lacks
+// any piece of ours, or handOverMax after completion, whichever comes
+// first. Without it, the last piece of a flash crowd left with the peer
+// that fetched it from the origin, and every other peer fetched it from
+// the origin in turn (in one flash20 run, 19 times, over 6 s).
+//
+// A neighbour keeps one request at a time to a peer on a short path
+// (swarm.Scheduler.depth) and may be busy with others between two, so
+// with 300 ms peers of the staggered scenario leave while still asked,
+// and those arriving after them find nobody and go to the origin. A
+// quiet of a second cured that (2.5-2.8 F against 3.2-3.6 F) but cost
+// flash crowds of 50, whose peers lingered on two busy cores, 1-1.5 s
+// (docs/benchmarks.md, fifth pass).
 const (
 	handOverQuiet = 300 * time.Millisecond
 	handOverMax   = 2 * time.Second
