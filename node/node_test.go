@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -891,5 +892,104 @@ func TestOriginInSwarmAnswer(t *testing.T) {
 	}
 	if s := tn.nd.Stats(); s.OriginInSwarm != 1 {
 		t.Errorf("Stats.OriginInSwarm = %d, want 1", s.OriginInSwarm)
+	}
+}
+
+// TestUnchokeAfterHeldHaves: HAVEs to a neighbour we choke are held back,
+// and go out before the UNCHOKE, so that a peer we unchoke knows all we
+// have when it may ask. With one upload slot, two neighbours that lack all
+// the node gets from the origin and have piece 15 for it: one is unchoked
+// and hears the HAVEs at once, the other is choked. The first leaves just
+// after its first HAVE; the node unchokes the second, which must by then
+// have heard of every piece the first had.
+func TestUnchokeAfterHeldHaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	const pieces = 16
+	data, m := testFile(t, pieces*16*KiB, 16*KiB, 16)
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+
+	var (
+		mu         sync.Mutex
+		left       bool            // the unchoked neighbour has left
+		atLeave    map[uint32]bool // what it had heard of then
+		atUnchoke  map[uint32]bool // what the other had heard of at its UNCHOKE
+		unchokedAt = make(chan struct{})
+	)
+	serve := func(s *fakeSession) error {
+		set := pieceset.New(pieces)
+		set.Add(pieces - 1)
+		if err := s.w.WriteMessage(&wire.HaveSet{Set: set}); err != nil {
+			return err
+		}
+		if err := s.w.Flush(); err != nil {
+			return err
+		}
+		heard := map[uint32]bool{}
+		unchoked := false
+		for {
+			msg, err := s.r.Read()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			switch msg := msg.(type) {
+			case *wire.HaveSet:
+				for i := range pieces {
+					if msg.Set.Has(i) {
+						heard[uint32(i)] = true
+					}
+				}
+			case *wire.Have:
+				heard[msg.Piece] = true
+				if unchoked && !left {
+					left, atLeave = true, maps.Clone(heard)
+					mu.Unlock()
+					return nil // closes the connection
+				}
+			case *wire.Unchoke:
+				unchoked = true
+				if left && atUnchoke == nil {
+					atUnchoke = maps.Clone(heard)
+					close(unchokedAt)
+				}
+			}
+			mu.Unlock()
+		}
+	}
+	for range 2 {
+		h := nw.Host(memnet.HostConfig{})
+		ln, err := h.Listen(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newFakePeer(t, m, ln, serve)
+		f.leecher = true
+		f.announce(ctx, httpClient(h.Dial), trURL)
+	}
+	st := openStore(t, m, data, func(int) bool { return false })
+	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
+		time.Sleep(30 * time.Millisecond) // the HAVEs come one by one
+		off := m.PieceOffset(f.Piece)
+		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
+	}
+	startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1,
+		Swarm: swarm.Config{UploadSlots: 1, OptimisticSlots: -1}})
+
+	select {
+	case <-unchokedAt:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the choked neighbour was never unchoked after the other left (left: %v)", left)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for p := range atLeave {
+		if !atUnchoke[p] {
+			t.Errorf("UNCHOKE came before the HAVE of piece %d (heard then: %v; the other had heard: %v)", p, atUnchoke, atLeave)
+		}
 	}
 }

@@ -389,7 +389,6 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	buf := make([]byte, p.n.m.PieceSize)
 	idle := time.NewTimer(keepAliveAfter)
 	defer idle.Stop()
 	// control writes m; it reports done when m asks the writer to stop.
@@ -450,7 +449,9 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 				}
 			}
 			p.n.uploading.Add(1)
+			buf := p.n.pieceBuf(int(p.n.m.PieceSize))
 			done, err := p.upload(ctx, w, piece, buf, drain)
+			p.n.putPieceBuf(buf) // the writes are done with it: none is kept
 			p.n.uploading.Add(-1)
 			if done || err != nil {
 				return err

@@ -314,6 +314,7 @@ type Scheduler struct {
 	originTime                time.Duration // smoothed time of our origin fetches
 	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
 	typicalAt                 time.Time     // when it was measured
+	timeoutsAt                time.Time     // when checkTimeouts last ran
 	stalledInUse              int
 	gen                       int   // bumped when a piece becomes requestable again
 	preferFrom, preferTo      int   // Prefer: [from, to) goes first
@@ -514,7 +515,10 @@ func (s *Scheduler) apply(ev Event) {
 
 // schedule makes the time- and state-driven decisions after every event.
 func (s *Scheduler) schedule() {
-	s.checkTimeouts()
+	if s.now.Sub(s.timeoutsAt) >= timeoutsEvery {
+		s.timeoutsAt = s.now
+		s.checkTimeouts()
+	}
 	s.managePeers()
 	s.reciprocate()
 	s.fillRequests()
@@ -559,17 +563,27 @@ func (s *Scheduler) Wanted() bool {
 }
 
 // HaveCanWait reports whether our HAVE of piece i may wait before it goes
-// to the connected peer id: by the have-set it sent, it has the piece and
-// still has others we lack. What it decides about a piece it has does not
-// depend on whether we have it, and what it decides about us (are we
-// interested in it: its unchoke slots, its hand-over before leaving) does
-// not change while it has more for us. The HAVE after which it has nothing
-// more for us goes at once (and the node sends the ones held back with
-// it), or it would keep an unchoke slot for us that others could use; so
-// does the HAVE that completes us.
+// to the connected peer id: by the have-set it sent, it still has pieces we
+// lack, and it has piece i or we are choking it (outside strict
+// tit-for-tat, where nobody is choked). What it decides about a piece it
+// has does not depend on whether we have it; a peer we choke cannot fetch
+// the piece from us until we unchoke it, and the node sends the HAVEs held
+// back before the UNCHOKE; and what it decides about us (are we interested
+// in it: its unchoke slots, its hand-over before leaving) does not change
+// while it has more for us. The HAVE after which it has nothing more for
+// us goes at once (and the node sends the ones held back with it), or it
+// would keep an unchoke slot for us that others could use; so does the
+// HAVE that completes us.
+//
+// In a crowd most neighbours are choked (UploadSlots and OptimisticSlots
+// of them are not), so most HAVEs can wait. In five pairs of flash50 runs
+// on the testbed, whose two cores the run saturates, holding back those to
+// choked peers too (with two cuts in CPU use made with it: timeoutsEvery,
+// and pieceBuf for uploads) brought the mean completion 0.9 s sooner on
+// average, in four pairs of the five, and the last peer as much.
 func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 	p := s.peers[id]
-	return p != nil && s.valid(i) && p.has.Has(i) && p.offers > 0
+	return p != nil && s.valid(i) && p.offers > 0 && (p.has.Has(i) || p.amChoking && !s.strict())
 }
 
 // Config returns the configuration in use, defaults filled in.
