@@ -514,13 +514,15 @@ const tickEvery = 200 * time.Millisecond
 //
 // A neighbour keeps one request at a time to a peer on a short path
 // (swarm.Scheduler.depth) and may be busy with others between two, so
-// with 300 ms peers of the staggered scenario leave while still asked,
-// and those arriving after them find nobody and go to the origin. A
-// quiet of a second cured that (2.5-2.8 F against 3.2-3.6 F) but cost
-// flash crowds of 50, whose peers lingered on two busy cores, 1-1.5 s
-// (docs/benchmarks.md, fifth pass).
+// with 300 ms peers of the staggered scenario left while still asked, and
+// those arriving after them found nobody and went to the origin: 3.5-3.7 F
+// of origin bytes against 2.4-2.6 F with a second (pairs of runs). A
+// second once cost flash crowds of 50 1-1.5 s, when a straggler kept its
+// finished neighbours wanted and lingering on two busy cores; since the
+// catch-up slot (swarm/choke.go) keeps stragglers up, it no longer does
+// (three pairs of runs, none slower). docs/benchmarks.md, sixth pass.
 const (
-	handOverQuiet = 300 * time.Millisecond
+	handOverQuiet = time.Second
 	handOverMax   = 2 * time.Second
 )
 
