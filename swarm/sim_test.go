@@ -200,6 +200,17 @@ func (sm *sim) connect(from *simNode, addr string) {
 	ia, ib := link(from, dst), link(dst, from)
 	sm.step(from, PeerUp{Peer: ia, Addr: addr, Outbound: true})
 	sm.step(dst, PeerUp{Peer: ib, Addr: from.addr})
+	// The TCP runtime reports each connection's round trip (PathRTT) on
+	// its first tick; here it is known at once: a message each way.
+	rtt := PathRTT{RTT: 2 * simLatency * simRound}
+	if _, ok := from.byID[ia]; ok {
+		rtt.Peer = ia
+		sm.step(from, rtt)
+	}
+	if _, ok := dst.byID[ib]; ok {
+		rtt.Peer = ib
+		sm.step(dst, rtt)
+	}
 	// The runtime sends its have-set right after the handshake.
 	if _, ok := from.byID[ia]; ok {
 		sm.step(from, HaveSet{Peer: ia, Set: dst.have.Clone()})
