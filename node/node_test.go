@@ -899,9 +899,10 @@ func TestOriginInSwarmAnswer(t *testing.T) {
 // and go out before the UNCHOKE, so that a peer we unchoke knows all we
 // have when it may ask. With one upload slot, two neighbours that lack all
 // the node gets from the origin and have piece 15 for it: one is unchoked
-// and hears the HAVEs at once, the other is choked. The first leaves just
-// after its first HAVE; the node unchokes the second, which must by then
-// have heard of every piece the first had.
+// and hears the HAVEs at once, the other is choked. The first leaves as
+// soon as it is unchoked and has heard a HAVE (at its first HAVE after the
+// UNCHOKE, or at the UNCHOKE if HAVEs came before it); the node unchokes
+// the second, which must by then have heard of every piece the first had.
 func TestUnchokeAfterHeldHaves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -928,7 +929,7 @@ func TestUnchokeAfterHeldHaves(t *testing.T) {
 			return err
 		}
 		heard := map[uint32]bool{}
-		unchoked := false
+		unchoked, haves := false, 0
 		for {
 			msg, err := s.r.Read()
 			if err != nil {
@@ -944,17 +945,18 @@ func TestUnchokeAfterHeldHaves(t *testing.T) {
 				}
 			case *wire.Have:
 				heard[msg.Piece] = true
-				if unchoked && !left {
-					left, atLeave = true, maps.Clone(heard)
-					mu.Unlock()
-					return nil // closes the connection
-				}
+				haves++
 			case *wire.Unchoke:
 				unchoked = true
 				if left && atUnchoke == nil {
 					atUnchoke = maps.Clone(heard)
 					close(unchokedAt)
 				}
+			}
+			if unchoked && haves > 0 && !left {
+				left, atLeave = true, maps.Clone(heard)
+				mu.Unlock()
+				return nil // closes the connection
 			}
 			mu.Unlock()
 		}

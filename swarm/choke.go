@@ -13,9 +13,9 @@ import (
 //     (the fastest downloaders);
 //   - plus OptimisticSlots more, rotated every OptimisticInterval, taken
 //     from those unchoked longest ago (never first), so newcomers and slow
-//     peers get their turn; but the first of them goes, every round, to the
-//     peer with the fewest pieces if it has fewer than the median
-//     interested peer (catchUp), so that one that fell behind catches up;
+//     peers get their turn; but with two or more, the first goes, every
+//     round, to a peer with fewer pieces than the median interested peer
+//     (catchUp), so that one that fell behind catches up;
 //   - when there are no more interested peers than slots, all of them.
 //
 // Between rounds, a slot that frees up (an unchoked peer lost interest or
@@ -47,6 +47,7 @@ func (s *Scheduler) reciprocate() {
 		}
 	}
 	chosen := make(map[PeerID]bool, len(cands))
+	var catching *peer // has the catch-up slot this round
 	optimistic := make(map[PeerID]bool)
 	if s.strict() || len(cands) <= s.slots() {
 		for _, p := range cands {
@@ -69,10 +70,13 @@ func (s *Scheduler) reciprocate() {
 		}
 		rest := slices.Clone(cands[s.cfg.UploadSlots:])
 		opt := s.cfg.OptimisticSlots
-		if k := s.catchUp(cands, rest); opt > 0 && k >= 0 {
-			chosen[rest[k].id] = true
-			rest = slices.Delete(rest, k, k+1)
-			opt--
+		if opt >= 2 { // one slot at least keeps rotating
+			if k := s.catchUp(cands, rest); k >= 0 {
+				catching = rest[k]
+				chosen[catching.id] = true
+				rest = slices.Delete(rest, k, k+1)
+				opt--
+			}
 		}
 		if rotate := !s.now.Before(s.nextOptimistic); rotate {
 			s.nextOptimistic = s.now.Add(s.cfg.OptimisticInterval)
@@ -95,6 +99,7 @@ func (s *Scheduler) reciprocate() {
 	}
 	for _, p := range s.order {
 		p.optimistic = optimistic[p.id]
+		p.catchingUp = p == catching
 		switch {
 		case chosen[p.id] && p.amChoking:
 			s.unchoke(p)
@@ -108,32 +113,37 @@ func (s *Scheduler) reciprocate() {
 }
 
 // catchUp returns the index in rest (the candidates the regular slots left
-// out) of the peer the first optimistic slot goes to this round, or -1: the
-// one with the fewest pieces, longest waiting among equals, if it has fewer
-// than the median candidate. Without it, tit-for-tat let a peer that fell
-// behind stay behind: it had less to upload, so it was unchoked less, so
-// it fell further back. In flash50 runs on the testbed the last peer came
-// up to 9 s after the mean, with the least upload of all and half the file
-// 10 s later than the others; it then fetched tens of pieces from the
-// origin once its neighbours had left. In six pairs of flash50 runs, one
-// run with the slot and one without (in three of them the slot went to the
-// poorest peer even when not behind the median), every run with it had its
-// last peer within 0.5 s of the mean, against 0.1-9 s without (three runs
-// over 4 s); the last peer came at 47.4 s on average against 50.9 s.
+// out) of the peer the first optimistic slot goes to this round, or -1: a
+// peer with fewer pieces than the median candidate (the upper median for
+// an even count), the one that had the slot last round if it still does,
+// else the poorest, longest waiting among equals. A peer counts as having
+// at least the pieces we sent it, so one that hides its HAVEs cannot look
+// poorer than it is to keep the slot. Without it, tit-for-tat let a peer
+// that fell behind stay behind: it had less to upload, so it was unchoked
+// less, so it fell further back. In flash50 runs on the testbed the last
+// peer came up to 9 s after the mean, with the least upload of all and
+// half the file 10 s later than the others; it then fetched tens of
+// pieces from the origin once its neighbours had left. docs/benchmarks.md
+// (sixth pass) has the pairs of runs. Reciprocation needs
+// OptimisticSlots >= 2 for it, so that one slot still rotates.
 func (s *Scheduler) catchUp(cands, rest []*peer) int {
+	count := func(p *peer) int {
+		return max(p.has.Count(), int(float64(p.upTotal)/s.avgLen))
+	}
 	counts := make([]int, len(cands))
 	for i, p := range cands {
-		counts[i] = p.has.Count()
+		counts[i] = count(p)
 	}
 	slices.Sort(counts)
 	median := counts[len(counts)/2]
 	k := -1
 	for i, p := range rest {
-		c := p.has.Count()
-		if c >= median {
-			continue
-		}
-		if k < 0 || c < rest[k].has.Count() || c == rest[k].has.Count() && s.longestWaiting(p, rest[k]) < 0 {
+		c := count(p)
+		switch {
+		case c >= median:
+		case p.catchingUp:
+			return i
+		case k < 0 || c < count(rest[k]) || c == count(rest[k]) && s.longestWaiting(p, rest[k]) < 0:
 			k = i
 		}
 	}

@@ -9,9 +9,10 @@ import (
 	"github.com/stampede-dev/stampede/pieceset"
 )
 
-// TestHaveCanWait: our HAVE of a piece may wait only for a peer that has
-// it and has more pieces we lack, as the scheduler sees it after the step
-// that stored the piece (the node sends the HAVE after the step).
+// TestHaveCanWait: our HAVE of a piece may wait for a peer that has it and
+// has more pieces we lack (the peers here are all unchoked: slots are
+// free), as the scheduler sees it after the step that stored the piece
+// (the node sends the HAVE after the step).
 func TestHaveCanWait(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	have := pieceset.New(4)
@@ -99,41 +100,33 @@ func TestWanted(t *testing.T) {
 
 // TestHaveCanWaitChoked: our HAVE may also wait for a peer we choke that
 // has more for us, since it cannot fetch the piece from us until we
-// unchoke it; not for the peer we unchoke, nor in strict tit-for-tat,
-// where nobody is choked.
+// unchoke it; not for the peer we unchoke.
 func TestHaveCanWaitChoked(t *testing.T) {
-	for _, strict := range []bool{false, true} {
-		t0 := time.Unix(1_000_000, 0)
-		have := pieceset.New(4)
-		have.Add(0)
-		cfg := Config{NumPieces: 4, Seed: 1, UploadSlots: 1, OptimisticSlots: -1}
-		if strict {
-			cfg.StrictTFT = true
+	t0 := time.Unix(1_000_000, 0)
+	have := pieceset.New(4)
+	have.Add(0)
+	s := New(Config{NumPieces: 4, Seed: 1, UploadSlots: 1, OptimisticSlots: -1}, have, t0)
+	s.Start(t0)
+	theirs := pieceset.New(4)
+	theirs.Add(2) // lacks 0, has 2 for us
+	var acts []Action
+	for id := PeerID(1); id <= 2; id++ {
+		acts = append(acts, s.Step(PeerUp{Peer: id, Addr: fmt.Sprintf("192.0.2.%d:7000", id)}, t0)...)
+		acts = append(acts, s.Step(HaveSet{Peer: id, Set: theirs}, t0)...)
+	}
+	unchoked := map[PeerID]bool{}
+	for _, a := range acts {
+		if u, ok := a.(Unchoke); ok {
+			unchoked[u.Peer] = true
 		}
-		s := New(cfg, have, t0)
-		s.Start(t0)
-		theirs := pieceset.New(4)
-		theirs.Add(2) // lacks 0, has 2 for us
-		var acts []Action
-		for id := PeerID(1); id <= 2; id++ {
-			acts = append(acts, s.Step(PeerUp{Peer: id, Addr: fmt.Sprintf("192.0.2.%d:7000", id)}, t0)...)
-			acts = append(acts, s.Step(HaveSet{Peer: id, Set: theirs}, t0)...)
-		}
-		unchoked := map[PeerID]bool{}
-		for _, a := range acts {
-			if u, ok := a.(Unchoke); ok {
-				unchoked[u.Peer] = true
-			}
-		}
-		if !strict && len(unchoked) != 1 {
-			t.Fatalf("unchoked %v with one upload slot, want one peer", unchoked)
-		}
-		s.Step(Received{Peer: 1, Piece: 1}, t0) // we lacked piece 1 and they lack it
-		for id := PeerID(1); id <= 2; id++ {
-			want := !strict && !unchoked[id]
-			if got := s.HaveCanWait(id, 1); got != want {
-				t.Errorf("strict %v: HaveCanWait(peer %d, unchoked %v) = %v, want %v", strict, id, unchoked[id], got, want)
-			}
+	}
+	if len(unchoked) != 1 {
+		t.Fatalf("unchoked %v with one upload slot, want one peer", unchoked)
+	}
+	s.Step(Received{Peer: 1, Piece: 1}, t0) // we lacked piece 1 and they lack it
+	for id := PeerID(1); id <= 2; id++ {
+		if got, want := s.HaveCanWait(id, 1), !unchoked[id]; got != want {
+			t.Errorf("HaveCanWait(peer %d, unchoked %v) = %v, want %v", id, unchoked[id], got, want)
 		}
 	}
 }

@@ -39,6 +39,7 @@ type peer struct {
 	// Upload side.
 	amChoking    bool
 	optimistic   bool
+	catchingUp   bool // has the catch-up slot (catchUp)
 	lastUnchoked time.Time
 	served       int64 // bytes we committed to send it (Serve)
 

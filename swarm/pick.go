@@ -217,15 +217,15 @@ func (s *Scheduler) dropReq(p *peer, k int) {
 	}
 }
 
-// timeoutsEvery is the most often checkTimeouts runs.
-const timeoutsEvery = 50 * time.Millisecond
-
 func (p *peer) avoidPiece(i int) {
 	if len(p.avoid) == maxAvoid {
 		p.avoid = p.avoid[1:]
 	}
 	p.avoid = append(p.avoid, i)
 }
+
+// timeoutsEvery is the most often checkTimeouts runs.
+const timeoutsEvery = 50 * time.Millisecond
 
 // checkTimeouts takes back every request of a peer that missed a deadline:
 // a peer that is late on one is likely stalled, and its other requests
@@ -237,8 +237,8 @@ func (p *peer) avoidPiece(i int) {
 // steps hundreds of times a second (each burst of HAVEs is one), and the
 // check, which weighs every request of every peer against the peers'
 // median piece time, was 4% of all the CPU of a flash50 run on the
-// testbed, whose two cores the run saturates. A deadline is at least
-// MinRequestTimeout, so it is missed by a tenth at most.
+// testbed, whose two cores the run saturates. A deadline is missed by
+// timeoutsEvery at most (a tenth of the default MinRequestTimeout).
 func (s *Scheduler) checkTimeouts() {
 	typical := time.Duration(-1)
 	for _, p := range slices.Clone(s.order) {

@@ -42,7 +42,9 @@
 //     queued for that peer: it voids its requests when it sees CHOKE (no
 //     CANCEL comes).
 //   - After PeerUp send our have-set to the peer; after Announce send HAVE
-//     to every peer, after AnnounceStart START, after AnnounceStop STOP.
+//     to every peer (it may wait where HaveCanWait says so; the HAVEs held
+//     for a peer go before its UNCHOKE), after AnnounceStart START, after
+//     AnnounceStop STOP.
 //   - For an outbound connection, PeerUp.Addr must be the Connect.Addr; a
 //     Connect that ends without PeerUp (refused, failed handshake, duplicate
 //     of a connection we have) must be reported as DialFailed, or the
@@ -564,8 +566,9 @@ func (s *Scheduler) Wanted() bool {
 
 // HaveCanWait reports whether our HAVE of piece i may wait before it goes
 // to the connected peer id: by the have-set it sent, it still has pieces we
-// lack, and it has piece i or we are choking it (outside strict
-// tit-for-tat, where nobody is choked). What it decides about a piece it
+// lack, and it has piece i or we are choking it (under strict tit-for-tat
+// every interested peer is unchoked in the step that makes it interested,
+// so this never holds a HAVE there). What it decides about a piece it
 // has does not depend on whether we have it; a peer we choke cannot fetch
 // the piece from us until we unchoke it, and the node sends the HAVEs held
 // back before the UNCHOKE; and what it decides about us (are we interested
@@ -583,7 +586,7 @@ func (s *Scheduler) Wanted() bool {
 // average, in four pairs of the five, and the last peer as much.
 func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 	p := s.peers[id]
-	return p != nil && s.valid(i) && p.offers > 0 && (p.has.Has(i) || p.amChoking && !s.strict())
+	return p != nil && s.valid(i) && p.offers > 0 && (p.has.Has(i) || p.amChoking)
 }
 
 // Config returns the configuration in use, defaults filled in.

@@ -32,8 +32,9 @@
 //     START to everyone, so others pick something else; if the fetch fails
 //     and nothing else is fetching the piece for it, STOP withdraws the
 //     START; on storing a verified piece it sends HAVE to everyone (to a
-//     peer that has the piece and more for it, possibly a second later,
-//     with other HAVEs);
+//     peer that has more for it and has the piece or is choked by it,
+//     possibly a second later, with other HAVEs, and always before an
+//     UNCHOKE);
 //   - now and then a side sends RECOMMEND: peers it recently traded with;
 //   - after KeepAliveInterval without sending anything a side sends
 //     KEEPALIVE; a side that hears nothing for IdleTimeout closes;
