@@ -136,15 +136,15 @@ func (s *Scheduler) catchUp(cands, rest []*peer) int {
 	}
 	slices.Sort(counts)
 	median := counts[len(counts)/2]
-	k := -1
+	k, kc := -1, median
 	for i, p := range rest {
 		c := count(p)
 		switch {
 		case c >= median:
 		case p.catchingUp:
 			return i
-		case k < 0 || c < count(rest[k]) || c == count(rest[k]) && s.longestWaiting(p, rest[k]) < 0:
-			k = i
+		case c < kc || c == kc && s.longestWaiting(p, rest[k]) < 0:
+			k, kc = i, c
 		}
 	}
 	return k
