@@ -485,16 +485,7 @@ func TestNetnsSmoke(t *testing.T) {
 		{"origin uncapped, peer download cap 16 Mbit/s", 0, 2e6, 2e6},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			nw, err := NewNetwork(t.Context(), BackendNetns, testLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := nw.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
-				checkNetnsGone(t, nw.(*netns).prefix)
-			}()
+			nw := newTestNetns(t)
 			from, err := nw.AddHost(t.Context(), "origin", tt.up, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -514,6 +505,23 @@ func TestNetnsSmoke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTestNetns returns a netns network that is closed when the test ends,
+// checking that its namespaces are gone.
+func newTestNetns(t *testing.T) Network {
+	t.Helper()
+	nw, err := NewNetwork(t.Context(), BackendNetns, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		checkNetnsGone(t, nw.(*netns).prefix)
+	})
+	return nw
 }
 
 func checkNetnsGone(t *testing.T, prefix string) {

@@ -731,7 +731,9 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		return
 	}
 	n.wg.Go(func() {
+		start := time.Now()
 		got, busy, err := n.cfg.Origin(ctx, a)
+		n.log.Debug("origin fetch done", "piece", a.Piece, "took", time.Since(start), "ok", err == nil)
 		if fe, ok := errors.AsType[*FatalError](err); ok {
 			select {
 			case n.fatal <- fe.Err:

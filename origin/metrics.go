@@ -143,7 +143,7 @@ func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
 	p.Family("stampede_origin_piece_picks_total", promtext.Counter, "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
 	p.Sample(m.picksSwapped.Load())
 	p.Family("stampede_origin_paced_total", promtext.Counter, "Piece answers to swarm peers' origin fetches, sent a few at a time in the order asked, by how their turn went: "+
-		"turn (got one), waited (went out without one after 2 s).")
+		"turn (got one), waited (went out without one after 2 s), queue_full (answered 503: more than 1 s of answers were waiting).")
 	for i, name := range paceNames {
 		p.Sample(m.paced[i].Load(), "outcome", name)
 	}

@@ -24,37 +24,78 @@ import (
 // together, which the peers then spend seconds passing around.
 //
 // A piece answer waits for a turn (one of paceSlots) before its header goes
-// out, at most paceMaxWait (it then goes out anyway: a backlog that long
-// gains nothing from order), and keeps its turn until its body is handed to
-// the kernel, at most paceMaxHold (a client that reads slowly must not hold
-// the others back). With 2 turns, in two flash20 runs, the origin's link
-// idled more (two connections' windows could not keep it full) and the
-// last peer came later than without pacing. While it holds a turn its connection keeps only
-// pacedLowat unsent in the kernel, so "handed to the kernel" means "nearly
-// on the wire" and the next answer starts as this one ends.
+// out, and keeps its turn until its body is handed to the kernel, at most
+// paceMaxHold (a client that reads slowly must not hold the others back).
+// With 2 turns, in two flash20 runs, the origin's link idled more (two
+// connections' windows could not keep it full) and the last peer came
+// later than without pacing. While it holds a turn its connection keeps
+// only pacedLowat unsent in the kernel, so "handed to the kernel" means
+// "nearly on the wire" and the next answer starts as this one ends.
+//
+// The queue of answers waiting for a turn is kept short: one that would
+// wait more than paceMaxQueue (the answers ahead of it, paceSlots at a
+// time, each batch the smoothed time a turn is held) is answered 503 at
+// once, with that wait as its Retry-After, and the peer leaves the origin
+// alone for it (Slurpie's backoff, told by the one that knows the
+// backlog). Before, a flash crowd of 50 queued 140 fetches in its first
+// 4 s, and an answer that had waited paceMaxWait went out anyway, so
+// tens of pieces were sent at once, each at a fraction of the link: ten
+// seconds in, every peer had the 4 MiB of pieces the origin had finished
+// sending, while its link had carried 10 MB. paceMaxWait stays as a bound
+// (a turn held by slow clients must not keep an answer waiting until the
+// client's idle timeout, 5 s, ends it); such an answer still goes out.
 const (
-	paceSlots   = 6
-	paceMaxWait = 2 * time.Second
-	paceMaxHold = 500 * time.Millisecond
-	pacedLowat  = 16 << 10
+	paceSlots    = 6
+	paceMaxWait  = 2 * time.Second
+	paceMaxQueue = time.Second
+	paceMaxHold  = 500 * time.Millisecond
+	pacedLowat   = 16 << 10
 )
 
 // Outcomes of a paced answer's wait, for the metrics.
 const (
-	paceTurn   = iota // got a turn
-	paceWaited        // went out without one after paceMaxWait
+	paceTurn      = iota // got a turn
+	paceWaited           // went out without one after paceMaxWait
+	paceQueueFull        // answered 503: the queue was longer than paceMaxQueue
 	numPace
 )
 
-var paceNames = [numPace]string{"turn", "waited"}
+var paceNames = [numPace]string{"turn", "waited", "queue_full"}
 
 // pacer hands out the turns. Goroutines blocked sending on a channel are
 // served in the order they blocked, so turns go first come, first served.
 type pacer struct {
 	turns chan struct{}
+
+	mu      sync.Mutex    // guards the following
+	waiting int           // answers blocked in wait
+	hold    time.Duration // smoothed time a turn is held
 }
 
 func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
+
+// backlog is how long an answer asking now would wait for its turn: 0 if
+// a turn is free, else the answers ahead of it taken cap(turns) at a time,
+// each batch the smoothed hold.
+func (p *pacer) backlog() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting == 0 && len(p.turns) < cap(p.turns) {
+		return 0
+	}
+	return time.Duration(p.waiting/cap(p.turns)+1) * p.hold
+}
+
+// held records that a turn was held for d.
+func (p *pacer) held(d time.Duration) {
+	p.mu.Lock()
+	if p.hold == 0 {
+		p.hold = d
+	} else {
+		p.hold += (d - p.hold) / 8
+	}
+	p.mu.Unlock()
+}
 
 // wait blocks until a turn is free, maxWait has passed or ctx ends. It
 // returns the function that gives the turn back (safe to call more than
@@ -63,19 +104,30 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 func (p *pacer) wait(ctx context.Context, maxWait, maxHold time.Duration, onGive func()) (done func(), ok bool) {
 	t := time.NewTimer(maxWait)
 	defer t.Stop()
+	p.mu.Lock()
+	p.waiting++
+	p.mu.Unlock()
+	var got bool
 	select {
 	case p.turns <- struct{}{}:
+		got = true
 	case <-t.C:
-		return func() {}, false
 	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.waiting--
+	p.mu.Unlock()
+	if !got {
 		return func() {}, false
 	}
+	start := time.Now()
 	var once sync.Once
 	give := func() {
 		once.Do(func() {
 			if onGive != nil {
 				onGive()
 			}
+			p.held(time.Since(start))
 			<-p.turns
 		})
 	}
@@ -95,6 +147,19 @@ type connKey struct{}
 // A resumed stream ("stream") asks for the rest of the file.
 func swarmFetch(r string) bool {
 	return strings.HasPrefix(r, "origin:")
+}
+
+// queueFull reports how long an answer to a swarm's origin fetch would wait
+// for its turn if that is more than paceMaxQueue, else 0 (and 0 for any
+// other response).
+func (w *respWriter) queueFull(code int) time.Duration {
+	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) {
+		return 0
+	}
+	if d := w.s.pacer.backlog(); d > paceMaxQueue {
+		return d
+	}
+	return 0
 }
 
 // pace waits for a turn for w's body if it answers a swarm's origin fetch;

@@ -2,6 +2,7 @@ package origin
 
 import (
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,5 +113,103 @@ func TestPiecesPaced(t *testing.T) {
 	}
 	if n := turns(); n != 3 {
 		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, ReasonHeader)
+	}
+}
+
+// TestPacerBacklog: the backlog is 0 while a turn is free, and otherwise
+// the waiters ahead, cap(turns) at a time, each batch the smoothed hold.
+func TestPacerBacklog(t *testing.T) {
+	p := newPacer(2)
+	if d := p.backlog(); d != 0 {
+		t.Errorf("backlog %v with every turn free, want 0", d)
+	}
+	for range 2 {
+		done, _ := p.wait(t.Context(), time.Second, time.Minute, nil)
+		time.Sleep(100 * time.Millisecond)
+		done()
+	}
+	hold := p.hold
+	if hold < 100*time.Millisecond || hold > time.Second {
+		t.Fatalf("smoothed hold %v after two turns held 100 ms", hold)
+	}
+	a, _ := p.wait(t.Context(), time.Second, time.Minute, nil)
+	if d := p.backlog(); d != 0 {
+		t.Errorf("backlog %v with one turn free, want 0", d)
+	}
+	b, _ := p.wait(t.Context(), time.Second, time.Minute, nil)
+	if d := p.backlog(); d != hold {
+		t.Errorf("backlog %v with both turns held and nobody waiting, want one hold (%v)", d, hold)
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			if done, ok := p.wait(t.Context(), 10*time.Second, time.Minute, nil); ok {
+				done()
+			}
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		w := p.waiting
+		p.mu.Unlock()
+		if w == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters, want 5", w)
+		}
+	}
+	if d := p.backlog(); d != 3*hold {
+		t.Errorf("backlog %v with 5 waiting for 2 turns, want 3 holds (%v)", d, 3*hold)
+	}
+	a()
+	b()
+	wg.Wait()
+}
+
+// TestPieceQueueFull: an origin fetch that would wait more than
+// paceMaxQueue for its turn is answered 503 at once, with the wait as its
+// Retry-After; other range requests are not paced and still get their
+// piece; once the queue is short again the fetch is answered.
+func TestPieceQueueFull(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 37)
+	writeFile(t, dir, "f", data, t0)
+	ts := start(t, Config{Dir: dir})
+	m := ts.manifest(t, "/f")
+	var held []func()
+	for range paceSlots {
+		done, ok := ts.pacer.wait(t.Context(), time.Second, time.Minute, nil)
+		if !ok {
+			t.Fatal("no turn free")
+		}
+		held = append(held, done)
+	}
+	ts.pacer.mu.Lock()
+	ts.pacer.hold = 2500 * time.Millisecond // each batch of turns takes 2.5 s
+	ts.pacer.mu.Unlock()
+
+	asked := time.Now()
+	res, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it")
+	if res.StatusCode != http.StatusServiceUnavailable || p != -1 {
+		t.Fatalf("origin fetch behind 2.5 s of answers: %s, want 503", res.Status)
+	}
+	if took := time.Since(asked); took > paceMaxWait/2 {
+		t.Errorf("the 503 took %v: it waited for a turn", took)
+	}
+	if ra := res.Header.Get("Retry-After"); ra != "3" {
+		t.Errorf("Retry-After %q, want 3 (2.5 s rounded up)", ra)
+	}
+	if n := ts.metric(t, `stampede_origin_paced_total{outcome="queue_full"}`); n != 1 {
+		t.Errorf("queue_full counted %d times, want 1", n)
+	}
+	if _, p := ts.pieceGet(t, m, data, 2, ""); p != 2 {
+		t.Errorf("a range request without %s: got piece %d, want 2 (not paced)", ReasonHeader, p)
+	}
+	for _, done := range held {
+		done()
+	}
+	if _, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it"); p != 1 {
+		t.Errorf("origin fetch with every turn free: got piece %d, want 1", p)
 	}
 }

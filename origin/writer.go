@@ -68,6 +68,15 @@ func (w *respWriter) WriteHeader(code int) {
 		return
 	}
 	admitted := w.admit(code, contentLength(w.Header()))
+	queued := w.queueFull(code)
+	if admitted && queued > 0 {
+		if w.picked != nil {
+			w.picked(false)
+			w.picked = nil
+		}
+		w.queueIsFull(queued)
+		return
+	}
 	if w.picked != nil {
 		w.picked(admitted && code == http.StatusPartialContent)
 		w.picked = nil
@@ -195,6 +204,23 @@ func (w *respWriter) reject() {
 		w.s.cfg.MaxTransfers, secs))
 	w.s.metrics.rejectedOverload.Add(1)
 	w.s.log.Debug("answered 503", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
+}
+
+// queueIsFull answers 503 to a swarm's origin fetch that would wait wait
+// for its turn (pace.go), with Retry-After wait, and frees the transfer
+// slot the gate gave it.
+func (w *respWriter) queueIsFull(wait time.Duration) {
+	if w.t != nil {
+		w.s.gate.leave(w.t)
+		w.t = nil
+	}
+	w.rejected = true
+	secs := retrySeconds(wait)
+	clear(w.Header())
+	w.write503(secs, fmt.Sprintf("stampede: %v of pieces are queued for the swarm before this one; get pieces from the swarm, or ask again in %d s\n",
+		wait.Round(time.Millisecond), secs))
+	w.s.metrics.paced[paceQueueFull].Add(1)
+	w.s.log.Debug("answered 503: piece queue full", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
 }
 
 // inSwarm answers 503 "in swarm" (pick.go): every piece the swarm peer

@@ -136,14 +136,33 @@ func (s *Scheduler) swarmN() int {
 }
 
 // originFetchTime is how long our origin fetches take: the smoothed time of
-// those that finished, or the age of the oldest in flight if larger (before
-// the first one finishes, that is all we know).
+// those that finished, drained (see drainedOriginTime), or the age of the
+// oldest in flight if larger (before the first one finishes, that is all
+// we know).
 func (s *Scheduler) originFetchTime() time.Duration {
-	d := s.originTime
+	d := s.drainedOriginTime()
 	for _, i := range s.originReqs {
 		d = max(d, s.now.Sub(s.pieces[i].fetchAt))
 	}
 	return d
+}
+
+// drainedOriginTime is the smoothed origin fetch time less the time since
+// it was last measured, but not below the quickest fetch we have had. A
+// fetch time is the origin's own latency (the quickest fetch bounds it)
+// plus its backlog, and a backlog drains at the origin's rate: one that
+// took 10 s to get through is at most 3 s long 7 s later. Kept whole, a
+// peer that fetches rarely (most of a crowd, since the draw scales down
+// with it) would hold on to the backlog of a burst long after it drained;
+// in a flash crowd of 50 the early burst's 8-10 s kept the whole swarm's
+// draws low for minutes, and the origin's link ran at half its rate from
+// 20 s to the end. An origin that is merely slow (every fetch 20 s) does
+// not drain.
+func (s *Scheduler) drainedOriginTime() time.Duration {
+	if s.originTime == 0 {
+		return 0
+	}
+	return max(s.originMin, s.originTime-s.now.Sub(s.originTimeAt))
 }
 
 // originHold is how many slices' holders may have fetches in flight at
@@ -325,10 +344,16 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		ps.origin = false
 		if e.OK {
 			d := s.now.Sub(ps.fetchAt)
-			if s.originTime == 0 {
+			// Smoothed while the last measure still holds; once it has
+			// drained away, this one is all we know.
+			if prior := s.drainedOriginTime(); prior <= s.originMin {
 				s.originTime = d
 			} else {
-				s.originTime += (d - s.originTime) / 4
+				s.originTime = prior + (d-prior)/4
+			}
+			s.originTimeAt = s.now
+			if s.originMin == 0 || d < s.originMin {
+				s.originMin = d
 			}
 		}
 		s.originReqs = slices.DeleteFunc(s.originReqs, func(j int) bool { return j == e.Piece })

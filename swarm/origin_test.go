@@ -259,3 +259,52 @@ func TestOriginInSwarmPreferred(t *testing.T) {
 		t.Errorf("the preferred fetch offers candidates %v: the origin could refuse it", got.Candidates)
 	}
 }
+
+// TestOriginBacklogDrains: a slow origin fetch scales the draw down, but the
+// backlog it measured drains at the origin's rate, down to the quickest
+// fetch (the origin's own latency), so the peer's draw comes back to k/n
+// once that backlog is gone, though it fetches nothing more in between
+// (its fetches fail and measure nothing).
+func TestOriginBacklogDrains(t *testing.T) {
+	s, pending := lonelyScheduler(1, 256, 5)
+	if len(pending) < 2 {
+		t.Fatalf("alone, %d origin fetches on the tracker's answer, want 2", len(pending))
+	}
+	quick := t0.Add(100 * time.Millisecond)
+	failAll(s, fetches(s.Step(OriginResult{Piece: pending[0], OK: true}, quick)), quick)
+	slow := t0.Add(10 * time.Second)
+	failAll(s, fetches(s.Step(OriginResult{Piece: pending[1], OK: true}, slow)), slow)
+	if d := s.originFetchTime(); d != 10*time.Second {
+		t.Fatalf("origin fetch time %v after a 10 s fetch (the one before long drained), want 10s", d)
+	}
+	failAll(s, fetches(s.Step(TrackerPeers{SwarmSize: 100}, slow)), slow)
+	if d := s.originFetchTime(); d != 10*time.Second {
+		t.Errorf("origin fetch time %v just after, want 10s", d)
+	}
+	later := slow.Add(7 * time.Second)
+	failAll(s, fetches(s.Step(Tick{}, later)), later)
+	if d := s.originFetchTime(); d != 3*time.Second {
+		t.Errorf("origin fetch time %v 7 s later, want 3s (drained)", d)
+	}
+	after := slow.Add(20 * time.Second)
+	failAll(s, fetches(s.Step(Tick{}, after)), after)
+	if d := s.originFetchTime(); d != 100*time.Millisecond {
+		t.Errorf("origin fetch time %v 20 s later, want 100ms (the quickest fetch)", d)
+	}
+	// The backlog is gone: the draw is k/n again.
+	const draws = 2000
+	now := after
+	won := s.Stats().OriginSlicesWon
+	for range draws {
+		now = now.Add(s.cfg.OriginSlice)
+		failAll(s, fetches(s.Step(Tick{}, now)), now)
+	}
+	won = s.Stats().OriginSlicesWon - won
+	p := float64(s.cfg.OriginK) / 100
+	sd := math.Sqrt(p * (1 - p) / draws)
+	got := float64(won) / draws
+	t.Logf("won %d of %d draws after the backlog drained (%.4f, want %.4f ± %.4f)", won, draws, got, p, 4*sd)
+	if math.Abs(got-p) > 4*sd {
+		t.Errorf("draw share %.4f after the backlog drained, want %.4f ± %.4f (not scaled down by a stale fetch time)", got, p, 4*sd)
+	}
+}

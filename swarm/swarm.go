@@ -314,6 +314,8 @@ type Scheduler struct {
 	holding, sliceUsed        bool
 	originReqs                []int         // origin fetches in flight
 	originTime                time.Duration // smoothed time of our origin fetches
+	originTimeAt              time.Time     // when originTime was last measured
+	originMin                 time.Duration // our quickest origin fetch
 	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
 	typicalAt                 time.Time     // when it was measured
 	timeoutsAt                time.Time     // when checkTimeouts last ran
