@@ -307,6 +307,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.cfg.Logger.Debug("probe answered", "took", time.Since(start))
 	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
 	var m *manifest.Manifest
 	if in.manifestURL != nil {
@@ -322,6 +323,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 		case err != nil:
 			return nil, err
 		default:
+			d.cfg.Logger.Debug("manifest fetched", "took", time.Since(start), "pieces", m.NumPieces())
 			res.Root, res.Pieces = m.Root.String(), m.NumPieces()
 			d.size.Store(m.Size)
 		}
