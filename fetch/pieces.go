@@ -365,6 +365,10 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			return &node.InSwarmError{Wait: retryAfter(resp.Header, time.Now())}
 		}
+		// Its short body is read too, so the connection is kept: a stampede
+		// origin answers a full piece queue this way, and a new connection
+		// would cost a handshake through its busy link.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		be := &busyError{wait: retryAfter(resp.Header, time.Now())}
 		if a.overload {
 			be.peers = parsePeers(resp.Header)

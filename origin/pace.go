@@ -40,8 +40,8 @@ import (
 // backlog). Before, a flash crowd of 50 queued 140 fetches in its first
 // 4 s, and an answer that had waited paceMaxWait went out anyway, so
 // tens of pieces were sent at once, each at a fraction of the link: ten
-// seconds in, every peer had the 4 MiB of pieces the origin had finished
-// sending, while its link had carried 10 MB. paceMaxWait stays as a bound
+// seconds in, every peer had 2.7-3.1 MiB, while the origin's link had
+// carried about 10 MB. paceMaxWait stays as a bound
 // (a turn held by slow clients must not keep an answer waiting until the
 // client's idle timeout, 5 s, ends it); such an answer still goes out.
 const (
@@ -76,14 +76,20 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 
 // backlog is how long an answer asking now would wait for its turn: 0 if
 // a turn is free, else the answers ahead of it taken cap(turns) at a time,
-// each batch the smoothed hold.
+// each batch the smoothed hold (paceMaxHold before any turn was given
+// back). A turn is held paceMaxHold at most, so with 6 turns a 503 needs
+// 12 answers or more waiting.
 func (p *pacer) backlog() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waiting == 0 && len(p.turns) < cap(p.turns) {
 		return 0
 	}
-	return time.Duration(p.waiting/cap(p.turns)+1) * p.hold
+	hold := p.hold
+	if hold == 0 { // no turn given back yet: the longest a turn is held
+		hold = paceMaxHold
+	}
+	return time.Duration(p.waiting/cap(p.turns)+1) * hold
 }
 
 // held records that a turn was held for d.
@@ -153,7 +159,11 @@ func swarmFetch(r string) bool {
 // for its turn if that is more than paceMaxQueue, else 0 (and 0 for any
 // other response).
 func (w *respWriter) queueFull(code int) time.Duration {
-	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) {
+	// In upstream mode the header comes after the upstream has answered,
+	// from the reverse proxy, which cannot turn its answer into a 503
+	// cleanly (the client would see the connection end): those fetches
+	// wait for their turn as before.
+	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) || w.s.upstream != nil {
 		return 0
 	}
 	if d := w.s.pacer.backlog(); d > paceMaxQueue {

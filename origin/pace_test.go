@@ -123,6 +123,12 @@ func TestPacerBacklog(t *testing.T) {
 	if d := p.backlog(); d != 0 {
 		t.Errorf("backlog %v with every turn free, want 0", d)
 	}
+	one := newPacer(1)
+	done, _ := one.wait(t.Context(), time.Second, time.Minute, nil)
+	if d := one.backlog(); d != paceMaxHold {
+		t.Errorf("backlog %v with the only turn held and none given back yet, want paceMaxHold (%v)", d, paceMaxHold)
+	}
+	done()
 	for range 2 {
 		done, _ := p.wait(t.Context(), time.Second, time.Minute, nil)
 		time.Sleep(100 * time.Millisecond)
@@ -211,5 +217,33 @@ func TestPieceQueueFull(t *testing.T) {
 	}
 	if _, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it"); p != 1 {
 		t.Errorf("origin fetch with every turn free: got piece %d, want 1", p)
+	}
+}
+
+// TestPieceQueueFullUpstream: in upstream mode the header comes from the
+// reverse proxy after the upstream answered, too late to become a clean
+// 503, so a fetch behind a long queue still gets its piece (after
+// paceMaxWait) rather than a connection cut short.
+func TestPieceQueueFullUpstream(t *testing.T) {
+	up := newFakeUpstream(t)
+	data := randomBytes(fileSize, 41)
+	up.set("/f", upstreamFile{data: data, etag: `"v1"`, modTime: t0})
+	ts := start(t, Config{Upstream: mustParse(t, up.URL)})
+	m := ts.manifest(t, "/f")
+	for range paceSlots {
+		done, ok := ts.pacer.wait(t.Context(), time.Second, time.Minute, nil)
+		if !ok {
+			t.Fatal("no turn free")
+		}
+		defer done()
+	}
+	ts.pacer.mu.Lock()
+	ts.pacer.hold = 2500 * time.Millisecond
+	ts.pacer.mu.Unlock()
+	if _, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it"); p != 1 {
+		t.Errorf("upstream mode, origin fetch behind 2.5 s of answers: got piece %d, want 1", p)
+	}
+	if n := ts.metric(t, `stampede_origin_paced_total{outcome="queue_full"}`); n != 0 {
+		t.Errorf("queue_full counted %d times in upstream mode, want 0", n)
 	}
 }

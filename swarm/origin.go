@@ -155,8 +155,8 @@ func (s *Scheduler) originFetchTime() time.Duration {
 // peer that fetches rarely (most of a crowd, since the draw scales down
 // with it) would hold on to the backlog of a burst long after it drained;
 // in a flash crowd of 50 the early burst's 8-10 s kept the whole swarm's
-// draws low for minutes, and the origin's link ran at half its rate from
-// 20 s to the end. An origin that is merely slow (every fetch 20 s) does
+// draws low for the rest of the run, and the origin's link ran at about
+// two thirds of its rate from 20 s to the end. An origin that is merely slow (every fetch 20 s) does
 // not drain.
 func (s *Scheduler) drainedOriginTime() time.Duration {
 	if s.originTime == 0 {
