@@ -68,13 +68,8 @@ func (w *respWriter) WriteHeader(code int) {
 		return
 	}
 	admitted := w.admit(code, contentLength(w.Header()))
-	queued := w.queueFull(code)
-	if admitted && queued > 0 {
-		if w.picked != nil {
-			w.picked(false)
-			w.picked = nil
-		}
-		w.queueIsFull(queued)
+	if wait := w.queueFull(code); admitted && wait > 0 {
+		w.queueIsFull(wait)
 		return
 	}
 	if w.picked != nil {
@@ -183,10 +178,7 @@ func (w *respWriter) overloaded() {
 		w.s.metrics.overload[outcomePiece].Add(1)
 		return
 	}
-	if w.t != nil { // the piece answer's slot, unused
-		w.s.gate.leave(w.t)
-		w.t = nil
-	}
+	w.leaveGate() // the piece answer's slot, unused
 	w.s.metrics.overload[w.outcome].Add(1)
 	w.reject()
 }
@@ -206,14 +198,23 @@ func (w *respWriter) reject() {
 	w.s.log.Debug("answered 503", "path", w.req.URL.Path, "remote", w.req.RemoteAddr, "retry_after", secs)
 }
 
-// queueIsFull answers 503 to a swarm's origin fetch that would wait wait
-// for its turn (pace.go), with Retry-After wait, and frees the transfer
-// slot the gate gave it.
-func (w *respWriter) queueIsFull(wait time.Duration) {
+// leaveGate gives back the transfer slot the gate gave w, if any.
+func (w *respWriter) leaveGate() {
 	if w.t != nil {
 		w.s.gate.leave(w.t)
 		w.t = nil
 	}
+}
+
+// queueIsFull answers 503 to a swarm's origin fetch that would wait wait
+// for its turn (pace.go), with Retry-After wait: the piece picked for it
+// does not go out, and the transfer slot the gate gave it is freed.
+func (w *respWriter) queueIsFull(wait time.Duration) {
+	if w.picked != nil {
+		w.picked(false)
+		w.picked = nil
+	}
+	w.leaveGate()
 	w.rejected = true
 	secs := retrySeconds(wait)
 	clear(w.Header())

@@ -156,8 +156,8 @@ func (s *Scheduler) originFetchTime() time.Duration {
 // with it) would hold on to the backlog of a burst long after it drained;
 // in a flash crowd of 50 the early burst's 8-10 s kept the whole swarm's
 // draws low for the rest of the run, and the origin's link ran at about
-// two thirds of its rate from 20 s to the end. An origin that is merely slow (every fetch 20 s) does
-// not drain.
+// two thirds of its rate from 20 s to the end. An origin that is merely
+// slow (every fetch 20 s) does not drain.
 func (s *Scheduler) drainedOriginTime() time.Duration {
 	if s.originTime == 0 {
 		return 0
