@@ -140,6 +140,7 @@ type Node struct {
 	nextID    atomic.Uint64
 	wg        sync.WaitGroup // connection and helper goroutines
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
+	recent    *recentPieces  // the last pieces received, for uploads
 
 	// Owned by the loop goroutine.
 	batch    []swarm.Event
@@ -204,6 +205,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.geom = g
+	n.recent = newRecentPieces(cfg.Manifest.PieceSize, n.putPieceBuf)
 	return n, nil
 }
 
@@ -264,6 +266,8 @@ func (n *Node) Run(ctx context.Context) error {
 			p.close()
 		}
 		n.wg.Wait()
+		hits, misses := n.recent.counts()
+		n.log.Debug("uploads read", "from_memory", hits, "from_store", misses)
 	}()
 	n.wg.Go(func() { n.acceptLoop(ctx) })
 
@@ -333,7 +337,7 @@ func (n *Node) Run(ctx context.Context) error {
 			// Every lazyHaveDelay at most, on the ticks.
 			if now.Sub(n.lazySent) >= lazyHaveDelay-tickEvery {
 				for _, p := range n.peers {
-					p.sendLazyHaves()
+					p.sendLazy()
 				}
 				n.lazySent = now
 			}
@@ -485,7 +489,8 @@ const (
 // at once (swarm.Scheduler.HaveCanWait; an UNCHOKE goes after them): their
 // HAVEs wait, for about lazyHaveDelay at most (the flush is on the loop's
 // ticks), and go out in one write with the next HAVE that goes at once, or
-// with the others held back, or when maxLazyHaves are waiting. A HAVE is
+// with the others held back, or when maxLazy are waiting. The START of a
+// request to a peer waits with them (swarm.Scheduler.StartTo, Node.announce). A HAVE is
 // one frame in a packet of its own, which draws an ACK, and each peer of a
 // crowd of N sends N-1 of them per piece: in a flash crowd of 20 (512
 // pieces, 8 Mbit/s links) 19 × 512 = 9,728 HAVEs per peer against about
@@ -498,7 +503,7 @@ const (
 // the runs' spread of about a second.
 const (
 	lazyHaveDelay = time.Second
-	maxLazyHaves  = 64
+	maxLazy       = 64
 )
 
 // tickEvery is how often the loop ticks: timeouts, rates, lazy HAVEs.
@@ -574,6 +579,48 @@ func (n *Node) putPieceBuf(b []byte) {
 	n.pieceBufs.Put(&b)
 }
 
+// readPiece returns piece i's bytes for an upload: the kept copy if it
+// arrived lately (recentPieces), else read into buf from the store and
+// verified. release must be called once the bytes are sent. The testbed's
+// corrupting peer damages what it sends, so it always reads into buf.
+func (n *Node) readPiece(i int, buf []byte) (data []byte, release func(), err error) {
+	if !corruptUploads {
+		if e, ok := n.recent.get(i); ok {
+			return e.data, func() { n.recent.release(e) }, nil
+		}
+	}
+	data, err = n.cfg.Store.ReadPiece(i, buf)
+	return data, func() {}, err
+}
+
+// announce sends a HAVE, START or STOP of piece to p, holds it back
+// (wait), or drops it (!send: a claim p need not hear). What was held for p
+// goes first, so p hears of each piece in order. A HAVE supersedes a START
+// still held, and a STOP cancels it: that START does not go out, nor does
+// the STOP. Any other STOP goes at once: it frees the piece for p's origin
+// fetches, and STOPs are few.
+func (n *Node) announce(p *peerConn, t wire.Type, piece int, send, wait bool) {
+	if t == wire.TypeHave {
+		p.unhold(wire.TypeStart, piece)
+	}
+	switch {
+	case t == wire.TypeStop && p.unhold(wire.TypeStart, piece):
+	case !send:
+	case wait && t != wire.TypeStop:
+		p.hold(t, piece)
+	default:
+		p.sendLazy()
+		switch t {
+		case wire.TypeHave:
+			p.sendControl(&wire.Have{Piece: uint32(piece)})
+		case wire.TypeStart:
+			p.sendControl(&wire.Start{Piece: uint32(piece)})
+		case wire.TypeStop:
+			p.sendControl(&wire.Stop{Piece: uint32(piece)})
+		}
+	}
+}
+
 // pathRTTs appends a swarm.PathRTT for each connection whose round trip
 // without queues (sockopt.MinRTT) changed since it was last read, reading
 // each at most every pathRTTEvery (a connection without a reading yet, on
@@ -626,22 +673,17 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			n.fetchOrigin(ctx, a)
 		case swarm.Announce:
 			for id, p := range n.peers {
-				if n.sched.HaveCanWait(id, a.Piece) {
-					if p.lazyHaves = append(p.lazyHaves, a.Piece); len(p.lazyHaves) >= maxLazyHaves {
-						p.sendLazyHaves() // a flood of them must not fill the control queue
-					}
-					continue
-				}
-				p.sendLazyHaves()
-				p.sendControl(&wire.Have{Piece: uint32(a.Piece)})
+				n.announce(p, wire.TypeHave, a.Piece, true, n.sched.HaveCanWait(id, a.Piece))
 			}
 		case swarm.AnnounceStart:
-			for _, p := range n.peers {
-				p.sendControl(&wire.Start{Piece: uint32(a.Piece)})
+			for id, p := range n.peers {
+				send, wait := n.sched.StartTo(id, a.Piece)
+				n.announce(p, wire.TypeStart, a.Piece, send, wait)
 			}
 		case swarm.AnnounceStop:
-			for _, p := range n.peers {
-				p.sendControl(&wire.Stop{Piece: uint32(a.Piece)})
+			for id, p := range n.peers {
+				send, wait := n.sched.StartTo(id, a.Piece)
+				n.announce(p, wire.TypeStop, a.Piece, send, wait)
 			}
 		case swarm.Choke:
 			if p := n.peers[a.Peer]; p != nil {
@@ -650,7 +692,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			}
 		case swarm.Unchoke:
 			if p := n.peers[a.Peer]; p != nil {
-				p.sendLazyHaves()
+				p.sendLazy()
 				p.sendControl(&wire.Unchoke{})
 			}
 		case swarm.Serve:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,9 +40,9 @@ type peerConn struct {
 
 	ctrl    chan wire.Message
 	uploads chan int
-	// lazyHaves are HAVEs held back for a while (see lazyHaveDelay); owned
-	// by the loop goroutine.
-	lazyHaves []int
+	// lazy are the HAVE and START frames held back for a while, in order
+	// (see lazyHaveDelay); owned by the loop goroutine.
+	lazy []lazyFrame
 	// pathRTT is the path's round trip last reported to the scheduler, read
 	// at pathRTTAt (Node.pathRTTs); owned by the loop goroutine.
 	pathRTT   time.Duration
@@ -141,12 +142,40 @@ func (p *peerConn) sendControl(m wire.Message) {
 	}
 }
 
-// sendLazyHaves queues the HAVEs held back; called by the loop.
-func (p *peerConn) sendLazyHaves() {
-	for _, piece := range p.lazyHaves {
-		p.sendControl(&wire.Have{Piece: uint32(piece)})
+// lazyFrame is a HAVE or START held back (peerConn.lazy).
+type lazyFrame struct {
+	t     wire.Type
+	piece uint32
+}
+
+// hold holds back a HAVE or START of piece; called by the loop.
+func (p *peerConn) hold(t wire.Type, piece int) {
+	if p.lazy = append(p.lazy, lazyFrame{t: t, piece: uint32(piece)}); len(p.lazy) >= maxLazy {
+		p.sendLazy() // a flood of them must not fill the control queue
 	}
-	p.lazyHaves = p.lazyHaves[:0]
+}
+
+// unhold drops a held frame; it reports whether there was one.
+func (p *peerConn) unhold(t wire.Type, piece int) bool {
+	k := slices.Index(p.lazy, lazyFrame{t: t, piece: uint32(piece)})
+	if k >= 0 {
+		p.lazy = slices.Delete(p.lazy, k, k+1)
+	}
+	return k >= 0
+}
+
+// sendLazy queues the frames held back; called by the loop before any
+// other HAVE, START or STOP to the peer, and before an UNCHOKE.
+func (p *peerConn) sendLazy() {
+	for _, f := range p.lazy {
+		switch f.t {
+		case wire.TypeHave:
+			p.sendControl(&wire.Have{Piece: f.piece})
+		case wire.TypeStart:
+			p.sendControl(&wire.Start{Piece: f.piece})
+		}
+	}
+	p.lazy = p.lazy[:0]
 }
 
 func (p *peerConn) request(piece int, length int64) {
@@ -355,18 +384,21 @@ func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 		return nil, nil
 	}
 	// The assembly is gone from wanted: nothing else holds its buffer, and
-	// the store copies what it writes.
-	defer p.n.putPieceBuf(a.buf)
+	// the store copies what it writes. A piece verified and stored is kept
+	// for its uploads (recentPieces), which own the buffer from then on.
 	if a.cancelled && p.n.cfg.Store.Has(piece) {
 		// Late, and we got it elsewhere meanwhile.
+		p.n.putPieceBuf(a.buf)
 		return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(a.length)}, nil
 	}
 	if err := p.n.cfg.Store.WritePiece(piece, a.buf); err != nil {
+		p.n.putPieceBuf(a.buf)
 		if errors.Is(err, manifest.ErrCorruptPiece) {
 			return swarm.Corrupt{Peer: p.id, Piece: piece}, nil
 		}
 		return nil, fmt.Errorf("store piece %d: %w", piece, err)
 	}
+	p.n.recent.add(piece, a.buf)
 	return swarm.Received{Peer: p.id, Piece: piece, Bytes: int64(a.length)}, nil
 }
 
@@ -494,8 +526,9 @@ const dataChunk = 64 << 10
 
 // upload sends one piece as DATA frames, shaped by the upload limit; between
 // frames drain sends waiting control frames (done: the connection is to
-// close). The store verifies the piece as it reads it, so a piece damaged
-// on our disk is never passed on.
+// close). The piece comes from memory if it arrived lately, else from the
+// store, which verifies it as it reads it, so a piece damaged on our disk
+// is never passed on (Node.readPiece).
 func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte, drain func() (done bool, err error)) (bool, error) {
 	p.mu.Lock()
 	skip := p.dropUp[piece]
@@ -504,7 +537,8 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	if skip {
 		return false, nil
 	}
-	data, err := p.n.cfg.Store.ReadPiece(piece, buf)
+	data, release, err := p.n.readPiece(piece, buf)
+	defer release()
 	if err != nil {
 		p.n.log.Warn("cannot serve a piece", "piece", piece, "err", err)
 		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})

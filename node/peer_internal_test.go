@@ -19,28 +19,8 @@ import (
 // that the peer had already started arrives whole: it is stored if we
 // still lack it, not thrown away, and dropped quietly if we have it.
 func TestLatePieceKept(t *testing.T) {
-	data := make([]byte, 1_000_000)
-	rand.NewChaCha8([32]byte{1}).Read(data)
-	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(t.TempDir(), "f"), m, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	n := &Node{cfg: Config{Store: st}, m: m}
-	c1, c2 := net.Pipe()
-	defer c1.Close()
-	defer c2.Close()
-	p := newPeerConn(n, 1, c1, wire.PeerID{}, "192.0.2.1:1")
-	go func() { // the control frames request and cancel queue
-		for range p.ctrl {
-		}
-	}()
-	defer close(p.ctrl)
-
+	f := testConn(t, 1_000_000, 1)
+	data, m, st, p := f.data, f.m, f.st, f.p
 	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
 	deliver := func(i int) swarm.Event {
 		t.Helper()
@@ -144,4 +124,43 @@ func TestPathRTTs(t *testing.T) {
 	if evs := n.pathRTTs(now.Add(2*pathRTTEvery), nil); len(evs) != 0 {
 		t.Fatalf("unchanged RTT reported again: %v", evs)
 	}
+}
+
+// connFixture is a file of random bytes, its manifest, a store for it in
+// a temporary directory (part: its part file), a node on that store and a
+// connection of that node whose control frames are read and dropped.
+type connFixture struct {
+	data []byte
+	m    *manifest.Manifest
+	st   *store.File
+	part string
+	n    *Node
+	p    *peerConn
+}
+
+func testConn(t *testing.T, size int, seed byte) *connFixture {
+	t.Helper()
+	f := &connFixture{data: make([]byte, size)}
+	rand.NewChaCha8([32]byte{seed}).Read(f.data)
+	var err error
+	if f.m, err = manifest.FromReader(bytes.NewReader(f.data), int64(size), "f"); err != nil {
+		t.Fatal(err)
+	}
+	final := filepath.Join(t.TempDir(), "f")
+	if f.st, err = store.Open(final, f.m, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.part = final + store.PartSuffix
+	t.Cleanup(func() { f.st.Close() })
+	f.n = &Node{cfg: Config{Store: f.st}, m: f.m}
+	f.n.recent = newRecentPieces(f.m.PieceSize, f.n.putPieceBuf)
+	c1, c2 := net.Pipe()
+	t.Cleanup(func() { c1.Close(); c2.Close() })
+	f.p = newPeerConn(f.n, 1, c1, wire.PeerID{}, "192.0.2.1:1")
+	go func() { // the control frames request and cancel queue
+		for range f.p.ctrl {
+		}
+	}()
+	t.Cleanup(func() { close(f.p.ctrl) })
+	return f
 }

@@ -130,3 +130,44 @@ func TestHaveCanWaitChoked(t *testing.T) {
 		}
 	}
 }
+
+// TestStartTo: our START of a piece goes at once while we fetch it from
+// the origin, may wait while we fetch it from a peer, and does not go to a
+// peer that has the piece.
+func TestStartTo(t *testing.T) {
+	s, pending := lonelyScheduler(1, 8, 1)
+	if len(pending) == 0 {
+		t.Fatal("no origin fetch")
+	}
+	fromOrigin := pending[0]
+	fromPeer := (fromOrigin + 1) % 8
+	for slices.Contains(pending, fromPeer) {
+		fromPeer = (fromPeer + 1) % 8
+	}
+	holder := pieceset.New(8)
+	holder.Add(fromOrigin)
+	holder.Add(fromPeer)
+	s.Step(PeerUp{Peer: 1, Addr: "192.0.2.1:7000"}, t0)
+	s.Step(HaveSet{Peer: 1, Set: holder}, t0)
+	s.Step(PeerUp{Peer: 2, Addr: "192.0.2.2:7000"}, t0)
+	s.Step(HaveSet{Peer: 2, Set: pieceset.New(8)}, t0)
+	acts := s.Step(Unchoked{Peer: 1}, t0)
+	if !slices.Contains(acts, Action(Request{Peer: 1, Piece: fromPeer})) {
+		t.Fatalf("piece %d not requested from its holder: %v", fromPeer, acts)
+	}
+	for _, c := range []struct {
+		id         PeerID
+		piece      int
+		send, wait bool
+	}{
+		{2, fromOrigin, true, false},
+		{2, fromPeer, true, true},
+		{1, fromOrigin, false, false}, // it has both
+		{1, fromPeer, false, false},
+		{9, fromPeer, true, false}, // not connected: as before
+	} {
+		if send, wait := s.StartTo(c.id, c.piece); send != c.send || wait != c.wait {
+			t.Errorf("StartTo(peer %d, piece %d) = %v, %v; want %v, %v", c.id, c.piece, send, wait, c.send, c.wait)
+		}
+	}
+}
