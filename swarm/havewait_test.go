@@ -132,8 +132,8 @@ func TestHaveCanWaitChoked(t *testing.T) {
 }
 
 // TestStartTo: our START of a piece goes at once while we fetch it from
-// the origin, may wait while we fetch it from a peer, and does not go to a
-// peer that has the piece.
+// the origin, may wait while we fetch it from a peer in a swarm of 10k or
+// more, and does not go to a peer that has the piece.
 func TestStartTo(t *testing.T) {
 	s, pending := lonelyScheduler(1, 8, 1)
 	if len(pending) == 0 {
@@ -155,6 +155,10 @@ func TestStartTo(t *testing.T) {
 	if !slices.Contains(acts, Action(Request{Peer: 1, Piece: fromPeer})) {
 		t.Fatalf("piece %d not requested from its holder: %v", fromPeer, acts)
 	}
+	if send, wait := s.StartTo(2, fromPeer); !send || wait {
+		t.Errorf("swarm of 3: StartTo(peer 2, piece %d) = %v, %v; want true, false", fromPeer, send, wait)
+	}
+	s.Step(TrackerPeers{SwarmSize: startWaitN * s.cfg.OriginK}, t0)
 	for _, c := range []struct {
 		id         PeerID
 		piece      int

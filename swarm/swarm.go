@@ -596,14 +596,17 @@ func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 // matters to a peer that may fetch the piece: one that has it, by the
 // have-set it sent, hears neither. The START of an origin fetch goes at
 // once, since it is what keeps the neighbours off the origin for that
-// piece; that of a request to a peer may wait, to go out with the HAVEs
-// held back: the piece is coming from the swarm, and a neighbour that
-// draws an origin fetch of it meanwhile goes there only if none of its
-// own neighbours has or claims it. Each START for a request cost a frame
-// to every neighbour, most in a packet of their own: in flash50 runs on
-// the testbed a peer's uplink carried about 290 small data segments a
-// second besides its pieces, and with no START for requests at all
-// (QuietRequests) the last peer came 1.2-1.3 s sooner (two pairs of runs).
+// piece. That of a request to a peer may wait, to go out with the HAVEs
+// held back, in a swarm of at least startWaitN×k: the piece is coming
+// from the swarm, and a neighbour goes to the origin for it meanwhile
+// only if it wins a draw of k/n (1 in 10 a slice or less) and none of
+// its own neighbours has or claims it. Each START for a request cost a
+// frame to every neighbour, most in a packet of their own: in flash50
+// runs on the testbed a peer's uplink carried about 290 small data
+// segments a second besides its pieces, and with those STARTs held the
+// last peer came 1.3 s sooner (docs/benchmarks.md, eighth pass). In a
+// small swarm the draw is likely: held in the staggered scenario, they
+// took the origin from 2.40-2.65 F to 2.71-3.28 F.
 func (s *Scheduler) StartTo(id PeerID, i int) (send, wait bool) {
 	p := s.peers[id]
 	if p == nil || !s.valid(i) {
@@ -612,8 +615,12 @@ func (s *Scheduler) StartTo(id PeerID, i int) (send, wait bool) {
 	if p.has.Has(i) {
 		return false, false
 	}
-	return true, !s.pieces[i].origin
+	return true, !s.pieces[i].origin && s.swarmN() >= startWaitN*s.cfg.OriginK
 }
+
+// startWaitN: a START for a request may wait in a swarm of at least
+// startWaitN×k peers (StartTo).
+const startWaitN = 10
 
 // Config returns the configuration in use, defaults filled in.
 func (s *Scheduler) Config() Config { return s.cfg }
