@@ -174,4 +174,9 @@ func TestStartTo(t *testing.T) {
 			t.Errorf("StartTo(peer %d, piece %d) = %v, %v; want %v, %v", c.id, c.piece, send, wait, c.send, c.wait)
 		}
 	}
+	// The renewal of a START, StartTimeout/2 on, goes at once.
+	s.Step(Tick{}, t0.Add(s.cfg.StartTimeout/2))
+	if send, wait := s.StartTo(2, fromPeer); !send || wait {
+		t.Errorf("renewal: StartTo(peer 2, piece %d) = %v, %v; want true, false", fromPeer, send, wait)
+	}
 }

@@ -44,7 +44,7 @@
 //   - After PeerUp send our have-set to the peer; after Announce send HAVE
 //     to every peer (it may wait where HaveCanWait says so; the HAVEs held
 //     for a peer go before its UNCHOKE), after AnnounceStart START, after
-//     AnnounceStop STOP.
+//     AnnounceStop STOP (to the peers and with the waits StartTo says).
 //   - For an outbound connection, PeerUp.Addr must be the Connect.Addr; a
 //     Connect that ends without PeerUp (refused, failed handshake, duplicate
 //     of a connection we have) must be reported as DialFailed, or the
@@ -605,8 +605,9 @@ func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 // runs on the testbed a peer's uplink carried about 290 small data
 // segments a second besides its pieces, and with those STARTs held the
 // last peer came 1.3 s sooner (docs/benchmarks.md, eighth pass). In a
-// small swarm the draw is likely: held in the staggered scenario, they
-// took the origin from 2.40-2.65 F to 2.71-3.28 F.
+// small swarm the draw is likely: with STARTs held in the staggered
+// scenario the origin sent 2.71-3.28 F (5 runs) against 2.40-2.65 F (7
+// runs) without, though that scenario spreads widely from run to run.
 func (s *Scheduler) StartTo(id PeerID, i int) (send, wait bool) {
 	p := s.peers[id]
 	if p == nil || !s.valid(i) {
@@ -615,7 +616,12 @@ func (s *Scheduler) StartTo(id PeerID, i int) (send, wait bool) {
 	if p.has.Has(i) {
 		return false, false
 	}
-	return true, !s.pieces[i].origin && s.swarmN() >= startWaitN*s.cfg.OriginK
+	// A renewal (StartTimeout/2 after the first request) goes at once: the
+	// START it renews went out, and a STOP would be dropped with a held
+	// renewal, leaving that START to hold until it expires.
+	ps := &s.pieces[i]
+	young := s.now.Sub(ps.firstReq) < s.cfg.StartTimeout/2
+	return true, !ps.origin && young && s.swarmN() >= startWaitN*s.cfg.OriginK
 }
 
 // startWaitN: a START for a request may wait in a swarm of at least
