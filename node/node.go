@@ -205,7 +205,13 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.geom = g
-	n.recent = newRecentPieces(cfg.Manifest.PieceSize, n.putPieceBuf)
+	// The testbed's corrupting peer damages what it uploads in place, so
+	// it reads every upload into a buffer of its own (testbed.go).
+	keep := int64(recentBytes)
+	if corruptUploads {
+		keep = 0
+	}
+	n.recent = newRecentPieces(cfg.Manifest.PieceSize, keep, n.putPieceBuf)
 	return n, nil
 }
 
@@ -581,20 +587,17 @@ func (n *Node) putPieceBuf(b []byte) {
 
 // readPiece returns piece i's bytes for an upload: the kept copy if it
 // arrived lately (recentPieces), else read into buf from the store and
-// verified. release must be called once the bytes are sent. The testbed's
-// corrupting peer damages what it sends, so it always reads into buf.
+// verified. release must be called once the bytes are sent.
 func (n *Node) readPiece(i int, buf []byte) (data []byte, release func(), err error) {
-	if !corruptUploads {
-		if e, ok := n.recent.get(i); ok {
-			return e.data, func() { n.recent.release(e) }, nil
-		}
+	if e, ok := n.recent.get(i); ok {
+		return e.data, func() { n.recent.release(e) }, nil
 	}
 	data, err = n.cfg.Store.ReadPiece(i, buf)
 	return data, func() {}, err
 }
 
 // announce sends a HAVE, START or STOP of piece to p, holds it back
-// (wait), or drops it (!send: a claim p need not hear). What was held for p
+// (wait; never a STOP), or drops it (!send: a claim p need not hear). What was held for p
 // goes first, so p hears of each piece in order. A HAVE supersedes a START
 // still held, and a STOP cancels it: that START does not go out, nor does
 // the STOP. Any other STOP goes at once: it frees the piece for p's origin
@@ -606,7 +609,7 @@ func (n *Node) announce(p *peerConn, t wire.Type, piece int, send, wait bool) {
 	switch {
 	case t == wire.TypeStop && p.unhold(wire.TypeStart, piece):
 	case !send:
-	case wait && t != wire.TypeStop:
+	case wait:
 		p.hold(t, piece)
 	default:
 		p.sendLazy()
@@ -682,8 +685,8 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			}
 		case swarm.AnnounceStop:
 			for id, p := range n.peers {
-				send, wait := n.sched.StartTo(id, a.Piece)
-				n.announce(p, wire.TypeStop, a.Piece, send, wait)
+				send, _ := n.sched.StartTo(id, a.Piece) // a STOP never waits
+				n.announce(p, wire.TypeStop, a.Piece, send, false)
 			}
 		case swarm.Choke:
 			if p := n.peers[a.Peer]; p != nil {

@@ -153,7 +153,7 @@ func testConn(t *testing.T, size int, seed byte) *connFixture {
 	f.part = final + store.PartSuffix
 	t.Cleanup(func() { f.st.Close() })
 	f.n = &Node{cfg: Config{Store: f.st}, m: f.m}
-	f.n.recent = newRecentPieces(f.m.PieceSize, f.n.putPieceBuf)
+	f.n.recent = newRecentPieces(f.m.PieceSize, recentBytes, f.n.putPieceBuf)
 	c1, c2 := net.Pipe()
 	t.Cleanup(func() { c1.Close(); c2.Close() })
 	f.p = newPeerConn(f.n, 1, c1, wire.PeerID{}, "192.0.2.1:1")

@@ -35,12 +35,14 @@ type recentPiece struct {
 	evicted bool // no longer in pieces: put back at the last release
 }
 
-func newRecentPieces(pieceSize int64, put func([]byte)) *recentPieces {
-	return &recentPieces{
-		put:    put,
-		max:    int(max(1, recentBytes/max(pieceSize, 1))),
-		pieces: map[int]*recentPiece{},
+// newRecentPieces keeps up to keep bytes of pieces of pieceSize (at least
+// one piece, unless keep is 0: then none).
+func newRecentPieces(pieceSize, keep int64, put func([]byte)) *recentPieces {
+	n := 0
+	if keep > 0 {
+		n = int(max(1, keep/max(pieceSize, 1)))
 	}
+	return &recentPieces{put: put, max: n, pieces: map[int]*recentPiece{}}
 }
 
 // add keeps data, the verified and stored bytes of piece i, taking
@@ -48,7 +50,7 @@ func newRecentPieces(pieceSize int64, put func([]byte)) *recentPieces {
 func (r *recentPieces) add(i int, data []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.pieces[i]; ok {
+	if _, ok := r.pieces[i]; ok || r.max == 0 {
 		r.put(data)
 		return
 	}

@@ -15,7 +15,13 @@ import (
 // unchanged until then.
 func TestRecentPiecesEviction(t *testing.T) {
 	var back [][]byte
-	r := newRecentPieces(recentBytes/2, func(b []byte) { back = append(back, b) })
+	none := newRecentPieces(4, 0, func(b []byte) { back = append(back, b) })
+	none.add(0, []byte{9})
+	if _, ok := none.get(0); ok || len(back) != 1 {
+		t.Fatalf("a cache of 0 bytes kept a piece (given back: %v)", back)
+	}
+	back = nil
+	r := newRecentPieces(recentBytes/2, recentBytes, func(b []byte) { back = append(back, b) })
 	if r.max != 2 {
 		t.Fatalf("max = %d pieces, want 2", r.max)
 	}
