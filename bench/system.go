@@ -157,7 +157,14 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 	if o.addr != "" {
 		listen = o.addr // a restart keeps the address the peers know
 	}
-	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests"), "-q"}
+	// With STAMPEDE_BENCH_PEER_LOGS set, the origin logs every request
+	// (-v) to origin.log there, for reading next to the peers' logs.
+	logf := debugLog("origin.log")
+	verbosity := "-q"
+	if logf != nil {
+		verbosity = "-v"
+	}
+	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests"), verbosity}
 	if o.tracker != nil {
 		if o.tracker.proc == nil || o.tracker.proc.exited() {
 			if err := o.tracker.start(ctx); err != nil {
@@ -170,7 +177,7 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 		argv = append(argv, "--rate", strconv.FormatInt(e.sc.OriginUp, 10))
 	}
 	argv = append(argv, e.sc.ServeArgs...)
-	p, err := startListening(ctx, "origin", e.origin.Command(argv...), servingLine, &o.addr)
+	p, err := startListening(ctx, "origin", e.origin.Command(argv...), servingLine, &o.addr, logf)
 	if err != nil {
 		return err
 	}
@@ -290,7 +297,7 @@ func (t *stampedeTracker) start(ctx context.Context) error {
 	if t.addr != "" {
 		listen = t.addr
 	}
-	p, err := startListening(ctx, "tracker", e.origin.Command(e.bin, "tracker", "--listen", listen, "-q"), trackerLine, &t.addr)
+	p, err := startListening(ctx, "tracker", e.origin.Command(e.bin, "tracker", "--listen", listen, "-q"), trackerLine, &t.addr, nil)
 	if err != nil {
 		return err
 	}
@@ -301,10 +308,15 @@ func (t *stampedeTracker) start(ctx context.Context) error {
 // startListening starts a server process and waits for the stderr line
 // (matching line, whose first group is host:port) that says where it
 // listens. *addr is set at the first start; a restart must listen on the
-// same address, which the peers (or the manifest) already know.
-func startListening(ctx context.Context, name string, argv []string, line *regexp.Regexp, addr *string) (*proc, error) {
+// same address, which the peers (or the manifest) already know. If logf is
+// not nil, every stderr line is copied to it, and it is closed when the
+// process exits.
+func startListening(ctx context.Context, name string, argv []string, line *regexp.Regexp, addr *string, logf *os.File) (*proc, error) {
 	ready := make(chan string, 1)
 	p, err := startProc(procSpec{name: name, argv: argv, stderr: func(l string, _ time.Time) {
+		if logf != nil {
+			fmt.Fprintln(logf, l)
+		}
 		if m := line.FindStringSubmatch(l); m != nil {
 			select {
 			case ready <- m[1]:
@@ -313,7 +325,16 @@ func startListening(ctx context.Context, name string, argv []string, line *regex
 		}
 	}})
 	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
 		return nil, err
+	}
+	if logf != nil {
+		go func() {
+			<-p.done
+			logf.Close() // the copying ended before done closed
+		}()
 	}
 	select {
 	case got := <-ready:

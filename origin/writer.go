@@ -295,10 +295,16 @@ func (w *respWriter) finish() {
 	}
 	w.s.metrics.countResponse(status)
 	if w.s.log.Enabled(context.Background(), slog.LevelDebug) {
-		w.s.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
-			slog.String("method", w.req.Method), slog.String("path", w.req.URL.Path),
+		attrs := []slog.Attr{slog.String("method", w.req.Method), slog.String("path", w.req.URL.Path),
 			slog.String("remote", w.req.RemoteAddr), slog.Int("status", status),
-			slog.Int64("bytes", w.bytes), slog.Duration("took", time.Since(w.start)))
+			slog.Int64("bytes", w.bytes), slog.Duration("took", time.Since(w.start))}
+		if rg := w.req.Header.Get("Range"); rg != "" {
+			attrs = append(attrs, slog.String("range", rg))
+		}
+		if r := w.req.Header.Get(ReasonHeader); r != "" {
+			attrs = append(attrs, slog.String("reason", r))
+		}
+		w.s.log.LogAttrs(context.Background(), slog.LevelDebug, "request", attrs...)
 	}
 }
 

@@ -61,7 +61,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	case *cleanup:
-		removed, err := bench.CleanupStale(ctx, e.logger(false))
+		removed, err := bench.CleanupStale(ctx, e.logger(false, false))
 		for _, ns := range removed {
 			fmt.Fprintf(e.stdout, "deleted network namespace %s\n", ns)
 		}
@@ -222,7 +222,7 @@ func cmpOr(a, b string) string {
 
 // runScenario runs one scenario with the live view.
 func runScenario(ctx context.Context, e *env, cfg bench.Config, live, verbose bool) (*bench.Report, error) {
-	cfg.Logger = e.logger(!verbose)
+	cfg.Logger = e.logger(!verbose, false)
 	var view *liveView
 	if live {
 		view = newLiveView(e.stderr, e.stderrIsTerminal)

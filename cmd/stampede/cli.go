@@ -34,9 +34,13 @@ func stdEnv() *env {
 	}
 }
 
-func (e *env) logger(quiet bool) *slog.Logger {
+// logger logs at info, at warn if quiet, at debug if verbose (which wins).
+func (e *env) logger(quiet, verbose bool) *slog.Logger {
 	level := slog.LevelInfo
-	if quiet {
+	switch {
+	case verbose:
+		level = slog.LevelDebug
+	case quiet:
 		level = slog.LevelWarn
 	}
 	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))

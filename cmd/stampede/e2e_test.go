@@ -58,10 +58,17 @@ func (s *syncBuffer) String() string {
 // returns its base URL.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	base, _ := startServeLog(t, args...)
+	return base
+}
+
+// startServeLog is startServe that also returns serve's stderr.
+func startServeLog(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
-	var stderr syncBuffer
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, ready: func(a string) { addr <- a }}
+	stderr := new(syncBuffer)
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, ready: func(a string) { addr <- a }}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir()}, args...), e)
@@ -74,13 +81,13 @@ func startServe(t *testing.T, args ...string) string {
 	})
 	select {
 	case a := <-addr:
-		return "http://" + a
+		return "http://" + a, stderr
 	case code := <-done:
 		t.Fatalf("serve exited %d before listening: %s", code, stderr.String())
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve did not start: %s", stderr.String())
 	}
-	return ""
+	return "", nil
 }
 
 // runCmd runs one stampede command in-process and returns its exit code,

@@ -34,7 +34,7 @@ recently used are seeded. Other origins are proxied straight through; HTTPS
 	if len(pos) != 0 {
 		return usageErrorf("gateway takes no arguments, got %q", pos)
 	}
-	cfg := gateway.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxSeeds: *maxSeeds, Logger: e.logger(*quiet)}
+	cfg := gateway.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxSeeds: *maxSeeds, Logger: e.logger(*quiet, false)}
 	if cfg.CacheSize, err = units.ParseSize(*cacheSize); err != nil || cfg.CacheSize <= 0 {
 		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", *cacheSize)
 	}

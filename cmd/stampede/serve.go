@@ -62,6 +62,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	quiet := fs.Bool("q", false, "log only warnings and errors")
+	verbose := fs.Bool("v", false, "log every request (method, path, client, status, bytes, time taken) and every 503")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -77,7 +78,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		ResendAfter:       *resendAfter,
 		CacheDir:          *cacheDir,
 		Warm:              *warm,
-		Logger:            e.logger(*quiet),
+		Logger:            e.logger(*quiet, *verbose),
 	}
 	if cfg.Rate, err = units.ParseRate(*rate); err != nil {
 		return usageErrorf("--rate: %v", err)

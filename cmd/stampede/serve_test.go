@@ -128,6 +128,46 @@ func TestServeRunsUntilCancelled(t *testing.T) {
 	}
 }
 
+// With -v serve logs every request, with its Range and Stampede-Reason;
+// without it, none.
+func TestServeVerbose(t *testing.T) {
+	www := t.TempDir()
+	writeFile(t, www, "hello.txt", []byte("hello"))
+	for _, verbose := range []bool{false, true} {
+		args := []string{www}
+		if verbose {
+			args = append(args, "-v")
+		}
+		base, stderr := startServeLog(t, args...)
+		req, _ := http.NewRequest(http.MethodGet, base+"/hello.txt", nil)
+		req.Header.Set("Range", "bytes=1-2")
+		req.Header.Set(origin.ReasonHeader, "retry-late")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		var line string
+		for l := range strings.Lines(stderr.String()) {
+			if strings.Contains(l, "msg=request method=GET path=/hello.txt ") {
+				line = l
+			}
+		}
+		if !verbose {
+			if line != "" {
+				t.Errorf("without -v: logged %q", line)
+			}
+			continue
+		}
+		for _, w := range []string{"status=206", "bytes=2", `range="bytes=1-2"`, "reason=retry-late"} {
+			if !strings.Contains(line, w) {
+				t.Errorf("-v: request line %q lacks %q; stderr:\n%s", line, w, stderr.String())
+			}
+		}
+	}
+}
+
 func TestServeHelp(t *testing.T) {
 	var stdout bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: io.Discard}

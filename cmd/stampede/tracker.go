@@ -39,7 +39,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	case *maxSwarms < 1:
 		return usageErrorf("--max-swarms must be at least 1, got %d", *maxSwarms)
 	}
-	log := e.logger(*quiet)
+	log := e.logger(*quiet, false)
 	tr := tracker.New(tracker.Config{
 		Interval:         *interval,
 		MaxPeersPerSwarm: *maxPeers,
