@@ -28,7 +28,12 @@ import (
 // paceMaxHold (a client that reads slowly must not hold the others back).
 // With 2 turns, in two flash20 runs, the origin's link idled more (two
 // connections' windows could not keep it full) and the last peer came
-// later than without pacing. While it holds a turn its connection keeps
+// later than without pacing; 3 turns with a queue of half a second brought
+// the last of 50 peers about 0.9 s sooner than 6 turns with a queue of a
+// second (docs/benchmarks.md, ninth pass). A turn ends when the body is in
+// the kernel, not when it is acknowledged, so on a faster link with a
+// longer round trip the turns are held briefly and bound only how many
+// answers are being pushed at once, not how many are in flight. While it holds a turn its connection keeps
 // only pacedLowat unsent in the kernel, so "handed to the kernel" means
 // "nearly on the wire" and the next answer starts as this one ends.
 //
@@ -45,9 +50,9 @@ import (
 // (a turn held by slow clients must not keep an answer waiting until the
 // client's idle timeout, 5 s, ends it); such an answer still goes out.
 const (
-	paceSlots    = 6
+	paceSlots    = 3
 	paceMaxWait  = 2 * time.Second
-	paceMaxQueue = time.Second
+	paceMaxQueue = 500 * time.Millisecond
 	paceMaxHold  = 500 * time.Millisecond
 	pacedLowat   = 16 << 10
 )
@@ -77,8 +82,8 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 // backlog is how long an answer asking now would wait for its turn: 0 if
 // a turn is free, else the answers ahead of it taken cap(turns) at a time,
 // each batch the smoothed hold (paceMaxHold before any turn was given
-// back). A turn is held paceMaxHold at most, so with 6 turns a 503 needs
-// 12 answers or more waiting.
+// back). A turn is held paceMaxHold at most, so with 3 turns and a queue
+// of 500 ms a 503 needs 3 answers or more waiting.
 func (p *pacer) backlog() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
