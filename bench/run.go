@@ -901,7 +901,8 @@ func peerLog(id int) *os.File {
 
 // debugLog opens name in the STAMPEDE_BENCH_PEER_LOGS directory for
 // appending; nil when unset or on error. Besides the peers' logs it keeps
-// the origin's last /metrics of each run (metricsDumper).
+// the origin's stderr (origin.log, one file appended to by every run and
+// restart) and its last /metrics of each run (metricsDumper).
 func debugLog(name string) *os.File {
 	dir := os.Getenv("STAMPEDE_BENCH_PEER_LOGS")
 	if dir == "" {

@@ -157,14 +157,7 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 	if o.addr != "" {
 		listen = o.addr // a restart keeps the address the peers know
 	}
-	// With STAMPEDE_BENCH_PEER_LOGS set, the origin logs every request
-	// (-v) to origin.log there, for reading next to the peers' logs.
-	logf := debugLog("origin.log")
-	verbosity := "-q"
-	if logf != nil {
-		verbosity = "-v"
-	}
-	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests"), verbosity}
+	argv := []string{e.bin, "serve", e.www, "--listen", listen, "--cache-dir", filepath.Join(e.dir, "manifests")}
 	if o.tracker != nil {
 		if o.tracker.proc == nil || o.tracker.proc.exited() {
 			if err := o.tracker.start(ctx); err != nil {
@@ -172,6 +165,14 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 			}
 		}
 		argv = append(argv, "--tracker", o.tracker.url())
+	}
+	// With STAMPEDE_BENCH_PEER_LOGS set, the origin logs at debug level
+	// (-v: every request) to origin.log there, next to the peers' logs.
+	logf := debugLog("origin.log")
+	if logf != nil {
+		argv = append(argv, "-v")
+	} else {
+		argv = append(argv, "-q")
 	}
 	if e.shaping() && e.sc.OriginUp > 0 {
 		argv = append(argv, "--rate", strconv.FormatInt(e.sc.OriginUp, 10))

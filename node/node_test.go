@@ -626,10 +626,8 @@ func TestStalledPeerRuntime(t *testing.T) {
 		start := time.Now()
 		nodes := make([]*testNode, downloaders)
 		for i := range nodes {
-			// A deadline of 500 ms at least, not the default 1.5 s, which
-			// is about as long as the whole download here.
 			nodes[i] = startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedTime: -1,
-				Store: openStore(t, m, data, func(int) bool { return false }), Swarm: swarm.Config{MinRequestTimeout: 500 * time.Millisecond}})
+				Store: openStore(t, m, data, func(int) bool { return false })})
 		}
 		var sum node.Stats
 		var last time.Duration

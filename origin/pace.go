@@ -28,14 +28,16 @@ import (
 // paceMaxHold (a client that reads slowly must not hold the others back).
 // With 2 turns, in two flash20 runs, the origin's link idled more (two
 // connections' windows could not keep it full) and the last peer came
-// later than without pacing; 3 turns with a queue of half a second brought
-// the last of 50 peers about 0.9 s sooner than 6 turns with a queue of a
-// second (docs/benchmarks.md, ninth pass). A turn ends when the body is in
-// the kernel, not when it is acknowledged, so on a faster link with a
-// longer round trip the turns are held briefly and bound only how many
-// answers are being pushed at once, not how many are in flight. While it holds a turn its connection keeps
-// only pacedLowat unsent in the kernel, so "handed to the kernel" means
-// "nearly on the wire" and the next answer starts as this one ends.
+// later than without pacing. 3 turns with a queue of half a second came
+// out 0.4-0.6 s ahead of 6 turns with a queue of a second for the last of
+// 50 peers, within what one build spreads from run to run
+// (docs/benchmarks.md, eighth and ninth passes). A turn ends when the body
+// is in the kernel, not when it is acknowledged, so on a faster link with
+// a longer round trip the turns are held briefly and bound only how many
+// answers are being pushed at once, not how many are in flight. While it
+// holds a turn its connection keeps only pacedLowat unsent in the kernel,
+// so "handed to the kernel" means "nearly on the wire" and the next answer
+// starts as this one ends.
 //
 // The queue of answers waiting for a turn is kept short: one that would
 // wait more than paceMaxQueue (the answers ahead of it, paceSlots at a
@@ -82,8 +84,11 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 // backlog is how long an answer asking now would wait for its turn: 0 if
 // a turn is free, else the answers ahead of it taken cap(turns) at a time,
 // each batch the smoothed hold (paceMaxHold before any turn was given
-// back). A turn is held paceMaxHold at most, so with 3 turns and a queue
-// of 500 ms a 503 needs 3 answers or more waiting.
+// back). With turns held 100 ms, an answer is queued behind up to 12
+// others; but a turn given back at paceMaxHold counts as held a little
+// over it, so while the turns are held to the limit (the first seconds of
+// a flash crowd on the testbed) any answer that finds all 3 busy is
+// answered 503 at once.
 func (p *pacer) backlog() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -238,7 +238,7 @@ const timeoutsEvery = 50 * time.Millisecond
 // check, which weighs every request of every peer against the peers'
 // median piece time, was 4% of all the CPU of a flash50 run on the
 // testbed, whose two cores the run saturates. A deadline is missed by
-// timeoutsEvery at most (a thirtieth of the default MinRequestTimeout).
+// timeoutsEvery at most (a tenth of the default MinRequestTimeout).
 func (s *Scheduler) checkTimeouts() {
 	typical := time.Duration(-1)
 	for _, p := range slices.Clone(s.order) {

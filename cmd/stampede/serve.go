@@ -62,7 +62,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	quiet := fs.Bool("q", false, "log only warnings and errors")
-	verbose := fs.Bool("v", false, "log every request (method, path, client, status, bytes, time taken) and every 503")
+	verbose := fs.Bool("v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
