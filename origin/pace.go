@@ -84,7 +84,7 @@ func newPacer(n int) *pacer { return &pacer{turns: make(chan struct{}, n)} }
 // backlog is how long an answer asking now would wait for its turn: 0 if
 // a turn is free, else the answers ahead of it taken cap(turns) at a time,
 // each batch the smoothed hold (paceMaxHold before any turn was given
-// back). With turns held 100 ms, an answer is queued behind up to 12
+// back). With turns held 100 ms, an answer is queued behind up to 14
 // others; but a turn given back at paceMaxHold counts as held a little
 // over it, so while the turns are held to the limit (the first seconds of
 // a flash crowd on the testbed) any answer that finds all 3 busy is
