@@ -152,17 +152,31 @@ func rootOf(pieces []Hash, pieceSize int64) Hash {
 // Validate checks the manifest's geometry and that its piece layer hashes to
 // its root.
 func (m *Manifest) Validate() error {
+	if err := m.validateHead(); err != nil {
+		return err
+	}
+	return m.checkLayer(m.Pieces)
+}
+
+// checkLayer checks that pieces are m's piece layer: one hash a piece,
+// hashing to m's root.
+func (m *Manifest) checkLayer(pieces []Hash) error {
+	if len(pieces) != m.NumPieces() {
+		return fmt.Errorf("manifest: %d piece hashes for %d pieces", len(pieces), m.NumPieces())
+	}
+	if got := rootOf(pieces, m.PieceSize); got != m.Root {
+		return fmt.Errorf("manifest: piece layer hashes to %s, not to root %s", got, m.Root)
+	}
+	return nil
+}
+
+// validateHead checks what a manifest head holds: the geometry and the name.
+func (m *Manifest) validateHead() error {
 	if err := checkGeometry(m.Size, m.PieceSize); err != nil {
 		return err
 	}
-	switch {
-	case len(m.Pieces) != m.NumPieces():
-		return fmt.Errorf("manifest: %d piece hashes for %d pieces", len(m.Pieces), m.NumPieces())
-	case strings.ContainsAny(m.Name, "/\\\x00"):
+	if strings.ContainsAny(m.Name, "/\\\x00") {
 		return fmt.Errorf("manifest: name %q contains a path separator or NUL", m.Name)
-	}
-	if got := rootOf(m.Pieces, m.PieceSize); got != m.Root {
-		return fmt.Errorf("manifest: piece layer hashes to %s, not to root %s", got, m.Root)
 	}
 	return nil
 }
@@ -185,7 +199,7 @@ type wireManifest struct {
 	Size         int64    `json:"size"`
 	PieceSize    int64    `json:"piece_size"`
 	Root         Hash     `json:"root"`
-	PieceLayer   string   `json:"piece_layer"`
+	PieceLayer   string   `json:"piece_layer,omitempty"`
 	ETag         string   `json:"etag,omitempty"`
 	LastModified string   `json:"last_modified,omitempty"`
 	Trackers     []string `json:"trackers,omitempty"`
@@ -210,9 +224,48 @@ func (m *Manifest) MarshalJSON() ([]byte, error) {
 	})
 }
 
+// HasLayer reports whether m holds its piece layer: a manifest decoded
+// with [UnmarshalHead] from a head has only its root until [Manifest.SetLayer].
+func (m *Manifest) HasLayer() bool { return len(m.Pieces) == m.NumPieces() }
+
+// Head returns a copy of m without its piece layer, which MarshalJSON
+// encodes as a manifest head: the JSON without "piece_layer". A file of one
+// piece or none keeps its layer (the root, or nothing), so its head is the
+// whole manifest.
+func (m *Manifest) Head() *Manifest {
+	h := *m
+	if m.NumPieces() > 1 {
+		h.Pieces = nil
+	}
+	return &h
+}
+
+// SetLayer checks that pieces hash to m's root and makes them m's piece
+// layer. It is for a manifest decoded from a head, whose layer came from
+// elsewhere (a peer, in stampede's swarm): nothing may read m.Pieces while
+// it runs.
+func (m *Manifest) SetLayer(pieces []Hash) error {
+	if err := m.checkLayer(pieces); err != nil {
+		return err
+	}
+	m.Pieces = pieces
+	return nil
+}
+
 // Unmarshal decodes and validates a manifest. Unknown fields are ignored so
 // later versions can add some.
 func Unmarshal(data []byte) (*Manifest, error) {
+	return unmarshal(data, false)
+}
+
+// UnmarshalHead decodes and validates a manifest or a manifest head (a
+// manifest without "piece_layer", see [Manifest.Head]); a head's Pieces
+// are nil, and [Manifest.HasLayer] is false until [Manifest.SetLayer].
+func UnmarshalHead(data []byte) (*Manifest, error) {
+	return unmarshal(data, true)
+}
+
+func unmarshal(data []byte, head bool) (*Manifest, error) {
 	var w wireManifest
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("manifest: decode: %w", err)
@@ -240,6 +293,11 @@ func Unmarshal(data []byte) (*Manifest, error) {
 	for i := range m.Pieces {
 		copy(m.Pieces[i][:], layer[i*len(Hash{}):])
 	}
+	if head && len(layer) == 0 && m.validateHead() == nil && m.NumPieces() > 1 {
+		// A head: the layer comes later (SetLayer checks it).
+		m.Pieces = nil
+		return m, nil
+	}
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
@@ -248,6 +306,23 @@ func Unmarshal(data []byte) (*Manifest, error) {
 
 // Decode reads, decodes and validates a manifest of at most MaxEncodedSize bytes.
 func Decode(r io.Reader) (*Manifest, error) {
+	data, err := readEncoded(r)
+	if err != nil {
+		return nil, err
+	}
+	return Unmarshal(data)
+}
+
+// DecodeHead is [Decode] for a manifest or a manifest head ([UnmarshalHead]).
+func DecodeHead(r io.Reader) (*Manifest, error) {
+	data, err := readEncoded(r)
+	if err != nil {
+		return nil, err
+	}
+	return UnmarshalHead(data)
+}
+
+func readEncoded(r io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxEncodedSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("manifest: read: %w", err)
@@ -255,5 +330,5 @@ func Decode(r io.Reader) (*Manifest, error) {
 	if len(data) > MaxEncodedSize {
 		return nil, fmt.Errorf("manifest: larger than %d bytes", MaxEncodedSize)
 	}
-	return Unmarshal(data)
+	return data, nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -512,5 +513,55 @@ func TestParseHash(t *testing.T) {
 	var h3 manifest.Hash
 	if err := h3.UnmarshalText(text); err != nil || h3 != h {
 		t.Errorf("text round trip: %s, %v", h3, err)
+	}
+}
+
+// TestHead: a head is the manifest without its piece layer; it decodes
+// with UnmarshalHead only, and SetLayer takes the true layer and nothing
+// else. Files of one piece or none keep their layer in the head.
+func TestHead(t *testing.T) {
+	m := validManifest(t)
+	head, err := json.Marshal(m.Head())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(head, []byte("piece_layer")) {
+		t.Fatalf("head carries the layer: %s", head)
+	}
+	if _, err := manifest.Unmarshal(head); err == nil {
+		t.Fatal("Unmarshal accepted a head as a manifest")
+	}
+	h, err := manifest.DecodeHead(bytes.NewReader(head))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.HasLayer() || h.Root != m.Root || h.Size != m.Size || h.PieceSize != m.PieceSize || !reflect.DeepEqual(h.Trackers, m.Trackers) {
+		t.Fatalf("head decodes to %+v", h)
+	}
+	bad := slices.Clone(m.Pieces)
+	bad[2][0] ^= 1
+	for _, layer := range [][]manifest.Hash{nil, m.Pieces[1:], bad} {
+		if err := h.SetLayer(layer); err == nil || h.HasLayer() {
+			t.Errorf("SetLayer accepted a layer of %d hashes that is not the file's", len(layer))
+		}
+	}
+	if err := h.SetLayer(slices.Clone(m.Pieces)); err != nil || !reflect.DeepEqual(h, m) {
+		t.Fatalf("SetLayer(true layer) = %v; manifest %+v", err, h)
+	}
+	// A whole manifest decodes as a head too, layer and all.
+	full, _ := json.Marshal(m)
+	if got, err := manifest.UnmarshalHead(full); err != nil || !reflect.DeepEqual(got, m) {
+		t.Fatalf("UnmarshalHead(manifest) = %+v, %v", got, err)
+	}
+	for _, small := range []*manifest.Manifest{mustFromReaderAt(t, nil, 0), mustFromReaderAt(t, pattern(1), 0)} {
+		data, _ := json.Marshal(small.Head())
+		got, err := manifest.UnmarshalHead(data)
+		if err != nil || !got.HasLayer() || !reflect.DeepEqual(got, small) {
+			t.Errorf("size %d: head round trip = %+v, %v", small.Size, got, err)
+		}
+	}
+	// A head still has its geometry checked.
+	if _, err := manifest.UnmarshalHead(mutateWire(t, m.Head(), set("piece_size", "1000"))); err == nil {
+		t.Error("UnmarshalHead accepted a piece size of 1000")
 	}
 }

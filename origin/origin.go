@@ -15,6 +15,10 @@
 //     manifest), whose ETag and LastModified are the validators the file is
 //     served with at that moment. It is never stale. A client that accepts
 //     gzip (Accept-Encoding) gets it compressed (Vary: Accept-Encoding).
+//     With ?piece_layer=0 it is the manifest's head (manifest.Manifest.Head):
+//     the same without the piece hashes, which a swarm peer gets from its
+//     neighbours (docs/protocol.md, section 8), so that a crowd's manifests
+//     do not take the origin's link at its start.
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
 //     an overload answer if it asked for one (Stampede-Capabilities:
 //     overload): 206 with one piece of the origin's choosing, the swarm's
@@ -74,6 +78,10 @@ import (
 // ManifestPrefix is the path under which a file's manifest is found: the
 // manifest of /dir/file.iso is at /.well-known/stampede/manifest/dir/file.iso.
 const ManifestPrefix = "/.well-known/stampede/manifest"
+
+// HeadQuery is the query parameter that, set to 0, asks the manifest
+// endpoint for the manifest's head, without its piece layer.
+const HeadQuery = "piece_layer"
 
 // ManifestContentType is the media type of a manifest response.
 const ManifestContentType = "application/vnd.stampede.manifest+json"
@@ -463,7 +471,10 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 	// The file may change at any time: clients and caches must revalidate.
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Vary", "Accept-Encoding")
-	if httphdr.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
+	if r.URL.Query().Get(HeadQuery) == "0" {
+		// The head: a few hundred bytes, never worth compressing.
+		body = pub.head
+	} else if httphdr.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
 		// A crowd's manifests go out together at its start, before any
 		// peer can pass anything on: gzip makes them a quarter smaller
 		// (the piece hashes are base64, 6 bits a byte).

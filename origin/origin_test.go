@@ -25,6 +25,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -374,6 +375,33 @@ func TestManifestGzip(t *testing.T) {
 	head, _ := ts.do(t, "HEAD", ManifestPrefix+"/f", "Accept-Encoding", "gzip")
 	if head.Header.Get("Content-Encoding") != "gzip" || head.ContentLength != int64(len(zipped)) {
 		t.Errorf("HEAD with gzip: Content-Encoding %q, Content-Length %d; GET sends %d bytes", head.Header.Get("Content-Encoding"), head.ContentLength, len(zipped))
+	}
+}
+
+// TestManifestHead: ?piece_layer=0 gets the manifest without its piece
+// hashes, with the trackers, a few hundred bytes however large the file,
+// plain even to a client that accepts gzip.
+func TestManifestHead(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0) // 512 pieces
+	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Logger: testLogger(t)})})
+	full := ts.manifest(t, "/f")
+	res, body := ts.do(t, "GET", ManifestPrefix+"/f?"+HeadQuery+"=0", "Accept-Encoding", "gzip")
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("head: %s, Content-Encoding %q", res.Status, res.Header.Get("Content-Encoding"))
+	}
+	if len(body) > 1024 {
+		t.Errorf("head of %d bytes", len(body))
+	}
+	h, err := manifest.UnmarshalHead(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.HasLayer() || h.Root != full.Root || h.Size != full.Size || h.ETag != full.ETag || len(h.Trackers) == 0 {
+		t.Fatalf("head %+v for manifest %+v", h, full)
+	}
+	if err := h.SetLayer(full.Pieces); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -59,6 +59,7 @@ type publishedBody struct {
 	trackers string // joined by newlines
 	body     []byte
 	gzipped  []byte
+	head     []byte // the manifest head (HeadQuery)
 }
 
 // bodyWith returns e's manifest as served with trackers. The last such body
@@ -71,15 +72,19 @@ func (e *entry) bodyWith(trackers []string) (*publishedBody, error) {
 		return p, nil
 	}
 	body := e.body
+	m := *e.m
+	m.Trackers = trackers
 	if len(trackers) > 0 {
-		m := *e.m
-		m.Trackers = trackers
 		var err error
 		if body, err = m.MarshalJSON(); err != nil {
 			return nil, fmt.Errorf("origin: encode manifest: %w", err)
 		}
 	}
-	p := &publishedBody{trackers: key, body: body, gzipped: gzipped(body)}
+	head, err := m.Head().MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("origin: encode manifest head: %w", err)
+	}
+	p := &publishedBody{trackers: key, body: body, gzipped: gzipped(body), head: head}
 	e.published.Store(p)
 	return p, nil
 }

@@ -168,6 +168,10 @@ type DialFailed struct{ Addr string }
 // the origin. Count 0 ends the preference. A new Prefer replaces the last.
 type Prefer struct{ From, Count int }
 
+// LayerReady: the piece layer is known and verified against the root, and
+// pieces may be requested (Config.LayerPending).
+type LayerReady struct{}
+
 func (Tick) isEvent()         {}
 func (PeerUp) isEvent()       {}
 func (PeerDown) isEvent()     {}
@@ -190,6 +194,7 @@ func (TrackerPeers) isEvent() {}
 func (DialFailed) isEvent()   {}
 func (Learned) isEvent()      {}
 func (Prefer) isEvent()       {}
+func (LayerReady) isEvent()   {}
 
 // --- Actions --------------------------------------------------------------
 

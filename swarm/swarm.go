@@ -88,6 +88,11 @@ type Config struct {
 	MinPeers int
 	// MaxPeers: above it the least useful peer is disconnected (64).
 	MaxPeers int
+	// LayerPending: the piece layer is not known yet (the peer joined with
+	// the manifest's root and geometry alone, and fetches the layer from
+	// its neighbours or the origin): it connects and trades have-sets, but
+	// requests nothing, from peers or the origin, until LayerReady.
+	LayerPending bool
 	// WantPeers: the scheduler dials until it has this many, leaving room for
 	// inbound connections up to MaxPeers (24, at least MinPeers):
 	// in a crowd where everyone dials WantPeers, a peer also takes about
@@ -293,6 +298,7 @@ type Scheduler struct {
 	out    []Action
 
 	started, completeSent bool
+	layerPending          bool // Config.LayerPending until LayerReady
 	startAt, lastProgress time.Time
 
 	pieces []pieceState
@@ -367,6 +373,8 @@ func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
 		addrs:  make(map[string]*addrInfo),
 		now:    now,
 		gen:    1,
+
+		layerPending: cfg.LayerPending,
 	}
 	if have != nil && have.Len() == n {
 		s.have = have.Clone()
@@ -507,6 +515,9 @@ func (s *Scheduler) apply(ev Event) {
 		s.onDialFailed(e)
 	case Learned:
 		s.learn(e.Addrs, false)
+	case LayerReady:
+		s.layerPending = false
+		s.gen++ // every peer's pick runs again
 	case Prefer:
 		// [From, From+Count) within [0, n), without overflow.
 		n := len(s.pieces)
@@ -529,8 +540,10 @@ func (s *Scheduler) schedule() {
 	}
 	s.managePeers()
 	s.reciprocate()
-	s.fillRequests()
-	s.useOrigin()
+	if !s.layerPending {
+		s.fillRequests()
+		s.useOrigin()
+	}
 	s.askForPeers()
 }
 

@@ -72,7 +72,7 @@ func FuzzReadFrame(f *testing.F) {
 			var raw []byte
 			for raw == nil {
 				l := int(binary.BigEndian.Uint32(stream[off:]))
-				if stream[off+4] <= byte(wire.TypeStop) {
+				if stream[off+4] <= byte(wire.TypeLayer) {
 					raw = stream[off : off+4+l]
 				}
 				off += 4 + l
@@ -115,7 +115,7 @@ func FuzzReadFrame(f *testing.F) {
 func onlyUnknown(b []byte) bool {
 	for len(b) >= 5 {
 		l := int(binary.BigEndian.Uint32(b))
-		if b[4] <= byte(wire.TypeStop) || l < 1 || 4+l > len(b) {
+		if b[4] <= byte(wire.TypeLayer) || l < 1 || 4+l > len(b) {
 			return false
 		}
 		b = b[4+l:]
@@ -167,6 +167,14 @@ func checkInGeometry(t *testing.T, m wire.Message, g wire.Geometry) {
 		inRange(m.Piece, m.Offset, int64(len(m.Bytes)))
 		if len(m.Bytes) > wire.MaxData {
 			t.Fatalf("DATA of %d bytes", len(m.Bytes))
+		}
+	case *wire.GetLayer:
+		if n < 2 || m.Count < 1 || m.Count > wire.MaxLayerHashes || int64(m.First)+int64(m.Count) > n {
+			t.Fatalf("accepted GETLAYER [%d,+%d) of a layer of %d", m.First, m.Count, n)
+		}
+	case *wire.Layer:
+		if n < 2 || len(m.Hashes) > wire.MaxLayerHashes || int64(m.First)+int64(len(m.Hashes)) > n {
+			t.Fatalf("accepted LAYER [%d,+%d) of a layer of %d", m.First, len(m.Hashes), n)
 		}
 	case *wire.Recommend:
 		if len(m.Peers) > wire.MaxRecommend {

@@ -38,6 +38,9 @@ const (
 	// CapStrictTFT: the sender is in strict tit-for-tat mode: it serves
 	// peers in proportion to what they serve it. Informational in version 1.
 	CapStrictTFT Caps = 1 << 1
+	// CapLayer: the sender answers GETLAYER (it may itself have joined
+	// with the root alone, and answers once it knows the layer).
+	CapLayer Caps = 1 << 2
 )
 
 // Has reports whether every bit of c2 is set in c.

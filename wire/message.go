@@ -99,6 +99,22 @@ type Goodbye struct {
 	Text   string // at most MaxGoodbyeText bytes of UTF-8, for logs
 }
 
+// GetLayer asks for Count hashes of the manifest's piece layer, from index
+// First. A peer that joined with the manifest's root and geometry alone
+// (docs/protocol.md, section 8) fetches the layer this way and checks it
+// against the root before it asks for any piece.
+type GetLayer struct {
+	First, Count uint32
+}
+
+// Layer answers a GetLayer with the hashes of the piece layer from index
+// First, in order: all those asked, or none when the sender cannot answer
+// (it does not know the layer and has given up learning it).
+type Layer struct {
+	First  uint32
+	Hashes [][HashLen]byte
+}
+
 // RejectReason says why a request was refused. Unknown values mean
 // RejectOther.
 type RejectReason uint8
@@ -173,6 +189,8 @@ func (*Choke) Type() Type     { return TypeChoke }
 func (*Unchoke) Type() Type   { return TypeUnchoke }
 func (*Goodbye) Type() Type   { return TypeGoodbye }
 func (*Stop) Type() Type      { return TypeStop }
+func (*GetLayer) Type() Type  { return TypeGetLayer }
+func (*Layer) Type() Type     { return TypeLayer }
 
 // AppendFrame appends m's frame (length, type, payload) to dst. It fails,
 // leaving dst as it was, for a message no receiver would accept whatever the
@@ -253,6 +271,25 @@ func (m *Data) appendPayload(b []byte) ([]byte, error) {
 	return append(b, m.Bytes...), nil
 }
 
+func (m *GetLayer) appendPayload(b []byte) ([]byte, error) {
+	if m.Count == 0 || m.Count > MaxLayerHashes {
+		return b, fmt.Errorf("wire: GETLAYER of %d hashes outside [1, %d]", m.Count, MaxLayerHashes)
+	}
+	b = binary.BigEndian.AppendUint32(b, m.First)
+	return binary.BigEndian.AppendUint32(b, m.Count), nil
+}
+
+func (m *Layer) appendPayload(b []byte) ([]byte, error) {
+	if len(m.Hashes) > MaxLayerHashes {
+		return b, fmt.Errorf("wire: LAYER of %d hashes, at most %d", len(m.Hashes), MaxLayerHashes)
+	}
+	b = binary.BigEndian.AppendUint32(b, m.First)
+	for _, h := range m.Hashes {
+		b = append(b, h[:]...)
+	}
+	return b, nil
+}
+
 // maxAge is the largest age RECOMMEND carries; older ones are sent as this.
 const maxAge = 1<<16 - 1
 
@@ -321,6 +358,29 @@ func (m *Have) check(g *Geometry) error  { return g.checkPiece(TypeHave, m.Piece
 func (m *Start) check(g *Geometry) error { return g.checkPiece(TypeStart, m.Piece) }
 func (m *Stop) check(g *Geometry) error  { return g.checkPiece(TypeStop, m.Piece) }
 
+// checkLayer checks that count hashes from first lie within the piece
+// layer, which a file of one piece does not have (its root is its hash).
+func (g *Geometry) checkLayer(t Type, first uint32, count int) error {
+	if g.n < 2 || int64(first)+int64(count) > int64(g.n) {
+		return malformed("%v of hashes [%d,+%d) outside the piece layer of %d", t, first, count, g.n)
+	}
+	return nil
+}
+
+func (m *GetLayer) check(g *Geometry) error {
+	if m.Count == 0 || m.Count > MaxLayerHashes {
+		return malformed("GETLAYER of %d hashes outside [1, %d]", m.Count, MaxLayerHashes)
+	}
+	return g.checkLayer(TypeGetLayer, m.First, int(m.Count))
+}
+
+func (m *Layer) check(g *Geometry) error {
+	if len(m.Hashes) > MaxLayerHashes {
+		return malformed("LAYER of %d hashes, at most %d", len(m.Hashes), MaxLayerHashes)
+	}
+	return g.checkLayer(TypeLayer, m.First, len(m.Hashes))
+}
+
 func (m *Request) check(g *Geometry) error {
 	return g.checkRange(TypeRequest, m.Piece, m.Offset, int64(m.Length))
 }
@@ -363,6 +423,17 @@ func decodePayload(t Type, p []byte, g *Geometry) (Message, error) {
 		m = &Cancel{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:])}
 	case TypeReject:
 		m = &Reject{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]), RejectReason(p[12])}
+	case TypeGetLayer:
+		m = &GetLayer{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:])}
+	case TypeLayer:
+		if (len(p)-4)%HashLen != 0 {
+			return nil, malformed("LAYER payload of %d bytes is not 4 plus whole hashes", len(p))
+		}
+		l := &Layer{First: binary.BigEndian.Uint32(p), Hashes: make([][HashLen]byte, (len(p)-4)/HashLen)}
+		for i := range l.Hashes {
+			copy(l.Hashes[i][:], p[4+i*HashLen:])
+		}
+		m = l
 	case TypeHaveSet:
 		s, err := decodeHaveSet(p, g.n)
 		if err != nil {
@@ -405,6 +476,8 @@ var exactPayload = [...]int{
 	TypeUnchoke:   0,
 	TypeGoodbye:   -1,
 	TypeStop:      4,
+	TypeGetLayer:  8,
+	TypeLayer:     -1,
 }
 
 // minPayload is the shortest payload of each type.
@@ -414,6 +487,8 @@ var minPayload = [...]int{
 	TypeRecommend: 1,
 	TypeGoodbye:   1,
 	TypeStop:      4,
+	TypeGetLayer:  8,
+	TypeLayer:     4,
 }
 
 // checkPayloadLen checks a known type's payload length before it is read.

@@ -127,6 +127,10 @@ func everyMessage(t testing.TB) []wire.Message {
 		&wire.Unchoke{},
 		&wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "stopping: ünïcode ok"},
 		&wire.Goodbye{Reason: 99, Text: ""},
+		&wire.GetLayer{First: 0, Count: 11},
+		&wire.GetLayer{First: 10, Count: 1},
+		&wire.Layer{First: 3, Hashes: [][wire.HashLen]byte{{1, 2, 3}, {31: 0xff}}},
+		&wire.Layer{First: 0, Hashes: [][wire.HashLen]byte{}}, // "cannot answer"
 	}
 }
 
@@ -192,6 +196,10 @@ func TestGolden(t *testing.T) {
 		{"choke", &wire.Choke{}, "00000001 09"},
 		{"unchoke", &wire.Unchoke{}, "00000001 0a"},
 		{"goodbye", &wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "bye"}, "00000005 0b 07 627965"},
+		{"getlayer", &wire.GetLayer{First: 0, Count: 1000}, "00000009 0d 00000000 000003e8"},
+		{"layer", &wire.Layer{First: 998, Hashes: [][wire.HashLen]byte{{0: 0xab}, {31: 0xcd}}},
+			"00000045 0e 000003e6 ab" + strings.Repeat("00", 31) + strings.Repeat("00", 31) + "cd"},
+		{"layer-none", &wire.Layer{First: 5, Hashes: [][wire.HashLen]byte{}}, "00000005 0e 00000005"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want := unhex(t, c.hex)
@@ -274,6 +282,12 @@ func TestMalformed(t *testing.T) {
 		{"data past piece", append(hs, rawFrame(4, u32(10), u32(120), []byte("abcd"))...), false},
 		{"data bad piece", append(hs, rawFrame(4, u32(11), u32(0), []byte("a"))...), false},
 		{"data over MaxData", append(hs, rawFrame(4, u32(0), u32(0), make([]byte, wire.MaxData+1))...), false},
+		{"getlayer count 0", append(hs, rawFrame(13, u32(0), u32(0))...), false},
+		{"getlayer past layer", append(hs, rawFrame(13, u32(10), u32(2))...), false},
+		{"getlayer short", append(hs, rawFrame(13, u32(0))...), false},
+		{"layer partial hash", append(hs, rawFrame(14, u32(0), make([]byte, 33))...), false},
+		{"layer past layer", append(hs, rawFrame(14, u32(10), make([]byte, 64))...), false},
+		{"layer no first", append(hs, rawFrame(14, []byte{0, 0})...), false},
 		{"have before haveset", rawFrame(2, u32(0)), false},
 		{"request before haveset", rawFrame(3, u32(0), u32(0), u32(1)), false},
 		{"data before haveset", rawFrame(4, u32(0), u32(0), []byte("a")), false},
@@ -335,7 +349,7 @@ func TestUnknownTypesAreSkipped(t *testing.T) {
 	g := testGeometry(t)
 	stream := rawFrame(200, []byte("from the future"))
 	stream = append(stream, haveSetFrame(t, g)...)
-	stream = append(stream, rawFrame(13)...)
+	stream = append(stream, rawFrame(100)...)
 	stream = append(stream, rawFrame(255, make([]byte, wire.MaxFrame-1))...)
 	stream = append(stream, mustFrame(t, &wire.Have{Piece: 4})...)
 	r := wire.NewReader(bytes.NewReader(stream), g)
@@ -371,6 +385,9 @@ func TestEncoderRejects(t *testing.T) {
 		&wire.Recommend{Peers: []wire.Recommendation{{Addr: addr, Age: time.Minute}, {Addr: addr, Age: time.Second}}},
 		&wire.Goodbye{Text: strings.Repeat("x", wire.MaxGoodbyeText+1)},
 		&wire.Goodbye{Text: "\xff"},
+		&wire.GetLayer{Count: 0},
+		&wire.GetLayer{Count: wire.MaxLayerHashes + 1},
+		&wire.Layer{Hashes: make([][wire.HashLen]byte, wire.MaxLayerHashes+1)},
 	} {
 		dst := []byte("keep")
 		got, err := wire.AppendFrame(dst, m)
@@ -430,6 +447,9 @@ func TestWriterChecks(t *testing.T) {
 		&wire.Reject{Piece: 3},
 		&wire.Data{Piece: 10, Offset: 100, Bytes: make([]byte, 24)},
 		&wire.Data{Piece: 0, Bytes: make([]byte, wire.MaxData+1)},
+		&wire.GetLayer{First: 10, Count: 2},
+		&wire.GetLayer{First: 11, Count: 1},
+		&wire.Layer{First: 9, Hashes: make([][wire.HashLen]byte, 3)},
 	} {
 		if err := w.WriteMessage(m); err == nil {
 			t.Errorf("WriteMessage(%T %+v) succeeded", m, m)

@@ -104,6 +104,13 @@ const (
 
 	// MaxGoodbyeText is the most bytes of text a GOODBYE carries.
 	MaxGoodbyeText = 256
+
+	// HashLen is the length of a piece-layer hash (SHA-256).
+	HashLen = 32
+
+	// MaxLayerHashes is the most piece-layer hashes one GETLAYER asks for
+	// and one LAYER carries: MaxData bytes of them.
+	MaxLayerHashes = MaxData / HashLen
 )
 
 // Timeouts. The peer runtime enforces them; they are here because both ends
@@ -147,6 +154,8 @@ const (
 	TypeUnchoke   Type = 10 // empty
 	TypeGoodbye   Type = 11 // u8 reason, 0..256 bytes of UTF-8 text
 	TypeStop      Type = 12 // u32 piece
+	TypeGetLayer  Type = 13 // u32 first, u32 count (1..MaxLayerHashes): piece-layer hashes wanted
+	TypeLayer     Type = 14 // u32 first, then 0..MaxLayerHashes hashes of 32 bytes
 )
 
 var typeNames = [...]string{
@@ -163,6 +172,8 @@ var typeNames = [...]string{
 	TypeUnchoke:   "UNCHOKE",
 	TypeGoodbye:   "GOODBYE",
 	TypeStop:      "STOP",
+	TypeGetLayer:  "GETLAYER",
+	TypeLayer:     "LAYER",
 }
 
 func (t Type) String() string {
@@ -192,6 +203,8 @@ var maxPayload = [...]int{
 	TypeUnchoke:   0,
 	TypeGoodbye:   1 + MaxGoodbyeText,
 	TypeStop:      4,
+	TypeGetLayer:  8,
+	TypeLayer:     4 + MaxLayerHashes*HashLen,
 }
 
 // ErrMalformed is wrapped by every error reporting a frame that breaks the
