@@ -310,8 +310,16 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	d.cfg.Logger.Debug("probe answered", "took", time.Since(start))
 	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
 	var m *manifest.Manifest
+	// A swarm peer asks for the manifest's head and gets the piece layer
+	// from its neighbours (node/layer.go): a crowd's manifests would take
+	// the origin's link at its start. Resuming verifies what is on disk
+	// first, which takes the layer.
+	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-" && !d.cfg.Continue
 	if in.manifestURL != nil {
-		m, err = d.fetchManifest(ctx, in)
+		m, err = d.fetchManifest(ctx, in, swarm)
+		if err == nil && !m.HasLayer() && len(m.Trackers) == 0 {
+			m, err = d.fetchManifest(ctx, in, false) // no swarm to get the layer from
+		}
 		var se *StatusError
 		switch {
 		case errors.As(err, &se):
@@ -329,7 +337,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	switch {
-	case m != nil && len(m.Trackers) > 0 && !d.cfg.Swarm.Disabled && d.cfg.Output != "-":
+	case m != nil && len(m.Trackers) > 0 && swarm:
 		err = d.runSwarm(ctx, m, in, res)
 		if errors.Is(err, errNoRanges) {
 			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.url)
@@ -398,15 +406,21 @@ func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 	return in, nil
 }
 
-// fetchManifest downloads and validates the manifest and checks it describes
-// the file the server serves now. A mismatch is retried once, since the file
-// may have changed between the two requests.
-func (d *Download) fetchManifest(ctx context.Context, in *info) (*manifest.Manifest, error) {
+// fetchManifest downloads and validates the manifest, or only its head
+// (without the piece layer, from a stampede origin; another server sends
+// the whole manifest), and checks it describes the file the server serves
+// now. A mismatch is retried once, since the file may have changed between
+// the two requests.
+func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*manifest.Manifest, error) {
 	var busyWaited time.Duration
 	for attempt := 0; ; attempt++ {
 		var m *manifest.Manifest
-		err := d.retrying(ctx, "GET "+in.manifestURL.String(), func() (hint time.Duration, err error) {
-			m, hint, err = d.getManifest(ctx, in.manifestURL, &busyWaited)
+		u := in.manifestURL
+		if head {
+			u = headURL(u)
+		}
+		err := d.retrying(ctx, "GET "+u.String(), func() (hint time.Duration, err error) {
+			m, hint, err = d.getManifest(ctx, u, head, &busyWaited)
 			return hint, err
 		})
 		if err != nil {
@@ -434,9 +448,22 @@ func (d *Download) fetchManifest(ctx context.Context, in *info) (*manifest.Manif
 	}
 }
 
-// getManifest sends one GET for the manifest at u and decodes it. hint is
-// the server's Retry-After on a transient status, if it sent one.
-func (d *Download) getManifest(ctx context.Context, u *url.URL, busyWaited *time.Duration) (m *manifest.Manifest, hint time.Duration, err error) {
+// headQuery is origin.HeadQuery: set to 0, the manifest's head.
+const headQuery = "piece_layer"
+
+// headURL is the URL of the head of the manifest at u.
+func headURL(u *url.URL) *url.URL {
+	h := *u
+	q := h.Query()
+	q.Set(headQuery, "0")
+	h.RawQuery = q.Encode()
+	return &h
+}
+
+// getManifest sends one GET for the manifest at u and decodes it, as a
+// manifest or (head) a manifest head. hint is the server's Retry-After on
+// a transient status, if it sent one.
+func (d *Download) getManifest(ctx context.Context, u *url.URL, head bool, busyWaited *time.Duration) (m *manifest.Manifest, hint time.Duration, err error) {
 	// A stampede origin sends the manifest a quarter smaller with gzip.
 	// Asking ourselves (the client may decompress transparently only when
 	// it asked) means decoding it ourselves, whatever the client.
@@ -465,7 +492,11 @@ func (d *Download) getManifest(ctx context.Context, u *url.URL, busyWaited *time
 		return nil, 0, fmt.Errorf("%w: manifest %s has content encoding %q, which was not asked for", ErrProtocol, u, enc)
 	}
 	// %w keeps a body cut by the network recognisable as transient.
-	if m, err = manifest.Decode(body); err != nil {
+	decode := manifest.Decode
+	if head {
+		decode = manifest.DecodeHead
+	}
+	if m, err = decode(body); err != nil {
 		return nil, 0, fmt.Errorf("%w: manifest %s: %w", ErrProtocol, u, err)
 	}
 	return m, 0, nil
@@ -505,7 +536,7 @@ func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifes
 	if in.manifestURL == nil {
 		return nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
 	}
-	return d.fetchManifest(ctx, in)
+	return d.fetchManifest(ctx, in, false)
 }
 
 // doPatiently is do, waiting out 503 answers for their Retry-After until

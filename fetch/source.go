@@ -51,7 +51,7 @@ func OpenSource(ctx context.Context, cfg Config) (*Source, error) {
 	if in.manifestURL == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoManifest, in.url)
 	}
-	m, err := d.fetchManifest(ctx, in)
+	m, err := d.fetchManifest(ctx, in, false)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,19 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	ncfg.UploadLimit = ratelimit.New(d.cfg.Swarm.MaxUploadRate)
 	ncfg.SeedTime = d.cfg.Swarm.SeedTime
 	ncfg.Origin = fetchOrigin
+	if !m.HasLayer() {
+		ncfg.FetchLayer = func(ctx context.Context) ([]manifest.Hash, error) {
+			again := *in // fetchManifest may probe again and update it
+			full, err := d.fetchManifest(ctx, &again, false)
+			if err != nil {
+				return nil, err
+			}
+			if full.Root != m.Root || full.Size != m.Size {
+				return nil, fmt.Errorf("%w: the manifest's root is %s now, its head said %s", ErrChanged, full.Root, m.Root)
+			}
+			return full.Pieces, nil
+		}
+	}
 	if ncfg.Logger == nil {
 		ncfg.Logger = d.cfg.Logger
 	}

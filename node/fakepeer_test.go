@@ -38,6 +38,8 @@ type fakePeer struct {
 	serve func(s *fakeSession) error
 	// leecher: the handshake does not claim the whole file (a seed's does).
 	leecher bool
+	// layer: the handshake says it answers GETLAYER (CapLayer).
+	layer bool
 
 	conns    atomic.Int64 // handshakes completed
 	requests atomic.Int64 // REQUESTs read
@@ -101,6 +103,9 @@ func (f *fakePeer) session(c net.Conn) {
 	mine := wire.Handshake{Caps: wire.CapSeed, Root: f.m.Root, Size: uint64(f.m.Size), PeerID: f.id, ListenPort: uint16(port)}
 	if f.leecher {
 		mine.Caps = 0
+	}
+	if f.layer {
+		mine.Caps |= wire.CapLayer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := wire.Exchange(ctx, c, mine)
@@ -178,6 +183,37 @@ func (s *fakeSession) next() (*wire.Request, error) {
 			return msg, nil
 		case *wire.Goodbye:
 			return nil, &goodbyeError{text: msg.Text}
+		}
+	}
+}
+
+// layerLiar has no piece and answers every GETLAYER with hashes that are
+// not the piece layer.
+func layerLiar(s *fakeSession) error {
+	if err := s.w.WriteMessage(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())}); err != nil {
+		return err
+	}
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := s.r.Read()
+		if err != nil {
+			return err
+		}
+		req, ok := msg.(*wire.GetLayer)
+		if !ok {
+			continue
+		}
+		junk := &wire.Layer{First: req.First, Hashes: make([][wire.HashLen]byte, req.Count)}
+		for i := range junk.Hashes {
+			junk.Hashes[i][0] = byte(i + 1)
+		}
+		if err := s.w.WriteMessage(junk); err != nil {
+			return err
+		}
+		if err := s.w.Flush(); err != nil {
+			return err
 		}
 	}
 }

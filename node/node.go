@@ -57,6 +57,11 @@ type Config struct {
 	Store    *store.File
 	// Origin fetches from the origin; nil for a pure seeder.
 	Origin OriginFetcher
+	// FetchLayer fetches the piece layer from the origin, for a Manifest
+	// that came without it (a head: manifest.Manifest.HasLayer is false).
+	// Such a node asks its neighbours for the layer first (layer.go) and
+	// requests no piece until it is known. nil: from neighbours only.
+	FetchLayer func(ctx context.Context) ([]manifest.Hash, error)
 	// Trackers are announce URLs (the manifest's, usually).
 	Trackers []string
 	// Listener accepts peers, and Run closes it when it returns; when it
@@ -118,6 +123,9 @@ type Stats struct {
 	// OriginInSwarm counts origin fetches answered "in swarm": the pieces
 	// asked had just gone to other peers, and were left to the swarm.
 	OriginInSwarm int `json:"origin_in_swarm"`
+	// LayerFrom says where a node that joined with the manifest's head got
+	// the piece layer: "peer" or "origin" ("" if it had it).
+	LayerFrom string `json:"layer_from,omitempty"`
 }
 
 // Node is one running peer.
@@ -141,6 +149,7 @@ type Node struct {
 	wg        sync.WaitGroup // connection and helper goroutines
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
 	recent    *recentPieces  // the last pieces received, for uploads
+	layer     layerState     // the piece layer, for a node that joined with the head (layer.go)
 
 	// Owned by the loop goroutine.
 	batch    []swarm.Event
@@ -212,6 +221,7 @@ func New(cfg Config) (*Node, error) {
 		keep = 0
 	}
 	n.recent = newRecentPieces(cfg.Manifest.PieceSize, keep, n.putPieceBuf)
+	n.layer.init(cfg.Manifest.HasLayer())
 	return n, nil
 }
 
@@ -236,7 +246,7 @@ func (n *Node) Stats() Stats {
 		PiecesFromPeer: n.lastSched.Received, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
-		OriginInSwarm: n.lastSched.OriginInSwarm,
+		OriginInSwarm: n.lastSched.OriginInSwarm, LayerFrom: n.layerFrom(),
 	}
 }
 
@@ -278,6 +288,9 @@ func (n *Node) Run(ctx context.Context) error {
 	n.wg.Go(func() { n.acceptLoop(ctx) })
 
 	scfg := n.cfg.Swarm
+	if scfg.LayerPending = n.layer.pending(); scfg.LayerPending {
+		n.wg.Go(func() { n.fetchLayerLater(ctx) })
+	}
 	scfg.NumPieces = n.m.NumPieces()
 	scfg.PieceLen = func(i int) int64 { return n.m.PieceLen(i) }
 	if scfg.Seed == 0 {
@@ -338,6 +351,9 @@ func (n *Node) Run(ctx context.Context) error {
 			if ev = n.register(ctx, j); ev == nil {
 				continue
 			}
+		case <-n.layer.retry:
+			n.askLayer()
+			continue
 		case now := <-tick.C:
 			ev = swarm.Tick{}
 			// Every lazyHaveDelay at most, on the ticks.
@@ -412,6 +428,7 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.seen++
 	n.mu.Unlock()
 	p.start(ctx)
+	n.askLayer()
 	n.log.Debug("peer up", "peer", p.addr, "outbound", j.outbound, "peers", len(n.peers))
 	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
 }
@@ -443,6 +460,11 @@ func (n *Node) observe(ev swarm.Event) {
 				delete(n.byPeerID, p.peerID)
 			}
 			p.close()
+			n.askEnded(p)
+		}
+	case swarm.TrackerPeers:
+		if n.layer.pending() {
+			n.drawLayer(ev.SwarmSize)
 		}
 	case swarm.Received:
 		n.stored(ev.Piece)
@@ -963,7 +985,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
 		port = ta.Port
 	}
-	var caps wire.Caps
+	caps := wire.CapLayer
 	if n.cfg.Store.Count() == n.m.NumPieces() {
 		caps |= wire.CapSeed
 	}
@@ -986,7 +1008,7 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 	sockopt.NotSentLowat(c, notSentLowat)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)
-	p.outbound = outbound
+	p.outbound, p.caps = outbound, theirs.Caps
 	select {
 	case n.joins <- join{p: p, outbound: outbound}:
 	case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
@@ -35,8 +36,13 @@ type peerConn struct {
 	id       swarm.PeerID
 	c        net.Conn
 	peerID   wire.PeerID
-	addr     string // reachable address, "" if none
-	outbound bool   // we dialed it
+	addr     string    // reachable address, "" if none
+	outbound bool      // we dialed it
+	caps     wire.Caps // its handshake's
+	// layerAsked: we asked it for the piece layer and wait for its answer;
+	// layerBuf is the answer so far (the reader goroutine's). See layer.go.
+	layerAsked atomic.Bool
+	layerBuf   []manifest.Hash
 
 	ctrl    chan wire.Message
 	uploads chan int
@@ -318,6 +324,12 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			ev = swarm.Recommended{Peer: p.id, Addrs: addrs}
 		case *wire.Goodbye:
 			return &goodbyeError{reason: msg.Reason, text: msg.Text}
+		case *wire.GetLayer:
+			p.onGetLayer(msg)
+		case *wire.Layer:
+			if err := p.onLayer(ctx, msg); err != nil {
+				return err
+			}
 		}
 		if ev != nil {
 			p.n.post(ctx, ev)

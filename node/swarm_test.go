@@ -41,6 +41,22 @@ func TestSwarmLoopback(t *testing.T) {
 	if sent > 1.5*size {
 		t.Errorf("the origin sent %.2f× the file, want at most 1.5×", sent/size)
 	}
+	// Peers join with the manifest's head; in a crowd arriving together
+	// most get the piece layer from each other (node/layer.go).
+	if from := layerSources(results); from["peer"] == 0 {
+		t.Errorf("piece layers from %v: none from a peer", from)
+	}
+}
+
+// layerSources counts where the peers got the piece layer.
+func layerSources(results []peerResult) map[string]int {
+	from := map[string]int{}
+	for _, r := range results {
+		if r.res != nil && r.res.Swarm != nil {
+			from[r.res.Swarm.LayerFrom]++
+		}
+	}
+	return from
 }
 
 // TestSwarmMemnet is TestSwarmLoopback over the in-memory network, with
@@ -71,6 +87,6 @@ func logPeers(t *testing.T, results []peerResult) {
 			continue
 		}
 		sw := r.res.Swarm
-		t.Logf("peer %2d: %v from peers %d pieces, origin %v, seen %d, to peers %d", r.idx, r.took.Round(time.Millisecond), sw.PiecesFromPeer, sw.OriginFetches, sw.PeersSeen, sw.BytesToPeers)
+		t.Logf("peer %2d: %v from peers %d pieces, origin %v, seen %d, to peers %d, layer from %s", r.idx, r.took.Round(time.Millisecond), sw.PiecesFromPeer, sw.OriginFetches, sw.PeersSeen, sw.BytesToPeers, sw.LayerFrom)
 	}
 }

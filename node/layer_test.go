@@ -1,0 +1,88 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/memnet"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+// TestLayerFromNeighbours: peers that join with the manifest's head alone
+// get the piece layer from a neighbour (one that knows it, or one that
+// learns it later and answers then), verify it, and complete without
+// asking the origin for it.
+func TestLayerFromNeighbours(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 256*KiB, 16*KiB, 21)
+	m.Trackers = []string{serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath}
+	seed := openStore(t, m, data, func(int) bool { return true })
+	startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedTime: -1})
+	var joiners []*testNode
+	for range 3 {
+		head := m.Head()
+		if head.HasLayer() {
+			t.Fatal("the head has the layer")
+		}
+		st := openStore(t, head, data, func(int) bool { return false })
+		joiners = append(joiners, startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Trackers: m.Trackers, SeedTime: -1}))
+	}
+	for i, tn := range joiners {
+		tn.wait(t, ctx)
+		if from := tn.nd.Stats().LayerFrom; from != "peer" {
+			t.Errorf("joiner %d: layer from %q, want peer", i, from)
+		}
+	}
+}
+
+// TestLayerLiar: a neighbour whose layer does not hash to the root is
+// dropped, and the layer comes from the origin; nothing it said is used.
+func TestLayerLiar(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 256*KiB, 16*KiB, 22)
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+	fh := nw.Host(memnet.HostConfig{})
+	fln, err := fh.Listen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakePeer(t, m, fln, layerLiar)
+	f.leecher, f.layer = true, true
+	f.announce(ctx, httpClient(fh.Dial), trURL)
+
+	head := m.Head()
+	st := openStore(t, head, data, func(int) bool { return false })
+	origin := func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(fo.Piece)
+		return fo.Piece, 0, st.WritePiece(fo.Piece, data[off:off+m.PieceLen(fo.Piece)])
+	}
+	// The origin's layer comes only once the liar's connection has
+	// ended, so the node must have judged the liar's answer first.
+	var how string
+	fetchLayer := func(ctx context.Context) ([]manifest.Hash, error) {
+		select {
+		case how = <-f.ended:
+			return m.Pieces, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("the liar's connection is still up")
+		}
+	}
+	tn := startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1})
+	tn.wait(t, ctx)
+	t.Logf("the liar's connection ended with %q", how)
+	if from := tn.nd.Stats().LayerFrom; from != "origin" {
+		t.Errorf("layer from %q, want origin", from)
+	}
+}
