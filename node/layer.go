@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
@@ -20,10 +21,13 @@ import (
 // verified. Meanwhile:
 //
 //   - it asks up to layerAsks neighbours that answer GETLAYER (CapLayer)
-//     for it, one after the other as they refuse or go; a neighbour that
-//     does not know the layer yet holds the request and answers once it
-//     does, so in a crowd that arrives at once the layer spreads from the
-//     first peers that have it along the requests;
+//     for it, others as they refuse or go; a neighbour that does not know
+//     the layer yet holds the request and answers once it does, so in a
+//     crowd that arrives at once the layer spreads from the first peers
+//     that have it along the requests. Neighbours waiting on each other
+//     (in a test, three newcomers that met before they met the seed) would
+//     wait for the origin: so a neighbour that has a piece, which it could
+//     only have verified with the layer, is asked too, whatever the bound;
 //   - on the tracker's first answer it fetches the layer from the origin
 //     (Config.FetchLayer) at once with probability k/n, n the swarm size
 //     the tracker reports and k swarm.Config.OriginK, as Slurpie's peers
@@ -49,9 +53,10 @@ const (
 // after the write that filled them.
 type layerState struct {
 	mu     sync.Mutex
+	known  atomic.Bool // ready, for the loop's checks on every event
 	ready  bool
 	from   string               // "peer" or "origin", once ready; "" if the manifest had it
-	asked  map[wire.PeerID]bool // neighbours asked (not asked again)
+	liars  map[wire.PeerID]bool // neighbours whose layer failed the root (not asked again)
 	asking int                  // asks not answered yet
 	held   []heldGetLayer       // GETLAYERs to answer once ready
 	done   chan struct{}        // closed once ready
@@ -68,12 +73,13 @@ type heldGetLayer struct {
 
 func (l *layerState) init(ready bool) {
 	l.ready = ready
-	l.asked = map[wire.PeerID]bool{}
+	l.liars = map[wire.PeerID]bool{}
 	l.done = make(chan struct{})
 	l.now = make(chan struct{}, 1)
 	l.retry = make(chan struct{}, 1)
 	l.start = time.Now()
 	if ready {
+		l.known.Store(true)
 		close(l.done)
 	}
 }
@@ -140,6 +146,7 @@ func (n *Node) setLayer(ctx context.Context, pieces []manifest.Hash, from string
 		return err
 	}
 	l.ready, l.from = true, from
+	l.known.Store(true)
 	held := l.held
 	l.held = nil
 	l.mu.Unlock()
@@ -155,25 +162,50 @@ func (n *Node) setLayer(ctx context.Context, pieces []manifest.Hash, from string
 // askLayer asks neighbours for the layer while fewer than layerAsks asks
 // are under way; called by the loop.
 func (n *Node) askLayer() {
+	if n.layer.known.Load() {
+		return
+	}
 	l := &n.layer
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ready {
-		return
-	}
 	for _, p := range n.peers { // a map: in no particular order
-		if l.asking >= layerAsks {
+		if l.ready || l.asking >= layerAsks {
 			return
 		}
-		if !p.caps.Has(wire.CapLayer) || l.asked[p.peerID] {
-			continue
+		n.askLayerOf(p)
+	}
+}
+
+// haveFrom is called by the loop for a HAVE or a non-empty HAVESET of
+// peer: a neighbour with a piece knows the layer, and is asked at once.
+func (n *Node) haveFrom(peer swarm.PeerID) {
+	if n.layer.known.Load() {
+		return
+	}
+	if p := n.peers[peer]; p != nil {
+		n.layer.mu.Lock()
+		if !n.layer.ready {
+			n.askLayerOf(p)
 		}
-		l.asked[p.peerID] = true
-		l.asking++
-		p.layerAsked.Store(true)
-		for first := 0; first < n.m.NumPieces(); first += wire.MaxLayerHashes {
-			p.sendControl(&wire.GetLayer{First: uint32(first), Count: uint32(min(wire.MaxLayerHashes, n.m.NumPieces()-first))})
-		}
+		n.layer.mu.Unlock()
+	}
+}
+
+// askLayerOf sends p our GETLAYERs unless it cannot answer or was asked
+// on this connection; n.layer.mu held, the layer unknown.
+func (n *Node) askLayerOf(p *peerConn) {
+	// Asked once a connection: a neighbour holds our request until it
+	// knows the layer. Per connection, not per peer: a connection
+	// replaced by a duplicate's (docs/protocol.md, section 3) takes the
+	// request held for it along.
+	if !p.caps.Has(wire.CapLayer) || p.layerTried || n.layer.liars[p.peerID] {
+		return
+	}
+	p.layerTried = true
+	n.layer.asking++
+	p.layerAsked.Store(true)
+	for first := 0; first < n.m.NumPieces(); first += wire.MaxLayerHashes {
+		p.sendControl(&wire.GetLayer{First: uint32(first), Count: uint32(min(wire.MaxLayerHashes, n.m.NumPieces()-first))})
 	}
 }
 
@@ -257,6 +289,10 @@ func (p *peerConn) onLayer(ctx context.Context, msg *wire.Layer) error {
 	pieces := p.layerBuf
 	p.layerBuf = nil
 	if err := p.n.setLayer(ctx, pieces, "peer"); err != nil {
+		l := &p.n.layer
+		l.mu.Lock()
+		l.liars[p.peerID] = true
+		l.mu.Unlock()
 		p.n.askEnded(p)
 		return fmt.Errorf("its piece layer: %w", err)
 	}

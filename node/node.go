@@ -463,9 +463,15 @@ func (n *Node) observe(ev swarm.Event) {
 			n.askEnded(p)
 		}
 	case swarm.TrackerPeers:
-		if n.layer.pending() {
+		if !n.layer.known.Load() {
 			n.drawLayer(ev.SwarmSize)
 		}
+	case swarm.HaveSet:
+		if ev.Set.Count() > 0 {
+			n.haveFrom(ev.Peer)
+		}
+	case swarm.Have:
+		n.haveFrom(ev.Peer)
 	case swarm.Received:
 		n.stored(ev.Piece)
 	case swarm.OriginResult:
@@ -866,6 +872,10 @@ func (n *Node) postLater(ctx context.Context, ev swarm.Event) {
 	n.wg.Go(func() { n.post(ctx, ev) })
 }
 
+// announceEnough is the number of neighbours past which a periodic
+// announce asks the tracker for few peers (askTracker).
+const announceEnough = 8
+
 // askTracker announces to every tracker in the background; answers come
 // back as TrackerPeers events.
 func (n *Node) askTracker(ctx context.Context, why string) {
@@ -890,7 +900,16 @@ func (n *Node) askTracker(ctx context.Context, why string) {
 	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
 		port = ta.Port
 	}
-	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Port: uint16(port), Left: left, Event: event, NumWant: 30}
+	// Joining, refilling and repairing want addresses; the periodic
+	// announces of a peer with neighbours enough, and a completion, only
+	// keep it counted (and bring the swarm size): each peer listed is
+	// about 80 bytes of the tracker's answer, which an embedded tracker
+	// sends on the origin's link, 50 times a round in a crowd of 50.
+	want := 30
+	if why == "completed" || why == "" && len(n.peers) >= announceEnough {
+		want = 5
+	}
+	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Port: uint16(port), Left: left, Event: event, NumWant: want}
 	for _, url := range n.cfg.Trackers {
 		n.wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -40,9 +40,11 @@ type peerConn struct {
 	outbound bool      // we dialed it
 	caps     wire.Caps // its handshake's
 	// layerAsked: we asked it for the piece layer and wait for its answer;
-	// layerBuf is the answer so far (the reader goroutine's). See layer.go.
+	// layerBuf is the answer so far (the reader goroutine's); layerTried:
+	// we asked it once (the loop's). See layer.go.
 	layerAsked atomic.Bool
 	layerBuf   []manifest.Hash
+	layerTried bool
 
 	ctrl    chan wire.Message
 	uploads chan int
