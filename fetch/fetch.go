@@ -314,9 +314,9 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	// from its neighbours (node/layer.go): a crowd's manifests would take
 	// the origin's link at its start. Resuming verifies what is on disk
 	// first, which takes the layer.
-	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-" && !d.cfg.Continue
+	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-"
 	if in.manifestURL != nil {
-		m, err = d.fetchManifest(ctx, in, swarm)
+		m, err = d.fetchManifest(ctx, in, swarm && !d.cfg.Continue)
 		if err == nil && !m.HasLayer() && len(m.Trackers) == 0 {
 			m, err = d.fetchManifest(ctx, in, false) // no swarm to get the layer from
 		}
@@ -448,15 +448,14 @@ func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*man
 	}
 }
 
-// headQuery is origin.HeadQuery: set to 0, the manifest's head.
-const headQuery = "piece_layer"
-
-// headURL is the URL of the head of the manifest at u.
+// headURL is the URL of the head of the manifest at u. The query is added
+// to, not re-encoded: the origin forwards the rest of it upstream as it is.
 func headURL(u *url.URL) *url.URL {
 	h := *u
-	q := h.Query()
-	q.Set(headQuery, "0")
-	h.RawQuery = q.Encode()
+	if h.RawQuery != "" {
+		h.RawQuery += "&"
+	}
+	h.RawQuery += manifest.HeadQuery + "=0"
 	return &h
 }
 

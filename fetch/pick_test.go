@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"testing"
 	"time"
@@ -127,5 +128,22 @@ func TestSwarmOriginPicks(t *testing.T) {
 	// A fetch without candidates (a stalled piece) still gets its copy.
 	if got, _, err := fetchers[1](t.Context(), swarm.FetchOrigin{Piece: 0, Reason: swarm.ReasonStalled}); err != nil || got != 0 {
 		t.Fatalf("stalled fetch of piece 0: got %d, %v", got, err)
+	}
+}
+
+// TestHeadURL: the head's parameter is added to the manifest URL's query,
+// which stays as the origin sent it (it may be an upstream's signature).
+func TestHeadURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://o/.well-known/stampede/manifest/f":            "http://o/.well-known/stampede/manifest/f?piece_layer=0",
+		"http://o/.well-known/stampede/manifest/f?b=2&a=%2F1": "http://o/.well-known/stampede/manifest/f?b=2&a=%2F1&piece_layer=0",
+	} {
+		u, err := url.Parse(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := headURL(u).String(); got != want {
+			t.Errorf("headURL(%s) = %s, want %s", in, got, want)
+		}
 	}
 }

@@ -34,8 +34,9 @@ const (
 	// piece size may still grow: enough pieces for a swarm to spread (the
 	// discrete optimum is about 1 + log2(N)/M file-times for N peers and M
 	// pieces: 1.01 for 50 peers), few enough that per-piece overhead stays
-	// small. Every downloader fetches the manifest (32 bytes a piece, 43 in
-	// its JSON) from the origin, and every piece costs a HAVE to every
+	// small. Every downloader used to fetch the manifest (32 bytes a piece,
+	// 43 in its JSON) from the origin (swarm peers now fetch its head and
+	// get the hashes from each other), and every piece costs a HAVE to every
 	// neighbour and an HTTP request at the origin: with 2048 pieces a flash
 	// crowd of 50 spent an eighth of a 32 MiB file's origin bytes on
 	// manifests alone, and the peers' CPU on HAVEs.
@@ -199,7 +200,7 @@ type wireManifest struct {
 	Size         int64    `json:"size"`
 	PieceSize    int64    `json:"piece_size"`
 	Root         Hash     `json:"root"`
-	PieceLayer   string   `json:"piece_layer,omitempty"`
+	PieceLayer   *string  `json:"piece_layer,omitempty"` // absent in a head
 	ETag         string   `json:"etag,omitempty"`
 	LastModified string   `json:"last_modified,omitempty"`
 	Trackers     []string `json:"trackers,omitempty"`
@@ -207,9 +208,14 @@ type wireManifest struct {
 
 // MarshalJSON encodes the manifest in its versioned JSON form.
 func (m *Manifest) MarshalJSON() ([]byte, error) {
-	layer := make([]byte, 0, len(m.Pieces)*len(Hash{}))
-	for _, h := range m.Pieces {
-		layer = append(layer, h[:]...)
+	var enc *string
+	if m.HasLayer() { // a head has none
+		layer := make([]byte, 0, len(m.Pieces)*len(Hash{}))
+		for _, h := range m.Pieces {
+			layer = append(layer, h[:]...)
+		}
+		e := base64.StdEncoding.EncodeToString(layer)
+		enc = &e
 	}
 	return json.Marshal(wireManifest{
 		Version:      Version,
@@ -217,12 +223,17 @@ func (m *Manifest) MarshalJSON() ([]byte, error) {
 		Size:         m.Size,
 		PieceSize:    m.PieceSize,
 		Root:         m.Root,
-		PieceLayer:   base64.StdEncoding.EncodeToString(layer),
+		PieceLayer:   enc,
 		ETag:         m.ETag,
 		LastModified: m.LastModified,
 		Trackers:     m.Trackers,
 	})
 }
+
+// HeadQuery is the query parameter that, set to 0, asks an origin's
+// manifest URL for the manifest's head (see [Manifest.Head]) instead of the
+// whole manifest.
+const HeadQuery = "piece_layer"
 
 // HasLayer reports whether m holds its piece layer: a manifest decoded
 // with [UnmarshalHead] from a head has only its root until [Manifest.SetLayer].
@@ -273,7 +284,11 @@ func unmarshal(data []byte, head bool) (*Manifest, error) {
 	if w.Version != Version {
 		return nil, fmt.Errorf("manifest: version %d, this stampede reads version %d", w.Version, Version)
 	}
-	layer, err := base64.StdEncoding.DecodeString(w.PieceLayer)
+	var enc string
+	if w.PieceLayer != nil {
+		enc = *w.PieceLayer
+	}
+	layer, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: piece layer: %w", err)
 	}

@@ -42,6 +42,8 @@ type fakePeer struct {
 	layer bool
 
 	conns    atomic.Int64 // handshakes completed
+	getLayer atomic.Int64 // GETLAYERs read (layerLiar)
+	layers   atomic.Int64 // LAYERs read (layerGreedy)
 	requests atomic.Int64 // REQUESTs read
 	closed   atomic.Int64 // sessions that ended with the other side closing or saying goodbye
 
@@ -205,6 +207,7 @@ func layerLiar(s *fakeSession) error {
 		if !ok {
 			continue
 		}
+		s.f.getLayer.Add(1)
 		junk := &wire.Layer{First: req.First, Hashes: make([][wire.HashLen]byte, req.Count)}
 		for i := range junk.Hashes {
 			junk.Hashes[i][0] = byte(i + 1)
@@ -214,6 +217,32 @@ func layerLiar(s *fakeSession) error {
 		}
 		if err := s.w.Flush(); err != nil {
 			return err
+		}
+	}
+}
+
+// layerGreedy is a seed that asks for the piece layer twice and counts the
+// answers until the other side ends the connection.
+func layerGreedy(s *fakeSession) error {
+	if err := s.start(false); err != nil {
+		return err
+	}
+	n := uint32(s.f.m.NumPieces())
+	for range 2 {
+		if err := s.w.WriteMessage(&wire.GetLayer{First: 0, Count: n}); err != nil {
+			return err
+		}
+	}
+	if err := s.w.Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := s.r.Read()
+		if err != nil {
+			return err
+		}
+		if _, ok := msg.(*wire.Layer); ok {
+			s.f.layers.Add(1)
 		}
 	}
 }

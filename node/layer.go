@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"github.com/stampede-dev/stampede/wire"
 )
 
-// The piece layer from peers (docs/protocol.md, section 8). A peer may
+// The piece layer from peers (docs/protocol.md, section 5, GETLAYER). A peer may
 // join with the manifest's head alone: root, geometry and trackers
 // (Config.Manifest without Pieces). It announces, connects and trades
 // have-sets as usual, but the scheduler asks nobody for a piece until the
@@ -33,7 +34,12 @@ import (
 //     the tracker reports and k swarm.Config.OriginK, as Slurpie's peers
 //     go to the origin for pieces: in a crowd of n arriving together
 //     about k(1 + ln(n/k)) peers do (11 of 50), instead of all n;
-//   - it fetches the layer from the origin after layerWait anyway.
+//   - it fetches the layer from the origin after layerWait anyway (and
+//     gives that fetch up if a neighbour's answer comes first).
+//
+// A neighbour asks for the layer once a connection: GETLAYERs past one
+// layer's worth of hashes end the connection, so an answer (16 KiB for 512
+// pieces, outside the upload limit) cannot be had again and again.
 //
 // A layer that does not hash to the root ends the connection it came on,
 // and its peer is not asked again. In a flash crowd of 50 on the testbed
@@ -43,9 +49,6 @@ import (
 const (
 	layerAsks = 2
 	layerWait = 1500 * time.Millisecond
-	// maxLayerHeld bounds the GETLAYERs held until we know the layer;
-	// past it they are answered with no hashes ("cannot answer").
-	maxLayerHeld = 64
 )
 
 // layerState is the node's progress towards the piece layer. Its mutex
@@ -58,7 +61,7 @@ type layerState struct {
 	from   string               // "peer" or "origin", once ready; "" if the manifest had it
 	liars  map[wire.PeerID]bool // neighbours whose layer failed the root (not asked again)
 	asking int                  // asks not answered yet
-	held   []heldGetLayer       // GETLAYERs to answer once ready
+	held   []heldGetLayer       // GETLAYERs to answer once ready, in order
 	done   chan struct{}        // closed once ready
 	now    chan struct{}        // the draw says: fetch from the origin now
 	retry  chan struct{}        // an ask ended without the layer: ask another
@@ -119,13 +122,23 @@ func (n *Node) fetchLayerLater(ctx context.Context) {
 		return // peers only (tests): wait for them
 	}
 	n.log.Debug("fetching the piece layer from the origin", "why", why)
-	pieces, err := n.cfg.FetchLayer(ctx)
+	// A neighbour's answer may come first: the fetch is given up then.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.done:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	pieces, err := n.cfg.FetchLayer(fctx)
 	if err == nil {
 		err = n.setLayer(ctx, pieces, "origin")
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !l.known.Load() {
 		select {
-		case n.fatal <- &FatalError{Err: fmt.Errorf("piece layer from the origin: %w", err)}:
+		case n.fatal <- fmt.Errorf("piece layer from the origin: %w", err):
 		default:
 		}
 	}
@@ -147,14 +160,17 @@ func (n *Node) setLayer(ctx context.Context, pieces []manifest.Hash, from string
 	}
 	l.ready, l.from = true, from
 	l.known.Store(true)
-	held := l.held
+	// The held answers go before the mutex is let go, so that a later
+	// GETLAYER of the same connection (the next 8192 hashes), which sees
+	// ready, is answered after them, in order (sendControl never blocks).
+	for _, h := range l.held {
+		h.p.sendLayer(h.req)
+	}
+	held := len(l.held)
 	l.held = nil
 	l.mu.Unlock()
 	close(l.done)
-	n.log.Debug("piece layer known", "from", from, "took", time.Since(l.start), "held", len(held))
-	for _, h := range held {
-		h.p.sendLayer(h.req)
-	}
+	n.log.Debug("piece layer known", "from", from, "took", time.Since(l.start), "held", held)
 	n.post(ctx, swarm.LayerReady{})
 	return nil
 }
@@ -195,15 +211,17 @@ func (n *Node) haveFrom(peer swarm.PeerID) {
 // on this connection; n.layer.mu held, the layer unknown.
 func (n *Node) askLayerOf(p *peerConn) {
 	// Asked once a connection: a neighbour holds our request until it
-	// knows the layer. Per connection, not per peer: a connection
-	// replaced by a duplicate's (docs/protocol.md, section 3) takes the
-	// request held for it along.
+	// knows the layer. Per connection, not per peer: when a duplicate
+	// connection replaces the one we asked on (docs/protocol.md, section
+	// 3), the request held there is lost with it, and the new one is
+	// asked again.
 	if !p.caps.Has(wire.CapLayer) || p.layerTried || n.layer.liars[p.peerID] {
 		return
 	}
 	p.layerTried = true
 	n.layer.asking++
 	p.layerAsked.Store(true)
+	n.log.Debug("asking for the piece layer", "peer", p.addr)
 	for first := 0; first < n.m.NumPieces(); first += wire.MaxLayerHashes {
 		p.sendControl(&wire.GetLayer{First: uint32(first), Count: uint32(min(wire.MaxLayerHashes, n.m.NumPieces()-first))})
 	}
@@ -232,29 +250,37 @@ func (n *Node) drawLayer(size int) {
 	l.drawn = true
 	k := n.cfg.Swarm.OriginK
 	if k <= 0 {
-		k = 3 // swarm's default
+		k = swarm.DefaultOriginK
 	}
 	if size <= k || rand.IntN(size) < k {
 		nudge(l.now)
 	}
 }
 
-// onGetLayer answers a GETLAYER, or holds it until the layer is known.
-func (p *peerConn) onGetLayer(req *wire.GetLayer) {
+// onGetLayer answers a GETLAYER, or holds it until the layer is known (the
+// reader goroutine's). A connection asks for one layer's worth of hashes
+// at most: more is an error.
+func (p *peerConn) onGetLayer(req *wire.GetLayer) error {
+	if p.layerServed += int(req.Count); p.layerServed > p.n.m.NumPieces() {
+		return fmt.Errorf("GETLAYER for %d hashes in all, of a layer of %d", p.layerServed, p.n.m.NumPieces())
+	}
 	l := &p.n.layer
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.ready {
-		if len(l.held) < maxLayerHeld {
-			l.held = append(l.held, heldGetLayer{p: p, req: *req})
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
-		p.sendControl(&wire.Layer{First: req.First}) // cannot answer
-		return
+		l.held = append(l.held, heldGetLayer{p: p, req: *req})
+		return nil
 	}
-	l.mu.Unlock()
 	p.sendLayer(*req)
+	return nil
+}
+
+// dropHeld forgets the GETLAYERs held for p, whose connection is gone.
+func (n *Node) dropHeld(p *peerConn) {
+	l := &n.layer
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = slices.DeleteFunc(l.held, func(h heldGetLayer) bool { return h.p == p })
 }
 
 // sendLayer answers req; the layer is known.

@@ -9,14 +9,15 @@ import (
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/store"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
 // TestLayerFromNeighbours: peers that join with the manifest's head alone
-// get the piece layer from a neighbour (one that knows it, or one that
-// learns it later and answers then), verify it, and complete without
-// asking the origin for it.
+// and have no origin to fetch the layer from get it from a neighbour (one
+// that knows it, or one that learns it later and answers then), verify
+// it, and complete.
 func TestLayerFromNeighbours(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -49,23 +50,10 @@ func TestLayerLiar(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 16*KiB, 22)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
-	m.Trackers = []string{trURL}
-	fh := nw.Host(memnet.HostConfig{})
-	fln, err := fh.Listen(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFakePeer(t, m, fln, layerLiar)
-	f.leecher, f.layer = true, true
-	f.announce(ctx, httpClient(fh.Dial), trURL)
-
+	f := startLayerFake(t, ctx, nw, m, layerLiar, true)
 	head := m.Head()
 	st := openStore(t, head, data, func(int) bool { return false })
-	origin := func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
-		off := m.PieceOffset(fo.Piece)
-		return fo.Piece, 0, st.WritePiece(fo.Piece, data[off:off+m.PieceLen(fo.Piece)])
-	}
+	origin := storeOrigin(m, st, data)
 	// The origin's layer comes only once the liar's connection has
 	// ended, so the node must have judged the liar's answer first.
 	var how string
@@ -81,8 +69,60 @@ func TestLayerLiar(t *testing.T) {
 	}
 	tn := startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1})
 	tn.wait(t, ctx)
-	t.Logf("the liar's connection ended with %q", how)
+	t.Logf("the liar's connection ended with %q after %d GETLAYERs", how, f.getLayer.Load())
+	if f.getLayer.Load() == 0 {
+		t.Error("the liar was never asked for the layer")
+	}
 	if from := tn.nd.Stats().LayerFrom; from != "origin" {
 		t.Errorf("layer from %q, want origin", from)
+	}
+}
+
+// TestLayerAskedOnce: a neighbour gets the layer once a connection; asking
+// again (a 13-byte frame for a 16 KiB answer, outside the upload limit)
+// ends the connection.
+func TestLayerAskedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 256*KiB, 16*KiB, 23)
+	f := startLayerFake(t, ctx, nw, m, layerGreedy, false)
+	st := openStore(t, m, data, func(int) bool { return false })
+	origin := storeOrigin(m, st, data)
+	startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+	select {
+	case how := <-f.ended:
+		t.Logf("the connection ended with %q", how)
+	case <-ctx.Done():
+		t.Fatal("the connection asking twice is still up")
+	}
+	// The first answer may be cut off by the close; a second must not come.
+	if got := f.layers.Load(); got > 1 {
+		t.Errorf("%d LAYER answers on one connection, want at most 1", got)
+	}
+}
+
+// startLayerFake runs a fake peer that answers GETLAYER (CapLayer), a
+// leecher or a seed, on a host of its own, with a tracker for m that it
+// has announced to (m.Trackers names it).
+func startLayerFake(t *testing.T, ctx context.Context, nw *memnet.Network, m *manifest.Manifest, serve func(*fakeSession) error, leecher bool) *fakePeer {
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+	fh := nw.Host(memnet.HostConfig{})
+	fln, err := fh.Listen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakePeer(t, m, fln, serve)
+	f.leecher, f.layer = leecher, true
+	f.announce(ctx, httpClient(fh.Dial), trURL)
+	return f
+}
+
+// storeOrigin is an origin that stores the piece asked, from data, in st.
+func storeOrigin(m *manifest.Manifest, st *store.File, data []byte) node.OriginFetcher {
+	return func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(fo.Piece)
+		return fo.Piece, 0, st.WritePiece(fo.Piece, data[off:off+m.PieceLen(fo.Piece)])
 	}
 }

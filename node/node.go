@@ -461,6 +461,7 @@ func (n *Node) observe(ev swarm.Event) {
 			}
 			p.close()
 			n.askEnded(p)
+			n.dropHeld(p)
 		}
 	case swarm.TrackerPeers:
 		if !n.layer.known.Load() {

@@ -45,6 +45,8 @@ type peerConn struct {
 	layerAsked atomic.Bool
 	layerBuf   []manifest.Hash
 	layerTried bool
+	// layerServed counts the hashes it asked us for (the reader's).
+	layerServed int
 
 	ctrl    chan wire.Message
 	uploads chan int
@@ -327,7 +329,9 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 		case *wire.Goodbye:
 			return &goodbyeError{reason: msg.Reason, text: msg.Text}
 		case *wire.GetLayer:
-			p.onGetLayer(msg)
+			if err := p.onGetLayer(msg); err != nil {
+				return err
+			}
 		case *wire.Layer:
 			if err := p.onLayer(ctx, msg); err != nil {
 				return err

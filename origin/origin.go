@@ -17,7 +17,7 @@
 //     gzip (Accept-Encoding) gets it compressed (Vary: Accept-Encoding).
 //     With ?piece_layer=0 it is the manifest's head (manifest.Manifest.Head):
 //     the same without the piece hashes, which a swarm peer gets from its
-//     neighbours (docs/protocol.md, section 8), so that a crowd's manifests
+//     neighbours (docs/protocol.md, section 5, GETLAYER), so that a crowd's manifests
 //     do not take the origin's link at its start.
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
 //     an overload answer if it asked for one (Stampede-Capabilities:
@@ -72,16 +72,13 @@ import (
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
 // ManifestPrefix is the path under which a file's manifest is found: the
 // manifest of /dir/file.iso is at /.well-known/stampede/manifest/dir/file.iso.
 const ManifestPrefix = "/.well-known/stampede/manifest"
-
-// HeadQuery is the query parameter that, set to 0, asks the manifest
-// endpoint for the manifest's head, without its piece layer.
-const HeadQuery = "piece_layer"
 
 // ManifestContentType is the media type of a manifest response.
 const ManifestContentType = "application/vnd.stampede.manifest+json"
@@ -471,7 +468,7 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 	// The file may change at any time: clients and caches must revalidate.
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Vary", "Accept-Encoding")
-	if r.URL.Query().Get(HeadQuery) == "0" {
+	if r.URL.Query().Get(manifest.HeadQuery) == "0" {
 		// The head: a few hundred bytes, never worth compressing.
 		body = pub.head
 	} else if httphdr.AcceptsGzip(r.Header.Values("Accept-Encoding")) {

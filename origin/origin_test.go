@@ -386,7 +386,7 @@ func TestManifestHead(t *testing.T) {
 	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0) // 512 pieces
 	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Logger: testLogger(t)})})
 	full := ts.manifest(t, "/f")
-	res, body := ts.do(t, "GET", ManifestPrefix+"/f?"+HeadQuery+"=0", "Accept-Encoding", "gzip")
+	res, body := ts.do(t, "GET", ManifestPrefix+"/f?"+manifest.HeadQuery+"=0", "Accept-Encoding", "gzip")
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Encoding") != "" {
 		t.Fatalf("head: %s, Content-Encoding %q", res.Status, res.Header.Get("Content-Encoding"))
 	}

@@ -152,7 +152,9 @@ func (s *Server) upstreamManifest(ctx context.Context, r *http.Request) (*entry,
 	if err != nil {
 		return nil, statusErrorf(http.StatusBadRequest, "%w", err)
 	}
-	target := s.target(&url.URL{Path: p, RawPath: esc, RawQuery: r.URL.RawQuery})
+	// The head's parameter is ours, not the upstream's: the head and the
+	// manifest are one resource upstream.
+	target := s.target(&url.URL{Path: p, RawPath: esc, RawQuery: withoutHeadQuery(r.URL.RawQuery)})
 	key := target.String()
 	v, err := s.probes.do(ctx, key, func(ctx context.Context) (validators, error) {
 		return s.probe(ctx, target)
@@ -315,4 +317,16 @@ func hashStream(r io.Reader, size int64, name string) (*manifest.Manifest, [sha2
 	}
 	h.Sum(sum[:0])
 	return m, sum, nil
+}
+
+// withoutHeadQuery is raw, a query, without manifest.HeadQuery's
+// parameters; the others stay as they were sent.
+func withoutHeadQuery(raw string) string {
+	var kept []string
+	for kv := range strings.SplitSeq(raw, "&") {
+		if k, _, _ := strings.Cut(kv, "="); k != manifest.HeadQuery && kv != "" {
+			kept = append(kept, kv)
+		}
+	}
+	return strings.Join(kept, "&")
 }

@@ -246,3 +246,18 @@ func TestTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutHeadQuery: the head's parameter is stampede's, never the
+// upstream's; the rest of the query goes on as it came.
+func TestWithoutHeadQuery(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                           "",
+		"piece_layer=0":              "",
+		"sig=a%2Fb&piece_layer=0&x=": "sig=a%2Fb&x=",
+		"piece_layerx=1":             "piece_layerx=1",
+	} {
+		if got := withoutHeadQuery(in); got != want {
+			t.Errorf("withoutHeadQuery(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

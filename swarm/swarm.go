@@ -214,7 +214,7 @@ func (c Config) withDefaults() Config {
 	c.MaxPeers = max(c.MaxPeers, c.MinPeers)
 	def(&c.WantPeers, min(24, c.MaxPeers))
 	c.WantPeers = min(max(c.WantPeers, c.MinPeers), c.MaxPeers)
-	def(&c.OriginK, 3)
+	def(&c.OriginK, DefaultOriginK)
 	defD(&c.OriginSlice, 250*time.Millisecond)
 	def(&c.OriginPipeline, 2)
 	if c.OriginWindow <= 0 {
@@ -411,6 +411,9 @@ func (s *Scheduler) start(now time.Time) {
 	s.askTracker("join")
 	s.checkComplete()
 }
+
+// DefaultOriginK is Config.OriginK's default.
+const DefaultOriginK = 3
 
 // Step applies one event that happened at now and returns what to do.
 func (s *Scheduler) Step(ev Event, now time.Time) []Action {

@@ -101,7 +101,7 @@ type Goodbye struct {
 
 // GetLayer asks for Count hashes of the manifest's piece layer, from index
 // First. A peer that joined with the manifest's root and geometry alone
-// (docs/protocol.md, section 8) fetches the layer this way and checks it
+// (docs/protocol.md, section 5) fetches the layer this way and checks it
 // against the root before it asks for any piece.
 type GetLayer struct {
 	First, Count uint32
@@ -109,7 +109,7 @@ type GetLayer struct {
 
 // Layer answers a GetLayer with the hashes of the piece layer from index
 // First, in order: all those asked, or none when the sender cannot answer
-// (it does not know the layer and has given up learning it).
+// (stampede never sends none: it holds a GETLAYER until it knows the layer).
 type Layer struct {
 	First  uint32
 	Hashes [][HashLen]byte
