@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/pieceset"
+	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
 	"github.com/stampede-dev/stampede/wire"
 )
@@ -145,6 +149,25 @@ func (e *goodbyeError) Error() string { return "goodbye: " + e.text }
 // addr is where the fake peer listens.
 func (f *fakePeer) addr() string { return f.ln.Addr().String() }
 
+// startFake runs a fake peer on a host of its own, with a tracker for m
+// that it has announced to (m.Trackers names it). set, if not nil, sets
+// its switches before anyone can connect.
+func startFake(t *testing.T, ctx context.Context, nw *memnet.Network, m *manifest.Manifest, serve func(*fakeSession) error, set func(*fakePeer)) *fakePeer {
+	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	m.Trackers = []string{trURL}
+	fh := nw.Host(memnet.HostConfig{})
+	fln, err := fh.Listen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakePeer(t, m, fln, serve)
+	if set != nil {
+		set(f)
+	}
+	f.announce(ctx, httpClient(fh.Dial), trURL)
+	return f
+}
+
 // announce tells the tracker at url that the fake peer is a seed.
 func (f *fakePeer) announce(ctx context.Context, client *http.Client, url string) {
 	f.t.Helper()
@@ -156,6 +179,14 @@ func (f *fakePeer) announce(ctx context.Context, client *http.Client, url string
 	if err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// send writes m and flushes.
+func (s *fakeSession) send(m wire.Message) error {
+	if err := s.w.WriteMessage(m); err != nil {
+		return err
+	}
+	return s.w.Flush()
 }
 
 // start sends the full have-set and, if unchoke, UNCHOKE.
@@ -192,10 +223,7 @@ func (s *fakeSession) next() (*wire.Request, error) {
 // layerLiar has no piece and answers every GETLAYER with hashes that are
 // not the piece layer.
 func layerLiar(s *fakeSession) error {
-	if err := s.w.WriteMessage(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())}); err != nil {
-		return err
-	}
-	if err := s.w.Flush(); err != nil {
+	if err := s.send(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())}); err != nil {
 		return err
 	}
 	for {
@@ -212,10 +240,7 @@ func layerLiar(s *fakeSession) error {
 		for i := range junk.Hashes {
 			junk.Hashes[i][0] = byte(i + 1)
 		}
-		if err := s.w.WriteMessage(junk); err != nil {
-			return err
-		}
-		if err := s.w.Flush(); err != nil {
+		if err := s.send(junk); err != nil {
 			return err
 		}
 	}
@@ -303,10 +328,7 @@ func dontHave(s *fakeSession) error {
 		if err != nil {
 			return err
 		}
-		if err := s.w.WriteMessage(&wire.Reject{Piece: req.Piece, Offset: req.Offset, Length: req.Length, Reason: wire.RejectDontHave}); err != nil {
-			return err
-		}
-		if err := s.w.Flush(); err != nil {
+		if err := s.send(&wire.Reject{Piece: req.Piece, Offset: req.Offset, Length: req.Length, Reason: wire.RejectDontHave}); err != nil {
 			return err
 		}
 	}
@@ -333,5 +355,13 @@ func deafTalker(s *fakeSession) error {
 		if err := s.w.Flush(); err != nil {
 			return err
 		}
+	}
+}
+
+// storeOrigin is an origin that stores the piece asked, from data, in st.
+func storeOrigin(m *manifest.Manifest, st *store.File, data []byte) node.OriginFetcher {
+	return func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
+		off := m.PieceOffset(fo.Piece)
+		return fo.Piece, 0, st.WritePiece(fo.Piece, data[off:off+m.PieceLen(fo.Piece)])
 	}
 }

@@ -56,13 +56,12 @@ const (
 // after the write that filled them.
 type layerState struct {
 	mu     sync.Mutex
-	known  atomic.Bool // ready, for the loop's checks on every event
-	ready  bool
-	from   string               // "peer" or "origin", once ready; "" if the manifest had it
+	known  atomic.Bool          // the layer is in the manifest; set under mu
+	from   string               // "peer" or "origin", once known; "" if the manifest had it
 	liars  map[wire.PeerID]bool // neighbours whose layer failed the root (not asked again)
 	asking int                  // asks not answered yet
-	held   []heldGetLayer       // GETLAYERs to answer once ready, in order
-	done   chan struct{}        // closed once ready
+	held   []heldGetLayer       // GETLAYERs to answer once known, in order
+	done   chan struct{}        // closed once known
 	now    chan struct{}        // the draw says: fetch from the origin now
 	retry  chan struct{}        // an ask ended without the layer: ask another
 	drawn  bool                 // the k/n draw is done (loop only)
@@ -74,24 +73,16 @@ type heldGetLayer struct {
 	req wire.GetLayer
 }
 
-func (l *layerState) init(ready bool) {
-	l.ready = ready
+func (l *layerState) init(known bool) {
 	l.liars = map[wire.PeerID]bool{}
 	l.done = make(chan struct{})
 	l.now = make(chan struct{}, 1)
 	l.retry = make(chan struct{}, 1)
 	l.start = time.Now()
-	if ready {
+	if known {
 		l.known.Store(true)
 		close(l.done)
 	}
-}
-
-// pending reports whether the layer is still unknown.
-func (l *layerState) pending() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.ready
 }
 
 // nudge wakes whoever waits on c, once.
@@ -150,7 +141,7 @@ func (n *Node) fetchLayerLater(ctx context.Context) {
 func (n *Node) setLayer(ctx context.Context, pieces []manifest.Hash, from string) error {
 	l := &n.layer
 	l.mu.Lock()
-	if l.ready {
+	if l.known.Load() {
 		l.mu.Unlock()
 		return nil
 	}
@@ -158,11 +149,11 @@ func (n *Node) setLayer(ctx context.Context, pieces []manifest.Hash, from string
 		l.mu.Unlock()
 		return err
 	}
-	l.ready, l.from = true, from
+	l.from = from
 	l.known.Store(true)
 	// The held answers go before the mutex is let go, so that a later
-	// GETLAYER of the same connection (the next 8192 hashes), which sees
-	// ready, is answered after them, in order (sendControl never blocks).
+	// GETLAYER of the same connection (the next 8192 hashes), which finds
+	// the layer known, is answered after them, in order (sendControl never blocks).
 	for _, h := range l.held {
 		h.p.sendLayer(h.req)
 	}
@@ -185,7 +176,7 @@ func (n *Node) askLayer() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range n.peers { // a map: in no particular order
-		if l.ready || l.asking >= layerAsks {
+		if l.known.Load() || l.asking >= layerAsks {
 			return
 		}
 		n.askLayerOf(p)
@@ -200,7 +191,7 @@ func (n *Node) haveFrom(peer swarm.PeerID) {
 	}
 	if p := n.peers[peer]; p != nil {
 		n.layer.mu.Lock()
-		if !n.layer.ready {
+		if !n.layer.known.Load() {
 			n.askLayerOf(p)
 		}
 		n.layer.mu.Unlock()
@@ -267,7 +258,7 @@ func (p *peerConn) onGetLayer(req *wire.GetLayer) error {
 	l := &p.n.layer
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ready {
+	if !l.known.Load() {
 		l.held = append(l.held, heldGetLayer{p: p, req: *req})
 		return nil
 	}

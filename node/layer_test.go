@@ -9,8 +9,6 @@ import (
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
-	"github.com/stampede-dev/stampede/store"
-	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -50,7 +48,7 @@ func TestLayerLiar(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 16*KiB, 22)
-	f := startLayerFake(t, ctx, nw, m, layerLiar, true)
+	f := startFake(t, ctx, nw, m, layerLiar, func(f *fakePeer) { f.leecher, f.layer = true, true })
 	head := m.Head()
 	st := openStore(t, head, data, func(int) bool { return false })
 	origin := storeOrigin(m, st, data)
@@ -86,7 +84,7 @@ func TestLayerAskedOnce(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 16*KiB, 23)
-	f := startLayerFake(t, ctx, nw, m, layerGreedy, false)
+	f := startFake(t, ctx, nw, m, layerGreedy, func(f *fakePeer) { f.layer = true })
 	st := openStore(t, m, data, func(int) bool { return false })
 	origin := storeOrigin(m, st, data)
 	startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
@@ -99,30 +97,5 @@ func TestLayerAskedOnce(t *testing.T) {
 	// The first answer may be cut off by the close; a second must not come.
 	if got := f.layers.Load(); got > 1 {
 		t.Errorf("%d LAYER answers on one connection, want at most 1", got)
-	}
-}
-
-// startLayerFake runs a fake peer that answers GETLAYER (CapLayer), a
-// leecher or a seed, on a host of its own, with a tracker for m that it
-// has announced to (m.Trackers names it).
-func startLayerFake(t *testing.T, ctx context.Context, nw *memnet.Network, m *manifest.Manifest, serve func(*fakeSession) error, leecher bool) *fakePeer {
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
-	m.Trackers = []string{trURL}
-	fh := nw.Host(memnet.HostConfig{})
-	fln, err := fh.Listen(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFakePeer(t, m, fln, serve)
-	f.leecher, f.layer = leecher, true
-	f.announce(ctx, httpClient(fh.Dial), trURL)
-	return f
-}
-
-// storeOrigin is an origin that stores the piece asked, from data, in st.
-func storeOrigin(m *manifest.Manifest, st *store.File, data []byte) node.OriginFetcher {
-	return func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
-		off := m.PieceOffset(fo.Piece)
-		return fo.Piece, 0, st.WritePiece(fo.Piece, data[off:off+m.PieceLen(fo.Piece)])
 	}
 }

@@ -288,7 +288,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.wg.Go(func() { n.acceptLoop(ctx) })
 
 	scfg := n.cfg.Swarm
-	if scfg.LayerPending = n.layer.pending(); scfg.LayerPending {
+	if scfg.LayerPending = !n.layer.known.Load(); scfg.LayerPending {
 		n.wg.Go(func() { n.fetchLayerLater(ctx) })
 	}
 	scfg.NumPieces = n.m.NumPieces()

@@ -166,21 +166,10 @@ func TestRejectDontHaveDropsPeer(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 0, 11)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
-	m.Trackers = []string{trURL}
-	fh := nw.Host(memnet.HostConfig{})
-	fln, err := fh.Listen(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFakePeer(t, m, fln, dontHave)
-	f.announce(ctx, httpClient(fh.Dial), trURL)
+	f := startFake(t, ctx, nw, m, dontHave, nil)
 
 	st := openStore(t, m, data, func(int) bool { return false })
-	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
-		off := m.PieceOffset(f.Piece)
-		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
-	}
+	origin := storeOrigin(m, st, data)
 	start := time.Now()
 	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
 	tn.wait(t, ctx)
@@ -495,10 +484,7 @@ func TestLazyHaves(t *testing.T) {
 	}
 	seed, leech := fakes[0], fakes[1]
 	st := openStore(t, m, data, func(int) bool { return false })
-	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
-		off := m.PieceOffset(f.Piece)
-		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
-	}
+	origin := storeOrigin(m, st, data)
 	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
 	tn.wait(t, ctx)
 
@@ -563,10 +549,7 @@ func TestDisconnectStuckPeer(t *testing.T) {
 	f := newFakePeer(t, m, fln, deafTalker)
 	f.announce(ctx, httpClient(fh.Dial), trURL)
 	st := openStore(t, m, data, func(int) bool { return false })
-	origin := func(ctx context.Context, f swarm.FetchOrigin) (int, time.Duration, error) {
-		off := m.PieceOffset(f.Piece)
-		return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
-	}
+	origin := storeOrigin(m, st, data)
 	startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1,
 		Swarm: swarm.Config{RequestTimeout: 300 * time.Millisecond, MinRequestTimeout: 100 * time.Millisecond}})
 	select {
