@@ -372,15 +372,7 @@ func TestDataAfterCancel(t *testing.T) {
 	nw := memnet.New()
 	const size = 2 * wire.MaxData
 	data, m := testFile(t, size, size, 13) // one piece, two DATA frames
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
-	m.Trackers = []string{trURL}
-	fh := nw.Host(memnet.HostConfig{})
-	fln, err := fh.Listen(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFakePeer(t, m, fln, remnantSeed(data))
-	f.announce(ctx, httpClient(fh.Dial), trURL)
+	f := startFake(t, ctx, nw, m, remnantSeed(data), nil)
 	st := openStore(t, m, data, func(int) bool { return false })
 	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1,
 		// Time the first request out quickly.
