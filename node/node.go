@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -75,6 +76,9 @@ type Config struct {
 	// DownloadLimit and UploadLimit shape peer traffic (nil: unlimited).
 	// DownloadLimit is shared with origin fetches by the caller.
 	DownloadLimit, UploadLimit *ratelimit.Limiter
+	// UploadTurns is how many pieces are sent to peers at once, across all
+	// connections (turns.go; 0: 3, negative: no bound).
+	UploadTurns int
 	// SeedTime is how long to keep serving after completion (0: leave at
 	// once, after the hand-over, see handedOver; negative: until ctx ends).
 	SeedTime time.Duration
@@ -142,13 +146,16 @@ type Node struct {
 	sched  *swarm.Scheduler
 	// The loop's measure of our upload rate (measureUpload).
 	upRate float64
-	upAt   time.Time
-	upLast int64
+	// upRateBits is upRate for the other goroutines (math.Float64bits).
+	upRateBits atomic.Uint64
+	upAt       time.Time
+	upLast     int64
 
 	nextID    atomic.Uint64
 	wg        sync.WaitGroup // connection and helper goroutines
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
 	recent    *recentPieces  // the last pieces received, for uploads
+	turns     turns          // upload turns (turns.go); nil: none
 	layer     layerState     // the piece layer, for a node that joined with the head (layer.go)
 
 	// Owned by the loop goroutine.
@@ -222,6 +229,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.recent = newRecentPieces(cfg.Manifest.PieceSize, keep, n.putPieceBuf)
 	n.layer.init(cfg.Manifest.HasLayer())
+	n.turns = newTurns(cfg.UploadTurns)
 	return n, nil
 }
 
@@ -681,6 +689,7 @@ func (n *Node) measureUpload(now time.Time) {
 	if !n.upAt.IsZero() {
 		if dt := now.Sub(n.upAt).Seconds(); dt > 0 {
 			n.upRate += (float64(up-n.upLast)/dt - n.upRate) / 4
+			n.upRateBits.Store(math.Float64bits(n.upRate))
 		}
 	}
 	n.upAt, n.upLast = now, up

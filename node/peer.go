@@ -482,15 +482,18 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 			// CHOKE in the middle of a piece would have it fetch the piece
 			// twice.
 			var held []wire.Message
+			handle := func(m wire.Message) (bool, error) {
+				if len(held) > 0 || holdsForPiece(m) {
+					held = append(held, m)
+					return false, nil
+				}
+				return control(m)
+			}
 			drain := func() (bool, error) {
 				for {
 					select {
 					case m := <-p.ctrl:
-						if len(held) > 0 || holdsForPiece(m) {
-							held = append(held, m)
-							continue
-						}
-						if done, err := control(m); done || err != nil {
+						if done, err := handle(m); done || err != nil {
 							return done, err
 						}
 					default:
@@ -499,9 +502,13 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 				}
 			}
 			p.n.uploading.Add(1)
-			buf := p.n.pieceBuf(int(p.n.m.PieceSize))
-			done, err := p.upload(ctx, w, piece, buf, drain)
-			p.n.putPieceBuf(buf) // the writes are done with it: none is kept
+			t, done, err := p.takeTurn(ctx, handle)
+			if !done && err == nil {
+				buf := p.n.pieceBuf(int(p.n.m.PieceSize))
+				done, err = p.upload(ctx, w, piece, buf, drain, t)
+				p.n.putPieceBuf(buf) // the writes are done with it: none is kept
+			}
+			t.done()
 			p.n.uploading.Add(-1)
 			if done || err != nil {
 				return err
@@ -547,7 +554,7 @@ const dataChunk = 64 << 10
 // close). The piece comes from memory if it arrived lately, else from the
 // store, which verifies it as it reads it, so a piece damaged on our disk
 // is never passed on (Node.readPiece).
-func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte, drain func() (done bool, err error)) (bool, error) {
+func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []byte, drain func() (done bool, err error), t *turn) (bool, error) {
 	p.mu.Lock()
 	skip := p.dropUp[piece]
 	delete(p.dropUp, piece)
@@ -565,9 +572,11 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
 	for off := 0; off < len(data); off += dataChunk {
 		chunk := data[off:min(len(data), off+dataChunk)]
+		t.pause() // waiting for the upload limit is not a stall
 		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
 			return false, err
 		}
+		t.progress()
 		if off > 0 {
 			if done, err := drain(); done || err != nil {
 				return done, err
@@ -576,11 +585,13 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 		if err := w.WriteData(uint32(piece), uint32(off), chunk); err != nil {
 			return false, err
 		}
+		t.progress()
 		p.n.bytesToPeers.Add(int64(len(chunk)))
 	}
 	if err := w.Flush(); err != nil {
 		return false, err
 	}
+	t.drained(ctx)
 	p.n.post(ctx, swarm.Uploaded{Peer: p.id, Piece: piece, Bytes: int64(len(data))})
 	return false, nil
 }

@@ -164,3 +164,77 @@ func testConn(t *testing.T, size int, seed byte) *connFixture {
 	t.Cleanup(func() { close(f.p.ctrl) })
 	return f
 }
+
+// TestTurns: with one upload turn, a second connection waits for it and
+// sends its control frames meanwhile; it gets the turn once the first
+// gives it back, and a turn whose holder makes no progress comes back by
+// itself after turnStall. Giving a turn back twice, or after the stall
+// gave it back, gives back nothing more.
+func TestTurns(t *testing.T) {
+	n := &Node{turns: newTurns(1)}
+	conn := func(id swarm.PeerID) *peerConn {
+		c1, c2 := net.Pipe()
+		t.Cleanup(func() { c1.Close(); c2.Close() })
+		return newPeerConn(n, id, c1, wire.PeerID{}, "192.0.2.1:1")
+	}
+	a, b := conn(1), conn(2)
+	ctx := t.Context()
+	take := func(p *peerConn, handle func(wire.Message) (bool, error)) <-chan *turn {
+		got := make(chan *turn, 1)
+		go func() {
+			tn, done, err := p.takeTurn(ctx, handle)
+			if (done || err != nil) && ctx.Err() == nil {
+				t.Errorf("takeTurn: done %v, err %v", done, err)
+			}
+			got <- tn
+		}()
+		return got
+	}
+	wait := func(got <-chan *turn, what string) *turn {
+		t.Helper()
+		select {
+		case tn := <-got:
+			return tn
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no turn after 5 s", what)
+			return nil
+		}
+	}
+	none := func(got <-chan *turn, what string) {
+		t.Helper()
+		select {
+		case <-got:
+			t.Fatalf("%s got a turn while the only one is held", what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	ta := wait(take(a, nil), "the first")
+	ta.pause() // no stall bound while the test looks
+	handled := make(chan wire.Message, 1)
+	gotB := take(b, func(m wire.Message) (bool, error) { handled <- m; return false, nil })
+	b.ctrl <- &wire.Have{Piece: 3}
+	select {
+	case m := <-handled:
+		if h, ok := m.(*wire.Have); !ok || h.Piece != 3 {
+			t.Fatalf("handled %#v, want the HAVE of piece 3", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a control frame waited with the piece for the turn")
+	}
+	none(gotB, "the second")
+	ta.done()
+	ta.done()
+	tb := wait(gotB, "the second, after the first gave its turn back")
+
+	// tb makes no progress: its turn comes back by itself.
+	start := time.Now()
+	tc := wait(take(a, nil), "a third, while the holder is stalled")
+	if took := time.Since(start); took < turnStall*9/10 {
+		t.Errorf("the stalled turn came back after %v, before turnStall (%v)", took, turnStall)
+	}
+	tc.pause()
+	tb.done() // already given back by the stall: nothing more
+	none(take(b, nil), "a fourth")
+	tc.done()
+}

@@ -115,3 +115,24 @@ func releaseAtLeast(release string, major, minor int) bool {
 	}
 	return M > major || M == major && m >= minor
 }
+
+// Unacked is how many bytes c's kernel send buffer holds: written and not
+// yet acknowledged by the other end, sent or not (SIOCOUTQ). -1 if c is
+// not TCP or it cannot be read.
+func Unacked(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	n, gerr := -1, error(nil)
+	if err := raw.Control(func(fd uintptr) {
+		n, gerr = unix.IoctlGetInt(int(fd), unix.TIOCOUTQ)
+	}); err != nil || gerr != nil {
+		return -1
+	}
+	return n
+}

@@ -23,3 +23,6 @@ func RecvLowat(syscall.RawConn, int) error { return errors.ErrUnsupported }
 
 // RecvLowatSafe is false outside Linux.
 const RecvLowatSafe = false
+
+// Unacked is Linux only: -1, unknown, elsewhere.
+func Unacked(net.Conn) int { return -1 }
