@@ -155,7 +155,7 @@ type Node struct {
 	wg        sync.WaitGroup // connection and helper goroutines
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
 	recent    *recentPieces  // the last pieces received, for uploads
-	turns     turns          // upload turns (turns.go); nil: none
+	turns     *turns         // upload turns (turns.go); nil: none
 	layer     layerState     // the piece layer, for a node that joined with the head (layer.go)
 
 	// Owned by the loop goroutine.
@@ -164,8 +164,9 @@ type Node struct {
 	byPeerID map[wire.PeerID]swarm.PeerID
 	complete bool
 	// completedAt and lastUpload time the hand-over of a peer leaving at
-	// once (handedOver); uploading counts the pieces being written to
-	// peers now (the queues hold the others).
+	// once (handedOver); uploading counts the pieces being sent to peers
+	// now, from the wait for an upload turn to the acknowledgements (the
+	// queues hold the others).
 	completedAt, lastUpload time.Time
 	uploading               atomic.Int32
 	doneErr                 error     // from OnComplete

@@ -259,7 +259,8 @@ func (p *peerConn) refuseBusy(piece int) {
 // rejectQueued answers the uploads queued and not started with
 // REJECT(choked), after a CHOKE (docs/protocol.md, section 7): the peer
 // voids its requests when it sees the CHOKE and asks elsewhere, so serving
-// them would send those pieces twice. An upload under way is finished.
+// them would send those pieces twice. An upload under way is finished; one
+// waiting for its turn is answered REJECT(choked) too (sendPiece).
 func (p *peerConn) rejectQueued() {
 	for {
 		select {
@@ -474,54 +475,11 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 				return err
 			}
 		case piece := <-p.uploads:
-			// Control frames that come while a piece is being sent go
-			// between its DATA frames, except CHOKE, GOODBYE and the close,
-			// with everything queued after them: they wait for the end of
-			// the piece. A requester that sees CHOKE voids its requests
-			// and asks elsewhere (section 7 of docs/protocol.md), so a
-			// CHOKE in the middle of a piece would have it fetch the piece
-			// twice.
-			var held []wire.Message
-			handle := func(m wire.Message) (bool, error) {
-				if len(held) > 0 || holdsForPiece(m) {
-					held = append(held, m)
-					return false, nil
-				}
-				return control(m)
-			}
-			drain := func() (bool, error) {
-				for {
-					select {
-					case m := <-p.ctrl:
-						if done, err := handle(m); done || err != nil {
-							return done, err
-						}
-					default:
-						return false, nil
-					}
-				}
-			}
 			p.n.uploading.Add(1)
-			t, done, err := p.takeTurn(ctx, handle)
-			if !done && err == nil {
-				buf := p.n.pieceBuf(int(p.n.m.PieceSize))
-				done, err = p.upload(ctx, w, piece, buf, drain, t)
-				p.n.putPieceBuf(buf) // the writes are done with it: none is kept
-			}
-			t.done()
+			done, err := p.sendPiece(ctx, w, piece, control)
 			p.n.uploading.Add(-1)
 			if done || err != nil {
 				return err
-			}
-			for _, m := range held {
-				if done, err := control(m); done || err != nil {
-					return err
-				}
-			}
-			if len(held) > 0 {
-				if err := w.Flush(); err != nil {
-					return err
-				}
 			}
 		case <-idle.C:
 			if err := w.WriteMessage(&wire.KeepAlive{}); err != nil {
@@ -533,6 +491,91 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 		}
 		idle.Reset(keepAliveAfter)
 	}
+}
+
+// sendPiece sends one piece asked for, taking an upload turn for it
+// (turns.go); control writes a control frame (done: the writer is to stop).
+//
+// Control frames that come while the piece is being sent go between its
+// DATA frames, except CHOKE, GOODBYE and the close, with everything queued
+// after them: they wait for the end of the piece. A requester that sees
+// CHOKE voids its requests and asks elsewhere (section 7 of
+// docs/protocol.md), so a CHOKE in the middle of a piece would have it
+// fetch the piece twice. One that comes while we wait for the turn, before
+// the piece has started, ends the wait instead: the piece is not sent, and
+// after a CHOKE it is answered REJECT(choked) like the requests queued
+// behind it (rejectQueued).
+func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, piece int, control func(wire.Message) (bool, error)) (bool, error) {
+	p.mu.Lock()
+	dropped := p.dropUp[piece] // cancelled: upload skips it, no turn needed
+	p.mu.Unlock()
+	var t *turn
+	if !dropped {
+		var stop wire.Message
+		var done bool
+		var err error
+		t, stop, done, err = p.takeTurn(ctx, control)
+		if done || err != nil {
+			return done, err
+		}
+		if stop != nil {
+			if done, err := control(stop); done || err != nil {
+				return done, err
+			}
+			if _, ok := stop.(*wire.Choke); !ok {
+				return false, nil
+			}
+			return control(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectChoked})
+		}
+	}
+	defer t.done()
+	var held []wire.Message
+	drain := func() (bool, error) {
+		for {
+			select {
+			case m := <-p.ctrl:
+				if len(held) > 0 || holdsForPiece(m) {
+					held = append(held, m)
+					continue
+				}
+				if done, err := control(m); done || err != nil {
+					return done, err
+				}
+			default:
+				return false, nil
+			}
+		}
+	}
+	buf := p.n.pieceBuf(int(p.n.m.PieceSize))
+	done, err := p.upload(ctx, w, piece, buf, drain, t)
+	p.n.putPieceBuf(buf) // the writes are done with it: none is kept
+	if done || err != nil {
+		return done, err
+	}
+	for _, m := range held {
+		if done, err := control(m); done || err != nil {
+			return done, err
+		}
+	}
+	if len(held) > 0 {
+		if err := w.Flush(); err != nil {
+			return false, err
+		}
+	}
+	// The piece is out: control frames go at once while the turn waits
+	// for its acknowledgements.
+	return t.drained(ctx, func() (bool, error) {
+		for {
+			select {
+			case m := <-p.ctrl:
+				if done, err := control(m); done || err != nil {
+					return done, err
+				}
+			default:
+				return false, nil
+			}
+		}
+	})
 }
 
 // holdsForPiece reports whether control message m must wait for the end of
@@ -562,8 +605,10 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	if skip {
 		return false, nil
 	}
+	t.pause() // reading the store is not a stall
 	data, release, err := p.n.readPiece(piece, buf)
 	defer release()
+	t.progress()
 	if err != nil {
 		p.n.log.Warn("cannot serve a piece", "piece", piece, "err", err)
 		p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectDontHave})
@@ -591,7 +636,6 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	if err := w.Flush(); err != nil {
 		return false, err
 	}
-	t.drained(ctx)
 	p.n.post(ctx, swarm.Uploaded{Peer: p.id, Piece: piece, Bytes: int64(len(data))})
 	return false, nil
 }

@@ -169,7 +169,9 @@ func testConn(t *testing.T, size int, seed byte) *connFixture {
 // sends its control frames meanwhile; it gets the turn once the first
 // gives it back, and a turn whose holder makes no progress comes back by
 // itself after turnStall. Giving a turn back twice, or after the stall
-// gave it back, gives back nothing more.
+// gave it back, gives back nothing more. A CHOKE that comes while a
+// connection waits ends its wait, unwritten, and the turn goes on to the
+// next in line.
 func TestTurns(t *testing.T) {
 	n := &Node{turns: newTurns(1)}
 	conn := func(id swarm.PeerID) *peerConn {
@@ -177,30 +179,34 @@ func TestTurns(t *testing.T) {
 		t.Cleanup(func() { c1.Close(); c2.Close() })
 		return newPeerConn(n, id, c1, wire.PeerID{}, "192.0.2.1:1")
 	}
-	a, b := conn(1), conn(2)
+	a, b, c := conn(1), conn(2), conn(3)
 	ctx := t.Context()
-	take := func(p *peerConn, handle func(wire.Message) (bool, error)) <-chan *turn {
-		got := make(chan *turn, 1)
+	type result struct {
+		t    *turn
+		stop wire.Message
+	}
+	take := func(p *peerConn, control func(wire.Message) (bool, error)) <-chan result {
+		got := make(chan result, 1)
 		go func() {
-			tn, done, err := p.takeTurn(ctx, handle)
+			tn, stop, done, err := p.takeTurn(ctx, control)
 			if (done || err != nil) && ctx.Err() == nil {
 				t.Errorf("takeTurn: done %v, err %v", done, err)
 			}
-			got <- tn
+			got <- result{tn, stop}
 		}()
 		return got
 	}
-	wait := func(got <-chan *turn, what string) *turn {
+	wait := func(got <-chan result, what string) result {
 		t.Helper()
 		select {
-		case tn := <-got:
-			return tn
+		case r := <-got:
+			return r
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: no turn after 5 s", what)
-			return nil
+			return result{}
 		}
 	}
-	none := func(got <-chan *turn, what string) {
+	none := func(got <-chan result, what string) {
 		t.Helper()
 		select {
 		case <-got:
@@ -209,32 +215,42 @@ func TestTurns(t *testing.T) {
 		}
 	}
 
-	ta := wait(take(a, nil), "the first")
+	ta := wait(take(a, nil), "the first").t
 	ta.pause() // no stall bound while the test looks
-	handled := make(chan wire.Message, 1)
-	gotB := take(b, func(m wire.Message) (bool, error) { handled <- m; return false, nil })
+	written := make(chan wire.Message, 1)
+	gotB := take(b, func(m wire.Message) (bool, error) { written <- m; return false, nil })
 	b.ctrl <- &wire.Have{Piece: 3}
 	select {
-	case m := <-handled:
+	case m := <-written:
 		if h, ok := m.(*wire.Have); !ok || h.Piece != 3 {
-			t.Fatalf("handled %#v, want the HAVE of piece 3", m)
+			t.Fatalf("wrote %#v, want the HAVE of piece 3", m)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a control frame waited with the piece for the turn")
 	}
 	none(gotB, "the second")
+	gotC := take(c, nil) // in line behind b
+	none(gotC, "the third")
+	// b is choked while it waits: it leaves the line, and c is next.
+	b.ctrl <- &wire.Choke{}
+	if r := wait(gotB, "the second, choked"); r.t != nil {
+		t.Fatal("the choked connection got a turn")
+	} else if _, ok := r.stop.(*wire.Choke); !ok {
+		t.Fatalf("the wait ended with %#v, want the CHOKE", r.stop)
+	}
+	none(gotC, "the third")
+	start := time.Now() // c's turn, and its stall bound, start after this
 	ta.done()
 	ta.done()
-	tb := wait(gotB, "the second, after the first gave its turn back")
+	tc := wait(gotC, "the third, after the first gave its turn back").t
 
-	// tb makes no progress: its turn comes back by itself.
-	start := time.Now()
-	tc := wait(take(a, nil), "a third, while the holder is stalled")
+	// tc makes no progress: its turn comes back by itself.
+	td := wait(take(a, nil), "a fourth, while the holder is stalled").t
 	if took := time.Since(start); took < turnStall*9/10 {
 		t.Errorf("the stalled turn came back after %v, before turnStall (%v)", took, turnStall)
 	}
-	tc.pause()
-	tb.done() // already given back by the stall: nothing more
-	none(take(b, nil), "a fourth")
-	tc.done()
+	td.pause()
+	tc.done() // already given back by the stall: nothing more
+	none(take(b, nil), "a fifth")
+	td.done()
 }

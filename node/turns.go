@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"math"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +13,8 @@ import (
 )
 
 // Upload turns: a node sends its pieces a few at a time across all its
-// connections, in the order they were asked for, rather than all at once.
+// connections, first come (to the writer ready to send them), first served,
+// rather than all at once.
 //
 // A node serves every unchoked neighbour (10 by default) and each keeps a
 // request or two with it. Written all at once, the pieces share the uplink:
@@ -24,19 +27,24 @@ import (
 // on while the next is sent; the uplink does the same work either way.
 //
 // A connection with a piece to send waits for one of UploadTurns turns,
-// sending its control frames meanwhile, and keeps it until the piece is
-// written and all but turnLowat of it acknowledged: "written" alone is not
-// enough, since the kernel then still holds up to a congestion window of it
-// unsent in the uplink's queue. With the turns the queue was empty at half
-// the samples and under 110 KB at nine in ten. Three turns, so that the
-// uplink does not idle between pieces while the acknowledgements of the
-// last come back: with one or two the last peer of a flash crowd of 50
-// came later than without turns, with three 0.7 s sooner
-// (docs/benchmarks.md, eleventh pass).
+// sending its control frames meanwhile (a CHOKE or GOODBYE ends the wait:
+// the piece is not sent), and keeps it until the piece is written and all
+// but turnLowat of it acknowledged, still sending its control frames.
+// "Written" alone is not enough: the kernel then still holds up to a
+// congestion window of it in the uplink's queue. With the turns that queue
+// was empty at half the samples and under 110 KB at nine in ten. Three
+// turns, so that the uplink does not idle between pieces while the
+// acknowledgements of the last come back: with one, or two released the
+// same way, the last peer of a flash crowd of 50 came later than without
+// turns; with three, about 0.6 s sooner (docs/benchmarks.md, eleventh
+// pass).
 //
 // A turn whose holder makes no progress for turnStall (a neighbour that
 // stopped reading, or acknowledging) is given back and the piece goes on
 // without it: one stalled neighbour never holds the others' pieces back.
+//
+// The turns are a Node's: a process running several (the gateway, one per
+// file) has that many sets on one uplink.
 const (
 	defaultUploadTurns = 3
 	turnStall          = 500 * time.Millisecond
@@ -47,29 +55,76 @@ const (
 	turnPollMax = 50 * time.Millisecond
 )
 
-// turns hands out the upload turns of a node; nil means uploads do not take
-// turns. Goroutines blocked sending on a channel are served in the order
-// they blocked, so turns go first come, first served.
-type turns chan struct{}
+// turns hands out the upload turns of a node, first come, first served;
+// nil means uploads do not take turns.
+type turns struct {
+	mu      sync.Mutex // guards the following
+	free    int
+	waiting []chan struct{} // closed when given a turn; the first came first
+}
 
 // newTurns returns n turns (0: defaultUploadTurns), or nil (n < 0).
-func newTurns(n int) turns {
+func newTurns(n int) *turns {
 	if n < 0 {
 		return nil
 	}
 	if n == 0 {
 		n = defaultUploadTurns
 	}
-	return make(turns, n)
+	return &turns{free: n}
+}
+
+// enter joins the queue for a turn; the channel is closed when one is
+// given (at once if one is free and nobody waits).
+func (ts *turns) enter() chan struct{} {
+	w := make(chan struct{})
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.free > 0 && len(ts.waiting) == 0 {
+		ts.free--
+		close(w)
+		return w
+	}
+	ts.waiting = append(ts.waiting, w)
+	return w
+}
+
+// leave withdraws w from the queue; if it was given a turn meanwhile, the
+// turn goes back.
+func (ts *turns) leave(w chan struct{}) {
+	ts.mu.Lock()
+	for i, x := range ts.waiting {
+		if x == w {
+			ts.waiting = slices.Delete(ts.waiting, i, i+1)
+			ts.mu.Unlock()
+			return
+		}
+	}
+	ts.mu.Unlock()
+	ts.give()
+}
+
+// give hands a turn back: to the first waiting, if any.
+func (ts *turns) give() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if len(ts.waiting) == 0 {
+		ts.free++
+		return
+	}
+	close(ts.waiting[0])
+	ts.waiting = slices.Delete(ts.waiting, 0, 1)
 }
 
 // turn is one held turn. progress pushes its stall deadline back after a
 // write that went through, pause stops it; done gives the turn back (more
 // than once is fine).
 type turn struct {
+	ts    *turns
 	p     *peerConn
-	given atomic.Bool
 	stall *time.Timer
+	mu    sync.Mutex // held while the turn is given back
+	given atomic.Bool
 }
 
 func (t *turn) pause() {
@@ -92,33 +147,42 @@ func (t *turn) done() {
 	t.giveBack()
 }
 
-// giveBack gives the turn back, once; the stall timer calls it.
+// giveBack gives the turn back, once; the stall timer calls it. A done
+// that comes while the timer does waits for it, so the connection's next
+// turn cannot set its low-water mark before this one restores it.
 func (t *turn) giveBack() {
-	if !t.given.CompareAndSwap(false, true) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.given.Load() {
 		return
 	}
+	t.given.Store(true)
 	sockopt.NotSentLowat(t.p.c, notSentLowat)
-	<-t.p.n.turns
+	t.ts.give()
 }
 
 // drained waits until all but turnLowat of what the connection wrote is
 // acknowledged, for as long as that makes progress (the turn is given back
-// after turnStall without), or the connection ends. Connections that are
+// after turnStall without), or the connection ends, passing control frames
+// to drain meanwhile (done: the writer is to stop). Connections that are
 // not TCP do not wait.
-func (t *turn) drained(ctx context.Context) {
+func (t *turn) drained(ctx context.Context, drain func() (done bool, err error)) (bool, error) {
 	if t == nil {
-		return
+		return false, nil
 	}
 	t.progress()
 	last := -1
 	for !t.given.Load() {
 		u := sockopt.Unacked(t.p.c)
 		if u <= turnLowat {
-			return
+			return false, nil
 		}
 		if u != last {
 			last = u
 			t.progress()
+		}
+		if done, err := drain(); done || err != nil {
+			return done, err
 		}
 		wait := turnPollMax
 		if r := t.p.n.uploadRate(); r > 0 {
@@ -128,43 +192,49 @@ func (t *turn) drained(ctx context.Context) {
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
+			timer.Stop()
+			return true, nil
 		case <-t.p.done:
-		}
-		timer.Stop()
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case <-t.p.done:
-			return
-		default:
+			timer.Stop()
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
-// takeTurn waits for an upload turn, passing control frames to handle
-// meanwhile. It returns nil when uploads do not take turns, and done when
-// the connection is ending (or handle says so).
-func (p *peerConn) takeTurn(ctx context.Context, handle func(wire.Message) (done bool, err error)) (t *turn, done bool, err error) {
+// takeTurn waits for an upload turn, writing the control frames that come
+// meanwhile with control. A CHOKE, GOODBYE or close ends the wait without
+// a turn and is returned as stop, unwritten: the piece is not to be sent.
+// It returns no turn when uploads do not take turns, and done when the
+// connection is ending (or control says so).
+func (p *peerConn) takeTurn(ctx context.Context, control func(wire.Message) (done bool, err error)) (t *turn, stop wire.Message, done bool, err error) {
 	ts := p.n.turns
 	if ts == nil {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
+	w := ts.enter()
 	for {
 		select {
-		case ts <- struct{}{}:
-			t := &turn{p: p}
+		case <-w:
+			t := &turn{ts: ts, p: p}
 			sockopt.NotSentLowat(p.c, turnLowat)
 			t.stall = time.AfterFunc(turnStall, t.giveBack)
-			return t, false, nil
+			return t, nil, false, nil
 		case m := <-p.ctrl:
-			if done, err := handle(m); done || err != nil {
-				return nil, done, err
+			if holdsForPiece(m) {
+				ts.leave(w)
+				return nil, m, false, nil
+			}
+			if done, err := control(m); done || err != nil {
+				ts.leave(w)
+				return nil, nil, done, err
 			}
 		case <-p.done:
-			return nil, true, nil
+			ts.leave(w)
+			return nil, nil, true, nil
 		case <-ctx.Done():
-			return nil, true, nil
+			ts.leave(w)
+			return nil, nil, true, nil
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package sockopt
 
 import (
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -114,5 +115,63 @@ func TestMinRTTUnits(t *testing.T) {
 		if got := minRTT(&unix.TCPInfo{Min_rtt: tc.us}); got != tc.want {
 			t.Errorf("min_rtt %d µs: %v, want %v", tc.us, got, tc.want)
 		}
+	}
+}
+
+// TestUnacked: what the other end has not acknowledged, sent or not: 0 on
+// an idle connection, more while the other end reads nothing and the
+// buffers are full, 0 again once it has read everything; -1 for a
+// connection that is not TCP.
+func TestUnacked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if s, err := ln.Accept(); err == nil {
+			accepted <- s
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	defer s.Close()
+	if u := Unacked(c); u != 0 {
+		t.Fatalf("idle connection: Unacked = %d, want 0", u)
+	}
+	until := func(what string, ok func(int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for u := Unacked(c); !ok(u); u = Unacked(c) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Unacked still %d after 10 s", what, u)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// More than the kernel's send and receive buffers hold together: the
+	// write blocks while the other end reads nothing.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 32<<20))
+		wrote <- err
+	}()
+	until("the other end reads nothing", func(u int) bool { return u > 0 })
+	go io.Copy(io.Discard, s)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	until("the other end read everything", func(u int) bool { return u == 0 })
+
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if u := Unacked(a); u != -1 {
+		t.Errorf("a pipe: Unacked = %d, want -1", u)
 	}
 }
