@@ -530,11 +530,12 @@ func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, piece int, con
 	}
 	defer t.done()
 	var held []wire.Message
+	out := false // the piece is written: nothing is held any more
 	drain := func() (bool, error) {
 		for {
 			select {
 			case m := <-p.ctrl:
-				if len(held) > 0 || holdsForPiece(m) {
+				if !out && (len(held) > 0 || holdsForPiece(m)) {
 					held = append(held, m)
 					continue
 				}
@@ -564,18 +565,8 @@ func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, piece int, con
 	}
 	// The piece is out: control frames go at once while the turn waits
 	// for its acknowledgements.
-	return t.drained(ctx, func() (bool, error) {
-		for {
-			select {
-			case m := <-p.ctrl:
-				if done, err := control(m); done || err != nil {
-					return done, err
-				}
-			default:
-				return false, nil
-			}
-		}
-	})
+	out = true
+	return t.drained(ctx, drain)
 }
 
 // holdsForPiece reports whether control message m must wait for the end of
