@@ -217,7 +217,10 @@ type Cancel struct {
 // other pieces the origin may send instead (OriginResult.Picked): the
 // origin sees every fetch of the crowd and sends the piece it has sent
 // least, so peers that do not see each other's START claims still fetch
-// different pieces. Empty when only Piece will do (a preferred piece).
+// different pieces. Piece alone when it is the only eligible one, so the
+// origin still takes the request for a swarm fetch (it refuses a piece it
+// sent another peer just now); empty when only Piece will do whoever has
+// it (a preferred or stalled piece), or with no peers.
 type FetchOrigin struct {
 	Piece      int
 	Reason     string

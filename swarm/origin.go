@@ -33,9 +33,10 @@ import (
 //     Alone (the tracker says n = 1) the pipeline opens by one piece per
 //     fetch back, up to loneWindow times. Each FetchOrigin comes right
 //     after its AnnounceStart and offers the origin other eligible pieces
-//     (Candidates: the origin sends the one it has sent least), and the
-//     piece is Announced as soon as it is in, so the rest of the swarm
-//     gets it from us.
+//     (Candidates: the origin sends the one it has sent least; the piece
+//     itself when it is the only one, so the origin can still refuse a
+//     piece it sent another peer just now), and the piece is Announced as
+//     soon as it is in, so the rest of the swarm gets it from us.
 //   - A piece peers have that has not come for StallAfter may be fetched
 //     too (reason "stalled"), one at a time, still only in a slice we hold.
 //   - A 503 stops all origin use for its Retry-After; an error makes the
@@ -309,6 +310,15 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 		if c != best && len(out) < maxOriginCandidates {
 			out = append(out, c)
 		}
+	}
+	if len(out) == 0 && reason != ReasonNoPeers {
+		// The only eligible piece is offered as its own candidate, so
+		// the origin knows the request for a swarm fetch and refuses it
+		// if it sent the piece to another peer just now ("in swarm"):
+		// at the end of a flash crowd the last pieces are the ones that
+		// two peers that do not see each other both fetch. Without
+		// peers there is no swarm to leave it to.
+		out = append(out, best)
 	}
 	slices.Sort(out)
 	return best, reason, out
