@@ -19,7 +19,8 @@ import (
 // do not see each other may fetch the same piece, and every such copy is
 // origin upload spent twice. The origin sees every fetch. So a peer's
 // request may offer, besides the piece its Range asks for, other pieces it
-// would take as well:
+// would take as well (or name the piece asked alone, which marks it as a
+// swarm peer's fetch with nothing else to offer: see "in swarm" below):
 //
 //	GET /P
 //	Range: bytes=A-B                     (exactly one piece of the manifest)

@@ -214,13 +214,15 @@ type Cancel struct {
 
 // FetchOrigin: fetch Piece from the origin over HTTP. Reason is one of the
 // OriginReason constants, counted in metrics and --json. Candidates are
-// other pieces the origin may send instead (OriginResult.Picked): the
-// origin sees every fetch of the crowd and sends the piece it has sent
-// least, so peers that do not see each other's START claims still fetch
-// different pieces. Piece alone when it is the only eligible one, so the
-// origin still takes the request for a swarm fetch (it refuses a piece it
-// sent another peer just now); empty when only Piece will do whoever has
-// it (a preferred or stalled piece), or with no peers.
+// pieces the origin may send instead (OriginResult.Picked): the origin
+// sees every fetch of the crowd and sends the piece it has sent least, so
+// peers that do not see each other's START claims still fetch different
+// pieces. When Piece is the only eligible piece they are Piece alone, so
+// the origin still takes the request for a swarm fetch (and refuses a
+// piece it sent another peer just now); but none then for reason
+// no-peers or after an origin fetch of ours of that piece failed. None
+// either when only Piece will do whoever has it (a preferred or stalled
+// piece).
 type FetchOrigin struct {
 	Piece      int
 	Reason     string

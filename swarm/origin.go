@@ -238,7 +238,8 @@ func (s *Scheduler) heldByTrusted(i int) bool {
 // pickOrigin chooses the next piece to fetch from the origin and why, or
 // -1, and the other eligible pieces the origin may send instead (a sample
 // of at most maxOriginCandidates; none for a stalled or preferred piece,
-// which only that piece will do).
+// which only that piece will do). When the piece is the only eligible one
+// it is its own candidate, except as said below.
 func (s *Scheduler) pickOrigin() (int, string, []int) {
 	if s.stalledInUse == 0 && len(s.order) > 0 {
 		for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
@@ -311,13 +312,15 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 			out = append(out, c)
 		}
 	}
-	if len(out) == 0 && reason != ReasonNoPeers {
+	if len(out) == 0 && reason != ReasonNoPeers && !s.pieces[best].failed {
 		// The only eligible piece is offered as its own candidate, so
 		// the origin knows the request for a swarm fetch and refuses it
 		// if it sent the piece to another peer just now ("in swarm"):
 		// at the end of a flash crowd the last pieces are the ones that
-		// two peers that do not see each other both fetch. Without
-		// peers there is no swarm to leave it to.
+		// two peers that do not see each other both fetch. Not without
+		// peers (no swarm to leave it to), nor on a retry after a fetch
+		// of ours failed: the origin cannot tell our own send (a corrupt
+		// body, one cut off by our idle timeout) from another peer's.
 		out = append(out, best)
 	}
 	slices.Sort(out)
@@ -416,6 +419,7 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 	default:
 		s.stats.OriginErrors++
 		ps.retry = s.now.Add(s.cfg.OriginSlice)
+		ps.failed = true
 	}
 	if ps.reqs == 0 && !s.have.Has(e.Piece) {
 		ps.restart = true

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/pieceset"
 )
 
 // lonelyScheduler returns a scheduler that knows no peers, with a tracker
@@ -306,5 +308,53 @@ func TestOriginBacklogDrains(t *testing.T) {
 	t.Logf("won %d of %d draws after the backlog drained (%.4f, want %.4f ± %.4f)", won, draws, got, p, 4*sd)
 	if math.Abs(got-p) > 4*sd {
 		t.Errorf("draw share %.4f after the backlog drained, want %.4f ± %.4f (not scaled down by a stale fetch time)", got, p, 4*sd)
+	}
+}
+
+// TestOriginOnlyPieceIsItsOwnCandidate: a fetch of the only eligible piece
+// names it as its candidate while we have peers, so the origin can refuse
+// a copy it sent another peer just now; not alone (no-peers), and not on
+// the retry after a fetch of ours failed (the origin would take our own
+// send for another peer's).
+func TestOriginOnlyPieceIsItsOwnCandidate(t *testing.T) {
+	only := func(acts []Action) FetchOrigin {
+		t.Helper()
+		var got []FetchOrigin
+		for _, a := range acts {
+			if f, ok := a.(FetchOrigin); ok {
+				got = append(got, f)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("origin fetches %v, want one", got)
+		}
+		return got[0]
+	}
+
+	alone := New(Config{NumPieces: 1, Seed: 1}, nil, t0)
+	alone.Start(t0)
+	if f := only(alone.Step(TrackerPeers{SwarmSize: 1}, t0)); f.Reason != ReasonNoPeers || len(f.Candidates) > 0 {
+		t.Errorf("alone: %+v, want reason %s and no candidates", f, ReasonNoPeers)
+	}
+
+	s := New(Config{NumPieces: 1, Seed: 1}, nil, t0)
+	s.Start(t0)
+	s.Step(PeerUp{Peer: 1, Addr: "192.0.2.1:1", Outbound: true}, t0)
+	s.Step(HaveSet{Peer: 1, Set: pieceset.New(1)}, t0)
+	f := only(s.Step(TrackerPeers{SwarmSize: 2, Addrs: []string{"192.0.2.1:1"}}, t0))
+	if f.Reason != ReasonNoPeerHasIt || !slices.Equal(f.Candidates, []int{0}) {
+		t.Fatalf("with a peer: %+v, want reason %s and candidates [0]", f, ReasonNoPeerHasIt)
+	}
+	s.Step(OriginResult{Piece: 0}, t0) // an error: retried after a slice
+	now := t0
+	var retry []Action
+	for range 8 {
+		now = now.Add(s.cfg.OriginSlice)
+		if retry = s.Step(Tick{}, now); len(fetches(retry)) > 0 {
+			break
+		}
+	}
+	if f := only(retry); len(f.Candidates) > 0 {
+		t.Errorf("retry after our fetch failed: %+v, want no candidates", f)
 	}
 }

@@ -349,6 +349,7 @@ type pieceState struct {
 	firstReq time.Time // first time we asked anyone for it
 	started  time.Time // when we last announced START for it
 	retry    time.Time // no origin fetch before (after an origin error)
+	failed   bool      // an origin fetch of ours failed (pickOrigin)
 	inSwarm  time.Time // no origin fetch before, unless preferred (the origin said "in swarm")
 	fetchAt  time.Time // when the origin fetch in flight started
 	claims   []claim   // other peers' START claims
