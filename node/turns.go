@@ -93,15 +93,14 @@ func (ts *turns) enter() chan struct{} {
 // turn goes back.
 func (ts *turns) leave(w chan struct{}) {
 	ts.mu.Lock()
-	for i, x := range ts.waiting {
-		if x == w {
-			ts.waiting = slices.Delete(ts.waiting, i, i+1)
-			ts.mu.Unlock()
-			return
-		}
+	i := slices.Index(ts.waiting, w)
+	if i >= 0 {
+		ts.waiting = slices.Delete(ts.waiting, i, i+1)
 	}
 	ts.mu.Unlock()
-	ts.give()
+	if i < 0 { // given a turn meanwhile
+		ts.give()
+	}
 }
 
 // give hands a turn back: to the first waiting, if any.

@@ -33,6 +33,32 @@ func dialLoopback(t *testing.T) (net.Conn, syscall.RawConn) {
 	return c, raw
 }
 
+// loopbackPair returns both ends of a loopback TCP connection.
+func loopbackPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, _ := ln.Accept()
+		accepted <- s
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
+}
+
 func TestNotSentLowat(t *testing.T) {
 	c, raw := dialLoopback(t)
 	NotSentLowat(c, 48<<10)
@@ -123,24 +149,7 @@ func TestMinRTTUnits(t *testing.T) {
 // buffers are full, 0 again once it has read everything; -1 for a
 // connection that is not TCP.
 func TestUnacked(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if s, err := ln.Accept(); err == nil {
-			accepted <- s
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s := <-accepted
-	defer s.Close()
+	c, s := loopbackPair(t)
 	if u := Unacked(c); u != 0 {
 		t.Fatalf("idle connection: Unacked = %d, want 0", u)
 	}
