@@ -86,22 +86,8 @@ func TestReadPickAnswer(t *testing.T) {
 func TestSwarmOriginPicks(t *testing.T) {
 	// A minute: the fetches below must all count as just now.
 	o := startOverloadOrigin(t, 4<<20, origin.Config{ResendAfter: time.Minute})
-	var fetchers []node.OriginFetcher
-	var m *manifest.Manifest
 	const peers = 3
-	for k := range peers {
-		src, err := OpenSource(t.Context(), Config{URL: o.url})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m = src.Manifest()
-		st, err := store.Open(filepath.Join(t.TempDir(), fmt.Sprintf("f%d", k)), m, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		fetchers = append(fetchers, src.Fetcher(st, func() *node.Node { return nil }))
-	}
+	fetchers, m := originFetchers(t, o.url, peers)
 	n := m.NumPieces()
 	all := make([]int, 0, n-1)
 	for i := 1; i < n; i++ {
@@ -129,6 +115,46 @@ func TestSwarmOriginPicks(t *testing.T) {
 	if got, _, err := fetchers[1](t.Context(), swarm.FetchOrigin{Piece: 0, Reason: swarm.ReasonStalled}); err != nil || got != 0 {
 		t.Fatalf("stalled fetch of piece 0: got %d, %v", got, err)
 	}
+}
+
+// TestSwarmOwnCandidate: a swarm peer whose only eligible piece is the one
+// it asks for names it as its own candidate. The first such fetch gets the
+// piece; the next one, from another peer while the first copy is recent,
+// is told the piece is in the swarm instead of being sent a second copy.
+func TestSwarmOwnCandidate(t *testing.T) {
+	o := startOverloadOrigin(t, 4<<20, origin.Config{ResendAfter: time.Minute})
+	fetchers, _ := originFetchers(t, o.url, 2)
+	const piece = 3
+	fo := swarm.FetchOrigin{Piece: piece, Reason: swarm.ReasonNoPeerHasIt, Candidates: []int{piece}}
+	if got, _, err := fetchers[0](t.Context(), fo); err != nil || got != piece {
+		t.Fatalf("first fetch: got piece %d, %v; want %d", got, err, piece)
+	}
+	_, _, err := fetchers[1](t.Context(), fo)
+	if ie, ok := errors.AsType[*node.InSwarmError](err); !ok || ie.Wait <= 0 || ie.Wait > time.Minute {
+		t.Fatalf("second fetch: %v, want an InSwarmError with a wait up to a minute", err)
+	}
+}
+
+// originFetchers returns n origin fetchers of the file at url, each
+// storing into a store of its own, and the file's manifest.
+func originFetchers(t *testing.T, url string, n int) ([]node.OriginFetcher, *manifest.Manifest) {
+	t.Helper()
+	var fetchers []node.OriginFetcher
+	var m *manifest.Manifest
+	for k := range n {
+		src, err := OpenSource(t.Context(), Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = src.Manifest()
+		st, err := store.Open(filepath.Join(t.TempDir(), fmt.Sprintf("f%d", k)), m, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		fetchers = append(fetchers, src.Fetcher(st, func() *node.Node { return nil }))
+	}
+	return fetchers, m
 }
 
 // TestHeadURL: the head's parameter is added to the manifest URL's query,

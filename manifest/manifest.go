@@ -308,8 +308,9 @@ func unmarshal(data []byte, head bool) (*Manifest, error) {
 	for i := range m.Pieces {
 		copy(m.Pieces[i][:], layer[i*len(Hash{}):])
 	}
-	if head && len(layer) == 0 && m.validateHead() == nil && m.NumPieces() > 1 {
-		// A head: the layer comes later (SetLayer checks it).
+	if head && w.PieceLayer == nil && m.validateHead() == nil && m.NumPieces() > 1 {
+		// A head, without "piece_layer" (an empty one is a manifest
+		// missing its layer): the layer comes later (SetLayer checks it).
 		m.Pieces = nil
 		return m, nil
 	}

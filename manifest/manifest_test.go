@@ -564,4 +564,9 @@ func TestHead(t *testing.T) {
 	if _, err := manifest.UnmarshalHead(mutateWire(t, m.Head(), set("piece_size", "1000"))); err == nil {
 		t.Error("UnmarshalHead accepted a piece size of 1000")
 	}
+	// A head leaves "piece_layer" out; an empty one is a manifest whose
+	// layer is missing.
+	if _, err := manifest.UnmarshalHead(mutateWire(t, m, set("piece_layer", `""`))); err == nil {
+		t.Error(`UnmarshalHead accepted "piece_layer": "" for a file of several pieces`)
+	}
 }

@@ -13,34 +13,10 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
+	"github.com/stampede-dev/stampede/internal/tcptest"
 	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/wire"
 )
-
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
 
 // TestConnReaderWakesOncePerFrame sends a 64 KiB frame's payload in 1 KiB
 // writes a millisecond apart, as a slow link would deliver it: told the
@@ -59,7 +35,7 @@ func TestConnReaderWakesOncePerFrame(t *testing.T) {
 		{"not told", false, size / step},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, c := tcpPair(t)
+			w, c := tcptest.Pair(t)
 			go func() {
 				b := make([]byte, step)
 				for range size / step {
@@ -121,7 +97,7 @@ func TestConnReaderNeverWaitsPastTheFrame(t *testing.T) {
 	if !sockopt.RecvLowatSafe {
 		t.Skip("SO_RCVLOWAT is not used on this system")
 	}
-	w, c := tcpPair(t)
+	w, c := tcptest.Pair(t)
 	if _, err := w.Write(make([]byte, 30<<10)); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +144,7 @@ func TestConnReaderFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, c := tcpPair(t)
+	w, c := tcptest.Pair(t)
 	msgs := []wire.Message{
 		&wire.HaveSet{Set: pieceset.New(4)},
 		&wire.Have{Piece: 1},

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stampede-dev/stampede/internal/tcptest"
 )
 
 // dialLoopback returns a TCP connection to a loopback listener, and its
@@ -31,32 +33,6 @@ func dialLoopback(t *testing.T) (net.Conn, syscall.RawConn) {
 		t.Fatal(err)
 	}
 	return c, raw
-}
-
-// loopbackPair returns both ends of a loopback TCP connection.
-func loopbackPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		s, _ := ln.Accept()
-		accepted <- s
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { server.Close() })
-	return client, server
 }
 
 func TestNotSentLowat(t *testing.T) {
@@ -149,7 +125,7 @@ func TestMinRTTUnits(t *testing.T) {
 // buffers are full, 0 again once it has read everything; -1 for a
 // connection that is not TCP.
 func TestUnacked(t *testing.T) {
-	c, s := loopbackPair(t)
+	c, s := tcptest.Pair(t)
 	if u := Unacked(c); u != 0 {
 		t.Fatalf("idle connection: Unacked = %d, want 0", u)
 	}
