@@ -3,6 +3,7 @@
 package node
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 // its connection wrote, on a real TCP connection. A peer that reads
 // nothing has the turn given back after turnStall; one that reads slowly
 // keeps it, past turnStall, until all but turnLowat is acknowledged.
+// (The buffer sizes are set after the handshake: the window first
+// advertised is not shrunk, which only adds to what is queued.)
 func TestDrainedOnTCP(t *testing.T) {
 	c, s := tcptest.Pair(t)
-	if err := c.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+	if err := c.(*net.TCPConn).SetWriteBuffer(256 << 10); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
@@ -38,15 +41,16 @@ func TestDrainedOnTCP(t *testing.T) {
 	ts := newTurns(1)
 	take := func() *turn {
 		<-ts.enter()
-		tn := &turn{ts: ts, p: p}
-		tn.stall = time.AfterFunc(turnStall, tn.giveBack)
-		return tn
+		return newTurn(ts, p)
 	}
 	noControl := func() (bool, error) { return false, nil }
+	// A turn that is never given back must fail the test, not hang it.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
 
 	tn := take()
 	start := time.Now()
-	if done, err := tn.drained(t.Context(), noControl); done || err != nil {
+	if done, err := tn.drained(ctx, noControl); done || err != nil {
 		t.Fatalf("drained with a deaf peer: done %v, %v", done, err)
 	}
 	if took := time.Since(start); !tn.given.Load() || took < turnStall*9/10 {
@@ -57,12 +61,14 @@ func TestDrainedOnTCP(t *testing.T) {
 		t.Fatalf("%d turns free after the deaf peer's, want 1", ts.free)
 	}
 
-	// The peer now reads 4 KiB every 20 ms: about 200 KB/s, so what is
-	// queued takes longer than turnStall to be acknowledged.
+	// The peer now reads 8 KiB every 20 ms, about 400 KB/s: what is queued
+	// (a send buffer of 256 KiB, which the kernel doubles, and what the
+	// peer's receive buffer holds) takes over a second to be acknowledged,
+	// longer than turnStall.
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		buf := make([]byte, 4<<10)
+		buf := make([]byte, 8<<10)
 		for {
 			if _, err := s.Read(buf); err != nil {
 				return
@@ -72,12 +78,15 @@ func TestDrainedOnTCP(t *testing.T) {
 	}()
 	tn = take()
 	start = time.Now()
-	if done, err := tn.drained(t.Context(), noControl); done || err != nil {
+	if done, err := tn.drained(ctx, noControl); done || err != nil {
 		t.Fatalf("drained with a slow peer: done %v, %v", done, err)
 	}
 	took := time.Since(start)
 	if tn.given.Load() {
 		t.Fatalf("slow peer: the turn was given back after %v although the peer kept reading", took)
+	}
+	if took <= turnStall {
+		t.Fatalf("slow peer: drained after %v, not past turnStall (%v): the test does not show the turn kept", took, turnStall)
 	}
 	if u := sockopt.Unacked(c); u > turnLowat {
 		t.Fatalf("slow peer: drained returned with %d bytes unacknowledged, want at most %d", u, turnLowat)

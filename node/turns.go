@@ -201,6 +201,16 @@ func (t *turn) drained(ctx context.Context, drain func() (done bool, err error))
 	return false, nil
 }
 
+// newTurn makes the turn p was given: its connection's unsent data is
+// held to turnLowat, and the turn goes back after turnStall without
+// progress.
+func newTurn(ts *turns, p *peerConn) *turn {
+	t := &turn{ts: ts, p: p}
+	sockopt.NotSentLowat(p.c, turnLowat)
+	t.stall = time.AfterFunc(turnStall, t.giveBack)
+	return t
+}
+
 // takeTurn waits for an upload turn, writing the control frames that come
 // meanwhile with control. A CHOKE, GOODBYE or close ends the wait without
 // a turn and is returned as stop, unwritten: the piece is not to be sent.
@@ -215,10 +225,7 @@ func (p *peerConn) takeTurn(ctx context.Context, control func(wire.Message) (don
 	for {
 		select {
 		case <-w:
-			t := &turn{ts: ts, p: p}
-			sockopt.NotSentLowat(p.c, turnLowat)
-			t.stall = time.AfterFunc(turnStall, t.giveBack)
-			return t, nil, false, nil
+			return newTurn(ts, p), nil, false, nil
 		case m := <-p.ctrl:
 			if holdsForPiece(m) {
 				ts.leave(w)

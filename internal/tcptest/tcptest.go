@@ -15,19 +15,25 @@ func Pair(t testing.TB) (client, server net.Conn) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	accepted := make(chan result, 1)
 	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
+		c, err := ln.Accept()
+		accepted <- result{c, err}
 	}()
 	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	if server = <-accepted; server == nil {
-		t.Fatal("accept failed")
+	r := <-accepted
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	server = r.c
 	t.Cleanup(func() { server.Close() })
 	return client, server
 }
