@@ -15,8 +15,9 @@ import (
 // package origin, pick.go). In the swarm, a request to the origin may
 // offer other pieces it would take as well (Stampede-Candidates; the
 // piece asked alone when there is no other); the origin sends the one it
-// has sent least, naming it in Stampede-Piece without a Retry-After. The piece is verified and stored like any other,
-// and the fetcher reports it as the piece got.
+// has sent least, naming it in Stampede-Piece without a Retry-After. The
+// piece is verified and stored like any other, and the fetcher reports it
+// as the piece got.
 
 // candidatesHeader is origin.CandidatesHeader.
 const candidatesHeader = "Stampede-Candidates"

@@ -202,6 +202,11 @@ func (s *fakeSession) start(unchoke bool) error {
 	return s.w.Flush()
 }
 
+// startEmpty sends an empty have-set: the fake peer has no piece.
+func (s *fakeSession) startEmpty() error {
+	return s.send(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())})
+}
+
 // next reads frames until a REQUEST, counting it; a GOODBYE or the end of
 // the connection is an error.
 func (s *fakeSession) next() (*wire.Request, error) {
@@ -223,7 +228,7 @@ func (s *fakeSession) next() (*wire.Request, error) {
 // layerLiar has no piece and answers every GETLAYER with hashes that are
 // not the piece layer.
 func layerLiar(s *fakeSession) error {
-	if err := s.send(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())}); err != nil {
+	if err := s.startEmpty(); err != nil {
 		return err
 	}
 	for {

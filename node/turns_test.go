@@ -7,7 +7,6 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/node"
-	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/tracker"
 	"github.com/stampede-dev/stampede/wire"
 )
@@ -16,7 +15,7 @@ import (
 // pieces and then reads nothing, so the other side's writes to it block
 // once the connection's window is full.
 func deafRequester(s *fakeSession) error {
-	if err := s.send(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())}); err != nil {
+	if err := s.startEmpty(); err != nil {
 		return err
 	}
 	for {
