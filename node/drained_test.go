@@ -40,7 +40,7 @@ func TestDrainedOnTCP(t *testing.T) {
 	p := &peerConn{n: &Node{}, c: c, done: make(chan struct{})}
 	ts := newTurns(1)
 	take := func() *turn {
-		<-ts.enter()
+		<-ts.enter(0)
 		return newTurn(ts, p)
 	}
 	noControl := func() (bool, error) { return false, nil }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +98,48 @@ func TestLayerAskedOnce(t *testing.T) {
 	// The first answer may be cut off by the close; a second must not come.
 	if got := f.layers.Load(); got > 1 {
 		t.Errorf("%d LAYER answers on one connection, want at most 1", got)
+	}
+}
+
+// TestLayerGrace: a joiner that draws an origin fetch of the layer while
+// the tracker names a neighbour gives the neighbour layerGrace to answer
+// and never asks the origin; one the tracker names nobody to fetches from
+// the origin at once, without waiting for layerWait.
+func TestLayerGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 256*KiB, 16*KiB, 24)
+	m.Trackers = []string{serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath}
+	var fetches atomic.Int32
+	fetchLayer := func(context.Context) ([]manifest.Hash, error) {
+		fetches.Add(1)
+		return m.Pieces, nil
+	}
+	joiner := func() (*testNode, time.Time) {
+		head := m.Head()
+		st := openStore(t, head, data, func(int) bool { return false })
+		origin := storeOrigin(m, st, data)
+		start := time.Now()
+		return startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1}), start
+	}
+
+	// Alone: the swarm of one is under k, so it draws, and nobody could answer.
+	first, start := joiner()
+	first.wait(t, ctx)
+	if from := first.nd.Stats().LayerFrom; from != "origin" || fetches.Load() != 1 {
+		t.Fatalf("the first joiner, alone: layer from %q after %d origin fetches, want origin after 1", from, fetches.Load())
+	}
+	if took := time.Since(start); took >= 1500*time.Millisecond {
+		t.Errorf("the first joiner, alone, had the file after %v: it waited for layerWait", took)
+	}
+	// The second draws too (a swarm of two) but has the first to ask.
+	second, _ := joiner()
+	second.wait(t, ctx)
+	if from := second.nd.Stats().LayerFrom; from != "peer" {
+		t.Errorf("the second joiner: layer from %q, want peer", from)
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("%d origin fetches of the layer, want 1: the second joiner did not wait for its neighbour", n)
 	}
 }

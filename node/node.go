@@ -474,7 +474,7 @@ func (n *Node) observe(ev swarm.Event) {
 		}
 	case swarm.TrackerPeers:
 		if !n.layer.known.Load() {
-			n.drawLayer(ev.SwarmSize)
+			n.drawLayer(ev.SwarmSize, len(ev.Addrs))
 		}
 	case swarm.HaveSet:
 		if ev.Set.Count() > 0 {
@@ -594,6 +594,17 @@ func (n *Node) uploadsQueued() int {
 		q += len(p.uploads)
 	}
 	return q
+}
+
+// uploadRanks is how many ranks the upload turns order pieces by
+// (turns.go): the pieces no neighbour of ours has, those one has, and the
+// rest.
+const uploadRanks = 3
+
+// uploadRank is the rank of an upload of piece: the fewer neighbours have
+// it, the sooner it goes (turns.go).
+func (n *Node) uploadRank(piece int) int {
+	return min(n.sched.Holders(piece), uploadRanks-1)
 }
 
 // maxUploadsQueued is the upload queue's bound in pieces now.
@@ -741,7 +752,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			if p := n.peers[a.Peer]; p != nil {
 				if n.uploadsQueued() >= n.maxUploadsQueued() {
 					p.refuseBusy(a.Piece)
-				} else if p.serve(a.Piece) {
+				} else if p.serve(a.Piece, n.uploadRank(a.Piece)) {
 					continue
 				}
 				// Refused after all: the scheduler takes back what it

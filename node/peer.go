@@ -49,7 +49,7 @@ type peerConn struct {
 	layerServed int
 
 	ctrl    chan wire.Message
-	uploads chan int
+	uploads chan upload
 	// lazy are the HAVE and START frames held back for a while, in order
 	// (see lazyHaveDelay); owned by the loop goroutine.
 	lazy []lazyFrame
@@ -94,7 +94,7 @@ func newPeerConn(n *Node, id swarm.PeerID, c net.Conn, peerID wire.PeerID, addr 
 	return &peerConn{
 		n: n, id: id, c: c, peerID: peerID, addr: addr,
 		ctrl:      make(chan wire.Message, ctrlQueue),
-		uploads:   make(chan int, uploadQueue),
+		uploads:   make(chan upload, uploadQueue),
 		done:      make(chan struct{}),
 		wanted:    map[int]*assembly{},
 		cancelled: map[int]bool{},
@@ -238,13 +238,16 @@ func (p *peerConn) forget(piece int) {
 	p.mu.Unlock()
 }
 
+// upload is a piece queued for upload, with its rank (Node.uploadRank).
+type upload struct{ piece, rank int }
+
 // serve queues piece for upload and reports true, or rejects it as busy.
-func (p *peerConn) serve(piece int) bool {
+func (p *peerConn) serve(piece, rank int) bool {
 	p.mu.Lock()
 	delete(p.dropUp, piece)
 	p.mu.Unlock()
 	select {
-	case p.uploads <- piece:
+	case p.uploads <- upload{piece, rank}:
 		return true
 	default:
 		p.refuseBusy(piece)
@@ -264,8 +267,8 @@ func (p *peerConn) refuseBusy(piece int) {
 func (p *peerConn) rejectQueued() {
 	for {
 		select {
-		case piece := <-p.uploads:
-			p.sendControl(&wire.Reject{Piece: uint32(piece), Length: uint32(p.n.m.PieceLen(piece)), Reason: wire.RejectChoked})
+		case u := <-p.uploads:
+			p.sendControl(&wire.Reject{Piece: uint32(u.piece), Length: uint32(p.n.m.PieceLen(u.piece)), Reason: wire.RejectChoked})
 		default:
 			return
 		}
@@ -474,9 +477,9 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 			if done, err := control(m); done || err != nil {
 				return err
 			}
-		case piece := <-p.uploads:
+		case u := <-p.uploads:
 			p.n.uploading.Add(1)
-			done, err := p.sendPiece(ctx, w, piece, control)
+			done, err := p.sendPiece(ctx, w, u, control)
 			p.n.uploading.Add(-1)
 			if done || err != nil {
 				return err
@@ -493,7 +496,7 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 	}
 }
 
-// sendPiece sends one piece asked for, taking an upload turn for it
+// sendPiece sends the piece of u, taking an upload turn for it at its rank
 // (turns.go); control writes a control frame (done: the writer is to stop).
 //
 // Control frames that come while the piece is being sent go between its
@@ -505,7 +508,8 @@ func (p *peerConn) writeLoop(ctx context.Context) error {
 // the piece has started, ends the wait instead: the piece is not sent, and
 // after a CHOKE it is answered REJECT(choked) like the requests queued
 // behind it (rejectQueued).
-func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, piece int, control func(wire.Message) (bool, error)) (bool, error) {
+func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, u upload, control func(wire.Message) (bool, error)) (bool, error) {
+	piece := u.piece
 	p.mu.Lock()
 	dropped := p.dropUp[piece] // cancelled: upload skips it, no turn needed
 	p.mu.Unlock()
@@ -514,7 +518,7 @@ func (p *peerConn) sendPiece(ctx context.Context, w *wire.Writer, piece int, con
 		var stop wire.Message
 		var done bool
 		var err error
-		t, stop, done, err = p.takeTurn(ctx, control)
+		t, stop, done, err = p.takeTurn(ctx, u.rank, control)
 		if done || err != nil {
 			return done, err
 		}

@@ -2,14 +2,17 @@ package node
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/store"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/wire"
@@ -188,7 +191,7 @@ func TestTurns(t *testing.T) {
 	take := func(p *peerConn, control func(wire.Message) (bool, error)) <-chan result {
 		got := make(chan result, 1)
 		go func() {
-			tn, stop, done, err := p.takeTurn(ctx, control)
+			tn, stop, done, err := p.takeTurn(ctx, 0, control)
 			if (done || err != nil) && ctx.Err() == nil {
 				t.Errorf("takeTurn: done %v, err %v", done, err)
 			}
@@ -253,4 +256,75 @@ func TestTurns(t *testing.T) {
 	tc.done() // already given back by the stall: nothing more
 	none(take(b, nil), "a fifth")
 	td.done()
+}
+
+// TestTurnsByRank: a turn that comes free goes to the waiting piece of the
+// lowest rank, the first that came among equals; one that left the line
+// is skipped.
+func TestTurnsByRank(t *testing.T) {
+	ts := newTurns(1)
+	<-ts.enter(0) // the only turn, held
+	ranks := []int{2, 0, 1, 0, 0}
+	ws := make([]chan struct{}, len(ranks))
+	for i, r := range ranks {
+		ws[i] = ts.enter(r)
+	}
+	ts.leave(ws[3])
+	given := func() int {
+		t.Helper()
+		got := -1
+		for i, w := range ws {
+			select {
+			case <-w:
+				if i == 3 {
+					t.Fatal("the waiter that left was given a turn")
+				}
+				if got >= 0 {
+					t.Fatalf("waiters %d and %d both have the one turn", got, i)
+				}
+				got = i
+			default:
+			}
+		}
+		if got < 0 {
+			t.Fatal("a turn given back went to nobody")
+		}
+		ws[got] = make(chan struct{}) // open again: not counted twice
+		return got
+	}
+	var order []int
+	for range 4 {
+		ts.give()
+		order = append(order, given())
+	}
+	if want := []int{1, 4, 2, 0}; !slices.Equal(order, want) {
+		t.Errorf("turns went to waiters %v, want %v (ranks %v)", order, want, ranks)
+	}
+	ts.give()
+	if ts.free != 1 {
+		t.Errorf("%d turns free once nobody waits, want 1", ts.free)
+	}
+}
+
+// TestUploadRank: a piece's upload rank is how many neighbours have it, up
+// to uploadRanks-1.
+func TestUploadRank(t *testing.T) {
+	now := time.Now()
+	const pieces = 4
+	sched := swarm.New(swarm.Config{NumPieces: pieces, PieceLen: func(int) int64 { return 16 << 10 }}, pieceset.New(pieces), now)
+	n := &Node{sched: sched}
+	// Piece i is held by the neighbours 1..i.
+	for id := swarm.PeerID(1); id < pieces; id++ {
+		set := pieceset.New(pieces)
+		for i := int(id); i < pieces; i++ {
+			set.Add(i)
+		}
+		sched.Step(swarm.PeerUp{Peer: id, Addr: fmt.Sprintf("192.0.2.1:%d", id)}, now)
+		sched.Step(swarm.HaveSet{Peer: id, Set: set}, now)
+	}
+	for i, want := range []int{0, 1, 2, 2} {
+		if got := n.uploadRank(i); got != want {
+			t.Errorf("piece %d (%d holders): rank %d, want %d", i, sched.Holders(i), got, want)
+		}
+	}
 }

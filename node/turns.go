@@ -13,8 +13,8 @@ import (
 )
 
 // Upload turns: a node sends its pieces a few at a time across all its
-// connections, first come (to the writer ready to send them), first served,
-// rather than all at once.
+// connections, rarest first, then first come (to the writer ready to send
+// them), first served, rather than all at once.
 //
 // A node serves every unchoked neighbour (10 by default) and each keeps a
 // request or two with it. Written all at once, the pieces share the uplink:
@@ -43,6 +43,16 @@ import (
 // stopped reading, or acknowledging) is given back and the piece goes on
 // without it: one stalled neighbour never holds the others' pieces back.
 //
+// A turn that comes free goes to the waiting piece of the lowest rank
+// (Node.uploadRank: 0 when no neighbour of ours has the piece, 1 when one
+// has, 2 past that), the first that came among equals. A piece few of the
+// neighbours have is one the swarm has just got: sent first, it reaches
+// its next holders sooner, who pass it on in turn, while the pieces
+// already common wait a little. Ranked by the holders count itself, the
+// common pieces waited too long: the stragglers that lacked them finished
+// 2 s later. With three ranks, in flash50 runs on the testbed, the last
+// peer came 0.2-0.4 s sooner (docs/benchmarks.md, fourteenth pass).
+//
 // The turns are a Node's: a process running several (the gateway, one per
 // file) has that many sets on one uplink.
 const (
@@ -55,12 +65,18 @@ const (
 	turnPollMax = 50 * time.Millisecond
 )
 
-// turns hands out the upload turns of a node, first come, first served;
-// nil means uploads do not take turns.
+// turns hands out the upload turns of a node, lowest rank first, then
+// first come, first served; nil means uploads do not take turns.
 type turns struct {
 	mu      sync.Mutex // guards the following
 	free    int
-	waiting []chan struct{} // closed when given a turn; the first came first
+	waiting []waiter // in the order they came
+}
+
+// waiter is a connection waiting for a turn for a piece of the given rank.
+type waiter struct {
+	ch   chan struct{} // closed when given a turn
+	rank int
 }
 
 // newTurns returns n turns (0: defaultUploadTurns), or nil (n < 0).
@@ -74,9 +90,10 @@ func newTurns(n int) *turns {
 	return &turns{free: n}
 }
 
-// enter joins the queue for a turn; the channel is closed when one is
-// given (at once if one is free and nobody waits).
-func (ts *turns) enter() chan struct{} {
+// enter joins the queue for a turn for a piece of the given rank; the
+// channel is closed when one is given (at once if one is free and nobody
+// waits).
+func (ts *turns) enter(rank int) chan struct{} {
 	w := make(chan struct{})
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -85,7 +102,7 @@ func (ts *turns) enter() chan struct{} {
 		close(w)
 		return w
 	}
-	ts.waiting = append(ts.waiting, w)
+	ts.waiting = append(ts.waiting, waiter{w, rank})
 	return w
 }
 
@@ -93,7 +110,7 @@ func (ts *turns) enter() chan struct{} {
 // turn goes back.
 func (ts *turns) leave(w chan struct{}) {
 	ts.mu.Lock()
-	i := slices.Index(ts.waiting, w)
+	i := slices.IndexFunc(ts.waiting, func(x waiter) bool { return x.ch == w })
 	if i >= 0 {
 		ts.waiting = slices.Delete(ts.waiting, i, i+1)
 	}
@@ -103,7 +120,7 @@ func (ts *turns) leave(w chan struct{}) {
 	}
 }
 
-// give hands a turn back: to the first waiting, if any.
+// give hands a turn back: to the first waiting of the lowest rank, if any.
 func (ts *turns) give() {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -111,8 +128,14 @@ func (ts *turns) give() {
 		ts.free++
 		return
 	}
-	close(ts.waiting[0])
-	ts.waiting = slices.Delete(ts.waiting, 0, 1)
+	next := 0
+	for i, w := range ts.waiting {
+		if w.rank < ts.waiting[next].rank {
+			next = i
+		}
+	}
+	close(ts.waiting[next].ch)
+	ts.waiting = slices.Delete(ts.waiting, next, next+1)
 }
 
 // turn is one held turn. progress pushes its stall deadline back after a
@@ -211,17 +234,18 @@ func newTurn(ts *turns, p *peerConn) *turn {
 	return t
 }
 
-// takeTurn waits for an upload turn, writing the control frames that come
-// meanwhile with control. A CHOKE, GOODBYE or close ends the wait without
-// a turn and is returned as stop, unwritten: the piece is not to be sent.
+// takeTurn waits for an upload turn for a piece of the given rank, writing
+// the control frames that come meanwhile with control. A CHOKE, GOODBYE or
+// close ends the wait without a turn and is returned as stop, unwritten:
+// the piece is not to be sent.
 // It returns no turn when uploads do not take turns, and done when the
 // connection is ending (or control says so).
-func (p *peerConn) takeTurn(ctx context.Context, control func(wire.Message) (done bool, err error)) (t *turn, stop wire.Message, done bool, err error) {
+func (p *peerConn) takeTurn(ctx context.Context, rank int, control func(wire.Message) (done bool, err error)) (t *turn, stop wire.Message, done bool, err error) {
 	ts := p.n.turns
 	if ts == nil {
 		return nil, nil, false, nil
 	}
-	w := ts.enter()
+	w := ts.enter(rank)
 	for {
 		select {
 		case <-w:

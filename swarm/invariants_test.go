@@ -101,8 +101,8 @@ func (c *checker) check(acts []Action) {
 				reqs++
 			}
 		}
-		if avail != ps.avail || reqs != ps.reqs {
-			t.Fatalf("piece %d: avail %d (counted %d), reqs %d (counted %d)", i, ps.avail, avail, ps.reqs, reqs)
+		if avail != ps.avail || avail != s.Holders(i) || reqs != ps.reqs {
+			t.Fatalf("piece %d: avail %d, Holders %d (counted %d), reqs %d (counted %d)", i, ps.avail, s.Holders(i), avail, ps.reqs, reqs)
 		}
 		if ps.origin != slices.Contains(s.originReqs, i) {
 			t.Fatalf("piece %d: origin flag %v, in flight list %v", i, ps.origin, s.originReqs)

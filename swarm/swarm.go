@@ -581,6 +581,16 @@ func (s *Scheduler) Have() *pieceset.Set { return s.have.Clone() }
 // Complete reports whether every piece is in.
 func (s *Scheduler) Complete() bool { return s.have.Complete() }
 
+// Holders reports how many connected peers have piece i, by the have-sets
+// and HAVEs they sent (0 for an index out of range): the count rarest-first
+// picks by, which a node also uses to order its uploads.
+func (s *Scheduler) Holders(i int) int {
+	if !s.valid(i) {
+		return 0
+	}
+	return s.pieces[i].avail
+}
+
 // Wanted reports whether a connected peer lacks a piece we have (by the
 // have-sets it sent): what a peer leaving at once hands over first.
 func (s *Scheduler) Wanted() bool {
