@@ -50,8 +50,11 @@ import (
 // its next holders sooner, who pass it on in turn, while the pieces
 // already common wait a little. Ranked by the holders count itself, the
 // common pieces waited too long: the stragglers that lacked them finished
-// 2 s later. With three ranks, in flash50 runs on the testbed, the last
-// peer came 0.2-0.4 s sooner (docs/benchmarks.md, fourteenth pass).
+// 2 s later. With three ranks, in flash50 runs on the testbed, the median
+// last peer came at 38.72 s against 39.01 s, the mean completion at
+// 38.59 s against 38.90 s (39 runs and 12; docs/benchmarks.md,
+// fourteenth pass). (Giving the turn to the piece that came last, the
+// eleventh pass's variant, made no difference in two pairs of runs.)
 //
 // The turns are a Node's: a process running several (the gateway, one per
 // file) has that many sets on one uplink.
