@@ -304,6 +304,19 @@ func TestTurnsByRank(t *testing.T) {
 	if ts.free != 1 {
 		t.Errorf("%d turns free once nobody waits, want 1", ts.free)
 	}
+
+	// A piece that has waited rankAge goes as rank 0: first come, first
+	// served among those.
+	<-ts.enter(0)
+	old, rare := ts.enter(2), ts.enter(0)
+	ts.giveAt(time.Now().Add(rankAge))
+	select {
+	case <-old:
+	case <-rare:
+		t.Error("a rare piece went before a common one that had waited rankAge")
+	default:
+		t.Error("a turn given back went to nobody")
+	}
 }
 
 // TestUploadRank: a piece's upload rank is how many neighbours have it, up

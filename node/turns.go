@@ -50,11 +50,18 @@ import (
 // its next holders sooner, who pass it on in turn, while the pieces
 // already common wait a little. Ranked by the holders count itself, the
 // common pieces waited too long: the stragglers that lacked them finished
-// 2 s later. With three ranks, in flash50 runs on the testbed, the median
-// last peer came at 38.72 s against 39.01 s, the mean completion at
-// 38.59 s against 38.90 s (39 runs and 12; docs/benchmarks.md,
-// fourteenth pass). (Giving the turn to the piece that came last, the
-// eleventh pass's variant, made no difference in two pairs of runs.)
+// 2 s later. With three ranks, in flash50 runs on the testbed, the last
+// peer came at 38.70-38.94 s against 38.86-39.24 s without (four runs
+// each), and with the layer's grace (layer.go) too at a median of 38.72 s
+// against 39.01 s (39 runs and 12; docs/benchmarks.md, fourteenth pass).
+// Giving the turn to the piece that came last, the eleventh pass's
+// variant, made no difference in two pairs of runs.
+//
+// A piece that has waited rankAge goes as rank 0, so that a stream of
+// rare pieces cannot hold a common one back until its requester gives up;
+// the upload queue (uploadQueueTime) keeps waits well under that. Each
+// connection still sends its own queue in order: a rare piece queued
+// behind a common one on the same connection waits for it.
 //
 // The turns are a Node's: a process running several (the gateway, one per
 // file) has that many sets on one uplink.
@@ -66,6 +73,7 @@ const (
 	// time the uplink takes to send it (at our upload rate), within these.
 	turnPollMin = time.Millisecond
 	turnPollMax = 50 * time.Millisecond
+	rankAge     = time.Second
 )
 
 // turns hands out the upload turns of a node, lowest rank first, then
@@ -78,8 +86,17 @@ type turns struct {
 
 // waiter is a connection waiting for a turn for a piece of the given rank.
 type waiter struct {
-	ch   chan struct{} // closed when given a turn
-	rank int
+	ch    chan struct{} // closed when given a turn
+	rank  int
+	since time.Time
+}
+
+// rankAt is w's rank at now: 0 once it has waited rankAge.
+func (w waiter) rankAt(now time.Time) int {
+	if now.Sub(w.since) >= rankAge {
+		return 0
+	}
+	return w.rank
 }
 
 // newTurns returns n turns (0: defaultUploadTurns), or nil (n < 0).
@@ -105,7 +122,7 @@ func (ts *turns) enter(rank int) chan struct{} {
 		close(w)
 		return w
 	}
-	ts.waiting = append(ts.waiting, waiter{w, rank})
+	ts.waiting = append(ts.waiting, waiter{w, rank, time.Now()})
 	return w
 }
 
@@ -125,6 +142,10 @@ func (ts *turns) leave(w chan struct{}) {
 
 // give hands a turn back: to the first waiting of the lowest rank, if any.
 func (ts *turns) give() {
+	ts.giveAt(time.Now())
+}
+
+func (ts *turns) giveAt(now time.Time) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if len(ts.waiting) == 0 {
@@ -133,7 +154,7 @@ func (ts *turns) give() {
 	}
 	next := 0
 	for i, w := range ts.waiting {
-		if w.rank < ts.waiting[next].rank {
+		if w.rankAt(now) < ts.waiting[next].rankAt(now) {
 			next = i
 		}
 	}

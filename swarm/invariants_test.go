@@ -90,6 +90,9 @@ func (c *checker) check(acts []Action) {
 	if most := max(s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen)) * loneWindow; len(s.originReqs) > most {
 		t.Fatalf("%d origin fetches in flight, pipeline at most %d", len(s.originReqs), most)
 	}
+	if s.Holders(-1) != 0 || s.Holders(len(s.pieces)) != 0 {
+		t.Fatalf("Holders out of range: %d, %d", s.Holders(-1), s.Holders(len(s.pieces)))
+	}
 	for i := range s.pieces {
 		ps := &s.pieces[i]
 		avail, reqs := 0, 0
