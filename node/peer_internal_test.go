@@ -260,7 +260,7 @@ func TestTurns(t *testing.T) {
 
 // TestTurnsByRank: a turn that comes free goes to the waiting piece of the
 // lowest rank, the first that came among equals; one that left the line
-// is skipped.
+// is skipped; one that has waited rankAge counts as rank 0.
 func TestTurnsByRank(t *testing.T) {
 	ts := newTurns(1)
 	<-ts.enter(0) // the only turn, held
