@@ -207,6 +207,21 @@ func (s *fakeSession) startEmpty() error {
 	return s.send(&wire.HaveSet{Set: pieceset.New(s.f.m.NumPieces())})
 }
 
+// await reads frames until one of type T, skipping the others; the end of
+// the connection is an error.
+func await[T wire.Message](s *fakeSession) (T, error) {
+	for {
+		msg, err := s.r.Read()
+		if err != nil {
+			var none T
+			return none, err
+		}
+		if m, ok := msg.(T); ok {
+			return m, nil
+		}
+	}
+}
+
 // next reads frames until a REQUEST, counting it; a GOODBYE or the end of
 // the connection is an error.
 func (s *fakeSession) next() (*wire.Request, error) {
@@ -232,13 +247,9 @@ func layerLiar(s *fakeSession) error {
 		return err
 	}
 	for {
-		msg, err := s.r.Read()
+		req, err := await[*wire.GetLayer](s)
 		if err != nil {
 			return err
-		}
-		req, ok := msg.(*wire.GetLayer)
-		if !ok {
-			continue
 		}
 		s.f.getLayer.Add(1)
 		junk := &wire.Layer{First: req.First, Hashes: make([][wire.HashLen]byte, req.Count)}

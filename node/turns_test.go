@@ -18,14 +18,8 @@ func deafRequester(s *fakeSession) error {
 	if err := s.startEmpty(); err != nil {
 		return err
 	}
-	for {
-		msg, err := s.r.Read()
-		if err != nil {
-			return err
-		}
-		if _, ok := msg.(*wire.Unchoke); ok {
-			break
-		}
+	if _, err := await[*wire.Unchoke](s); err != nil {
+		return err
 	}
 	for i := range min(4, s.f.m.NumPieces()) {
 		if err := s.w.WriteMessage(&wire.Request{Piece: uint32(i), Length: uint32(s.f.m.PieceLen(i))}); err != nil {
