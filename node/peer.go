@@ -152,6 +152,18 @@ func (p *peerConn) sendControl(m wire.Message) {
 	}
 }
 
+// probe queues a KEEPALIVE (Node.probeHandOver), unless something waits to
+// be written already: any write will do.
+func (p *peerConn) probe() {
+	if len(p.ctrl) > 0 {
+		return
+	}
+	select {
+	case p.ctrl <- &wire.KeepAlive{}:
+	default:
+	}
+}
+
 // lazyFrame is a HAVE or START held back (peerConn.lazy).
 type lazyFrame struct {
 	t     wire.Type
