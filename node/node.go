@@ -328,7 +328,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return fmt.Errorf("%w for %v", ErrStalled, n.cfg.StallTimeout)
 		}
 		if n.complete && seedDone == nil {
-			if n.cfg.SeedTime == 0 && n.handedOver(time.Now()) {
+			if n.handingOver() && n.handedOver(time.Now()) {
 				n.leave()
 				return nil
 			}
@@ -374,7 +374,7 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			n.schedStats()
 			n.measureUpload(now)
-			if n.complete && n.cfg.SeedTime == 0 && n.sched.Wanted() {
+			if n.handingOver() {
 				n.probeHandOver()
 			}
 			rtts = n.pathRTTs(now, rtts[:0])
@@ -590,23 +590,29 @@ func (n *Node) handedOver(now time.Time) bool {
 	return now.Sub(n.completedAt) >= handOverMax || now.Sub(n.lastUpload) >= handOverQuiet || !n.sched.Wanted()
 }
 
-// probeHandOver writes a KEEPALIVE to every neighbour, on each tick of a
-// hand-over that still waits for a neighbour lacking our pieces
-// (handedOver). A neighbour that left may still count as lacking them: its
-// last HAVEs were held back (lazyHaveDelay), and its GOODBYE and the end
-// of the stream can be lost with it. A TCP peer that closes its socket
-// with data unread sends a reset in their place, which is not sent again
-// if dropped, as a full bottleneck queue drops it; then nothing more
-// arrives, and we waited handOverQuiet for nobody. A write to a
-// connection whose other end is gone draws a fresh reset, which ends it
-// here. In 20 flash50 runs with the probe and 20 without, interleaved
-// (all 50 peers of each, docs/benchmarks.md fifteenth pass), the peers
-// found 179 connections reset after completion against 71, and a
-// hand-over took 0.29 s on average against 0.32 s (0.56 s against 0.64 s
-// at the 90th percentile, 16 against 34 over 0.8 s).
+// handingOver reports whether the node is complete and leaves at once,
+// after the hand-over (handedOver).
+func (n *Node) handingOver() bool {
+	return n.complete && n.cfg.SeedTime == 0
+}
+
+// probeHandOver writes a KEEPALIVE, on each tick of the hand-over, to
+// every neighbour that still lacks a piece of ours by the have-sets and
+// HAVEs it sent: those the hand-over waits for. One that left may still
+// count among them when what it sent last never came: a TCP peer that
+// closes its socket with data unread sends a reset in place of its FIN
+// and discards what it had not sent yet (its GOODBYE, its last HAVEs),
+// and a reset is not sent again if a full bottleneck queue drops it. Then
+// nothing more arrives, and we would wait handOverQuiet for nobody. A
+// write to a connection whose other end is gone (its host still up)
+// draws a fresh reset, which ends it here. Our reading of last peers that
+// waited about 1 s for a neighbour that had exited, not confirmed; the
+// measurements are in docs/benchmarks.md, fifteenth pass.
 func (n *Node) probeHandOver() {
-	for _, p := range n.peers {
-		p.probe()
+	for id, p := range n.peers {
+		if n.sched.Lacks(id) {
+			p.probe()
+		}
 	}
 }
 

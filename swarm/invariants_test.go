@@ -137,6 +137,9 @@ func (c *checker) check(acts []Action) {
 		if offers != p.offers || wants != p.wants {
 			t.Fatalf("peer %d: offers %d (counted %d), wants %d (counted %d)", p.id, p.offers, offers, p.wants, wants)
 		}
+		if s.Lacks(p.id) != (wants > 0) {
+			t.Fatalf("peer %d: Lacks %v, but it lacks %d of our pieces", p.id, s.Lacks(p.id), wants)
+		}
 	}
 }
 

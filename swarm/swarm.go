@@ -597,6 +597,14 @@ func (s *Scheduler) Wanted() bool {
 	return slices.ContainsFunc(s.order, func(p *peer) bool { return p.wants > 0 })
 }
 
+// Lacks reports whether the connected peer id lacks a piece we have, by
+// the have-sets it sent: one of those Wanted waits for (false for a peer
+// not connected).
+func (s *Scheduler) Lacks(id PeerID) bool {
+	p := s.peers[id]
+	return p != nil && p.wants > 0
+}
+
 // HaveCanWait reports whether our HAVE of piece i may wait before it goes
 // to the connected peer id: by the have-set it sent, it still has pieces we
 // lack, and it has piece i or we are choking it (under strict tit-for-tat
