@@ -266,6 +266,7 @@ func (n *Node) drawLayer(size, peers int) {
 	}
 	switch {
 	case size > k && rand.IntN(size) >= k:
+		// Not drawn: the neighbours, or the origin after layerWait.
 	case peers == 0:
 		nudge(l.now)
 	default:

@@ -145,6 +145,7 @@ func (ts *turns) give() {
 	ts.giveAt(time.Now())
 }
 
+// giveAt is give with the clock read by the caller (tests age waiters).
 func (ts *turns) giveAt(now time.Time) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
