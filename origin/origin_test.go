@@ -225,19 +225,22 @@ func TestFileResponses(t *testing.T) {
 		body         []byte // nil: empty
 		contentRange string
 		digest       bool
+		// trimmed: a 206 answering If-Range, without the fields the
+		// client has already (trimPartial).
+		trimmed bool
 	}{
-		{"full", "GET", nil, 200, data, "", true},
-		{"head", "HEAD", nil, 200, nil, "", true},
-		{"range", "GET", []string{"Range", "bytes=100-199"}, 206, data[100:200], "bytes 100-199/" + strconv.Itoa(fileSize), false},
-		{"suffix range", "GET", []string{"Range", "bytes=-10"}, 206, data[fileSize-10:], fmt.Sprintf("bytes %d-%d/%d", fileSize-10, fileSize-1, fileSize), false},
-		{"if-range match", "GET", []string{"Range", "bytes=0-9", "If-Range", etag}, 206, data[:10], "bytes 0-9/" + strconv.Itoa(fileSize), false},
-		{"if-range mismatch", "GET", []string{"Range", "bytes=0-9", "If-Range", `"other"`}, 200, data, "", true},
-		{"if-range date", "GET", []string{"Range", "bytes=0-9", "If-Range", lastMod}, 206, data[:10], "bytes 0-9/" + strconv.Itoa(fileSize), false},
-		{"if-none-match", "GET", []string{"If-None-Match", etag}, 304, nil, "", false},
-		{"if-none-match other", "GET", []string{"If-None-Match", `"other"`}, 200, data, "", true},
-		{"if-modified-since", "GET", []string{"If-Modified-Since", t0.Add(time.Hour).Format(http.TimeFormat)}, 304, nil, "", false},
-		{"if-match fails", "GET", []string{"If-Match", `"other"`}, 412, nil, "", false},
-		{"unsatisfiable", "GET", []string{"Range", fmt.Sprintf("bytes=%d-", fileSize+10)}, 416, nil, "", false},
+		{"full", "GET", nil, 200, data, "", true, false},
+		{"head", "HEAD", nil, 200, nil, "", true, false},
+		{"range", "GET", []string{"Range", "bytes=100-199"}, 206, data[100:200], "bytes 100-199/" + strconv.Itoa(fileSize), false, false},
+		{"suffix range", "GET", []string{"Range", "bytes=-10"}, 206, data[fileSize-10:], fmt.Sprintf("bytes %d-%d/%d", fileSize-10, fileSize-1, fileSize), false, false},
+		{"if-range match", "GET", []string{"Range", "bytes=0-9", "If-Range", etag}, 206, data[:10], "bytes 0-9/" + strconv.Itoa(fileSize), false, true},
+		{"if-range mismatch", "GET", []string{"Range", "bytes=0-9", "If-Range", `"other"`}, 200, data, "", true, false},
+		{"if-range date", "GET", []string{"Range", "bytes=0-9", "If-Range", lastMod}, 206, data[:10], "bytes 0-9/" + strconv.Itoa(fileSize), false, true},
+		{"if-none-match", "GET", []string{"If-None-Match", etag}, 304, nil, "", false, false},
+		{"if-none-match other", "GET", []string{"If-None-Match", `"other"`}, 200, data, "", true, false},
+		{"if-modified-since", "GET", []string{"If-Modified-Since", t0.Add(time.Hour).Format(http.TimeFormat)}, 304, nil, "", false, false},
+		{"if-match fails", "GET", []string{"If-Match", `"other"`}, 412, nil, "", false, false},
+		{"unsatisfiable", "GET", []string{"Range", fmt.Sprintf("bytes=%d-", fileSize+10)}, 416, nil, "", false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,6 +263,17 @@ func TestFileResponses(t *testing.T) {
 			if got := res.Header.Get("Etag"); got != etag {
 				t.Errorf("ETag %q, want %q", got, etag)
 			}
+			if tt.trimmed {
+				for _, k := range []string{"Link", "Last-Modified", "Content-Type", "Accept-Ranges"} {
+					if v, ok := res.Header[k]; ok {
+						t.Errorf("%s %q in a 206 answering If-Range", k, v)
+					}
+				}
+				if res.Header.Get("Date") == "" || res.ContentLength != int64(len(tt.body)) {
+					t.Errorf("Date %q, Content-Length %d: a 206 needs both", res.Header.Get("Date"), res.ContentLength)
+				}
+				return
+			}
 			if got := res.Header.Get("Link"); got != link {
 				t.Errorf("Link %q, want %q", got, link)
 			}
@@ -277,6 +291,11 @@ func TestFileResponses(t *testing.T) {
 				t.Errorf("Last-Modified %q, want %q", res.Header.Get("Last-Modified"), lastMod)
 			}
 		})
+	}
+	// A multipart 206 keeps its Content-Type, which names the boundary.
+	res, _ := ts.do(t, "GET", "/sub/file.bin", "Range", "bytes=0-9,20-29", "If-Range", etag)
+	if ct := res.Header.Get("Content-Type"); res.StatusCode != 206 || !strings.HasPrefix(ct, "multipart/byteranges; boundary=") {
+		t.Errorf("multipart range with If-Range: %s, Content-Type %q", res.Status, ct)
 	}
 }
 

