@@ -153,7 +153,7 @@ func (f *fakePeer) addr() string { return f.ln.Addr().String() }
 // that it has announced to (m.Trackers names it). set, if not nil, sets
 // its switches before anyone can connect.
 func startFake(t *testing.T, ctx context.Context, nw *memnet.Network, m *manifest.Manifest, serve func(*fakeSession) error, set func(*fakePeer)) *fakePeer {
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 	fh := nw.Host(memnet.HostConfig{})
 	fln, err := fh.Listen(0)

@@ -9,7 +9,6 @@ import (
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
-	"github.com/stampede-dev/stampede/tracker"
 )
 
 // TestLayerFromNeighbours: peers that join with the manifest's head alone
@@ -21,7 +20,7 @@ func TestLayerFromNeighbours(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 16*KiB, 21)
-	m.Trackers = []string{serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath}
+	m.Trackers = []string{serveTracker(t, nw)}
 	seed := openStore(t, m, data, func(int) bool { return true })
 	startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedTime: -1})
 	var joiners []*testNode
@@ -109,7 +108,7 @@ func TestLayerGrace(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 16*KiB, 24)
-	m.Trackers = []string{serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath}
+	m.Trackers = []string{serveTracker(t, nw)}
 	joiner := func() (tn *testNode, start time.Time, fetched <-chan time.Duration) {
 		head := m.Head()
 		st := openStore(t, head, data, func(int) bool { return false })

@@ -41,6 +41,11 @@ func serveHTTP(t *testing.T, nw *memnet.Network, h http.Handler) string {
 	return "http://" + ln.String()
 }
 
+// serveTracker runs a tracker on nw and returns its announce URL.
+func serveTracker(t *testing.T, nw *memnet.Network) string {
+	return serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+}
+
 // testFile returns data of size bytes and its manifest with pieces of
 // pieceSize (0: the default).
 func testFile(t *testing.T, size int, pieceSize int64, seed uint64) ([]byte, *manifest.Manifest) {
@@ -399,7 +404,7 @@ func TestLazyHaves(t *testing.T) {
 	nw := memnet.New()
 	const pieces = 16
 	data, m := testFile(t, pieces*16*KiB, 16*KiB, 15)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 
 	var mu sync.Mutex
@@ -530,7 +535,7 @@ func TestDisconnectStuckPeer(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 0, 14)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 	// A window of a few frames: the node's writes block at once.
 	fh := nw.Host(memnet.HostConfig{Window: 64})
@@ -832,7 +837,7 @@ func TestOriginInSwarmAnswer(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 256*KiB, 0, 13)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 	st := openStore(t, m, data, func(int) bool { return false })
 	const wait = 600 * time.Millisecond
@@ -884,7 +889,7 @@ func TestUnchokeAfterHeldHaves(t *testing.T) {
 	nw := memnet.New()
 	const pieces = 16
 	data, m := testFile(t, pieces*16*KiB, 16*KiB, 16)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 
 	var (

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/node"
-	"github.com/stampede-dev/stampede/tracker"
 	"github.com/stampede-dev/stampede/wire"
 )
 
@@ -44,7 +43,7 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 	defer cancel()
 	nw := memnet.New()
 	data, m := testFile(t, 1*MiB, 64*KiB, 21)
-	trURL := serveHTTP(t, nw, tracker.New(tracker.Config{})) + tracker.WellKnownPath
+	trURL := serveTracker(t, nw)
 	m.Trackers = []string{trURL}
 	fh := nw.Host(memnet.HostConfig{Window: 16 * KiB})
 	fln, err := fh.Listen(0)
