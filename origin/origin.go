@@ -10,9 +10,10 @@
 //     Last-Modified, Range and If-Range support, conditional requests as in
 //     RFC 9110, and a header pointing at the file's manifest:
 //     Link: </.well-known/stampede/manifest/P>; rel="stampede-manifest".
-//     A 206 answering If-Range (how swarm peers fetch pieces) carries only
-//     Content-Range, Content-Length, Date and ETag: its client has the rest
-//     (RFC 9110 15.3.7; trimPartial).
+//     A 206 answering If-Range with its own validator (how swarm peers
+//     fetch pieces) leaves out Content-Type, Content-Language,
+//     Last-Modified, Accept-Ranges and Link, which its client has (RFC
+//     9110 15.3.7; trimPartial); overload answers keep them.
 //   - Full 200 responses carry Repr-Digest: sha-256=:...: (RFC 9530).
 //   - /.well-known/stampede/manifest/P is the file's manifest (package
 //     manifest), whose ETag and LastModified are the validators the file is

@@ -206,6 +206,9 @@ func TestRateShapesEgress(t *testing.T) {
 func (ts *testServer) capableGet(t *testing.T, m *manifest.Manifest, i int) (*http.Response, []byte) {
 	t.Helper()
 	h := []string{CapabilitiesHeader, "gzip-maybe, " + CapabilityOverload}
+	if m.ETag != "" {
+		h = append(h, "If-Range", m.ETag)
+	}
 	if i >= 0 {
 		off := m.PieceOffset(i)
 		h = append(h, "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(i)-1))

@@ -37,6 +37,9 @@ type upstreamFile struct {
 	etag    string
 	modTime time.Time // zero: no Last-Modified
 	status  int       // 0: serve the file
+	// ignoreIfRange: answer a Range as if If-Range had matched, as some
+	// servers do.
+	ignoreIfRange bool
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
@@ -54,6 +57,9 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 		default:
 			if f.etag != "" {
 				w.Header().Set("Etag", f.etag)
+			}
+			if f.ignoreIfRange {
+				r.Header.Del("If-Range")
 			}
 			http.ServeContent(w, r, "", f.modTime, bytes.NewReader(f.data))
 		}
@@ -124,6 +130,40 @@ func TestUpstreamProxiesWithLinkAndDigest(t *testing.T) {
 	}
 	if got := ts.metric(t, `stampede_origin_upstream_requests_total{purpose="manifest"}`); got != 1 {
 		t.Errorf("upstream GETs for manifests %d, want 1", got)
+	}
+}
+
+// A 206 answering If-Range drops the fields the client has already
+// (trimPartial), but only when the upstream's answer carries the validator
+// the client sent.
+func TestUpstreamTrimsPartialAnswers(t *testing.T) {
+	up := newFakeUpstream(t)
+	data := randomBytes(fileSize, 31)
+	up.set("/a", upstreamFile{data: data, etag: `"v1"`, modTime: t0})
+	up.set("/b", upstreamFile{data: data, modTime: t0, ignoreIfRange: true})
+	ts := start(t, Config{Upstream: mustParse(t, up.URL+"/")})
+
+	res, body := ts.do(t, "GET", "/a", "Range", "bytes=10-19", "If-Range", `"v1"`)
+	if res.StatusCode != 206 || !bytes.Equal(body, data[10:20]) || res.Header.Get("Etag") != `"v1"` {
+		t.Fatalf("If-Range matching: %s, ETag %q", res.Status, res.Header.Get("Etag"))
+	}
+	for _, k := range []string{"Link", "Last-Modified", "Content-Type", "Accept-Ranges"} {
+		if v, ok := res.Header[k]; ok {
+			t.Errorf("%s %q in a 206 answering If-Range", k, v)
+		}
+	}
+
+	// The upstream ignores If-Range and answers from a version whose date
+	// is not the one asked: that Last-Modified must reach the client.
+	old := t0.Add(-time.Hour).Format(http.TimeFormat)
+	res, _ = ts.do(t, "GET", "/b", "Range", "bytes=10-19", "If-Range", old)
+	if res.StatusCode != 206 || res.Header.Get("Last-Modified") != t0.Format(http.TimeFormat) || res.Header.Get("Link") == "" {
+		t.Errorf("If-Range ignored upstream: %s, Last-Modified %q, Link %q", res.Status, res.Header.Get("Last-Modified"), res.Header.Get("Link"))
+	}
+	// Asked with the date it has, the same upstream's answer is trimmed.
+	res, _ = ts.do(t, "GET", "/b", "Range", "bytes=10-19", "If-Range", t0.Format(http.TimeFormat))
+	if _, ok := res.Header["Last-Modified"]; res.StatusCode != 206 || ok {
+		t.Errorf("If-Range date matching: %s, Last-Modified %q", res.Status, res.Header.Get("Last-Modified"))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,8 +84,8 @@ func (w *respWriter) WriteHeader(code int) {
 	if code == http.StatusOK && w.onFull != nil {
 		w.onFull(w.Header())
 	}
-	if code == http.StatusPartialContent && w.req.Header.Get("If-Range") != "" {
-		trimPartial(w.Header())
+	if code == http.StatusPartialContent {
+		trimPartial(w.Header(), w.req.Header.Get("If-Range"))
 	}
 	w.pace(code)
 	w.status = code
@@ -93,16 +94,30 @@ func (w *respWriter) WriteHeader(code int) {
 
 // trimPartial drops from a single-part 206 that answers an If-Range
 // request the fields its client already has, from the response whose
-// validator it sent: RFC 9110 15.3.7 says such a 206 SHOULD NOT carry
-// representation fields beyond the required Content-Range,
-// Content-Length, Date and ETag. Accept-Ranges and the manifest's Link
-// tell the client nothing new either. That is 179 of a piece answer's
-// 347 header bytes, 0.27% of a 64 KiB piece on the origin's link, where
-// every swarm peer's pieces come from. Content-Encoding stays: it says
-// how to read the body. A multipart answer (no Content-Range) keeps its
-// Content-Type, which carries the parts' boundary.
-func trimPartial(h http.Header) {
-	if h.Get("Content-Range") == "" {
+// validator it sent. RFC 9110 (15.3.7) says such a 206 SHOULD NOT carry
+// representation fields beyond those it requires (Content-Range; Date,
+// ETag, Cache-Control, Expires, Content-Location and Vary when a 200 would
+// carry them). So Content-Type, Content-Language and Last-Modified go; so,
+// by our choice, do Accept-Ranges and the manifest's Link, which tell the
+// client nothing new. Content-Encoding stays (it says how to read the
+// body), and so does every other field. A piece answer of `stampede serve`
+// goes from 347 header bytes to 168, 0.27% of a 64 KiB piece on the
+// origin's link, where every swarm peer's pieces come from. A multipart
+// answer (no Content-Range) keeps its Content-Type, which carries the
+// parts' boundary. Nothing is dropped unless the answer's own validator is
+// the one the client sent: an upstream that ignored If-Range may be
+// answering from another version, and its Last-Modified is then the only
+// way the client can tell. Overload answers do not come here
+// (overloadanswer.go).
+func trimPartial(h http.Header, ifRange string) {
+	if ifRange == "" || h.Get("Content-Range") == "" {
+		return
+	}
+	if strings.HasPrefix(ifRange, `"`) {
+		if h.Get("Etag") != ifRange {
+			return
+		}
+	} else if h.Get("Last-Modified") != ifRange {
 		return
 	}
 	for _, k := range []string{"Content-Language", "Last-Modified", "Accept-Ranges", "Link"} {
