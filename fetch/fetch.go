@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
@@ -292,6 +293,7 @@ type info struct {
 	acceptRanges bool
 	manifestURL  *url.URL
 	reprDigest   []byte
+	head         *manifest.Manifest // the manifest's head, if the answer carried it
 }
 
 // Run performs the download.
@@ -303,20 +305,21 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 		}
 	}()
 	u, _ := ParseURL(d.cfg.URL)
-	in, err := d.probe(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	d.cfg.Logger.Debug("probe answered", "took", time.Since(start))
-	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
-	var m *manifest.Manifest
 	// A swarm peer asks for the manifest's head and gets the piece layer
 	// from its neighbours (node/layer.go): a crowd's manifests would take
 	// the origin's link at its start. Resuming verifies what is on disk
 	// first, which takes the layer.
 	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-"
+	headOnly := swarm && !d.cfg.Continue
+	in, err := d.probe(ctx, u, headOnly)
+	if err != nil {
+		return nil, err
+	}
+	d.cfg.Logger.Debug("probe answered", "took", time.Since(start), "with_head", in.head != nil)
+	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
+	var m *manifest.Manifest
 	if in.manifestURL != nil {
-		m, err = d.fetchManifest(ctx, in, swarm && !d.cfg.Continue)
+		m, err = d.fetchManifest(ctx, in, headOnly)
 		if err == nil && !m.HasLayer() && len(m.Trackers) == 0 {
 			m, err = d.fetchManifest(ctx, in, false) // no swarm to get the layer from
 		}
@@ -372,11 +375,17 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 }
 
 // probe sends HEAD and reads size, validators, range support, the manifest
-// link and any Repr-Digest. A server that refuses HEAD leaves everything
-// unknown and the download proceeds as one stream.
-func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
+// link and any Repr-Digest, and with wantHead asks for the manifest's head
+// too (manifest.WantHeader), which a stampede origin sends when it knows the
+// manifest already. A server that refuses HEAD leaves everything unknown
+// and the download proceeds as one stream.
+func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info, error) {
 	in := &info{url: u, size: -1}
-	resp, err := d.doRetrying(ctx, http.MethodHead, u, nil, "probe", new(time.Duration))
+	var hdr http.Header
+	if wantHead {
+		hdr = http.Header{manifest.WantHeader: {manifest.WantHead}}
+	}
+	resp, err := d.doRetrying(ctx, http.MethodHead, u, hdr, "probe", new(time.Duration))
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +409,13 @@ func (d *Download) probe(ctx context.Context, u *url.URL) (*info, error) {
 	if in.reprDigest, err = httphdr.ReprDigestSHA256(resp.Header.Values("Repr-Digest")); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
+	if v := resp.Header.Get(manifest.HeadHeader); wantHead && v != "" && in.manifestURL != nil {
+		// Nothing is lost with a head we cannot read: the manifest URL
+		// serves it too.
+		if in.head, err = decodeHead(v); err != nil {
+			d.cfg.Logger.Info("the server's answer carried a manifest head we cannot read; asking for it", "err", err)
+		}
+	}
 	if in.size >= 0 {
 		d.size.Store(in.size)
 	}
@@ -419,11 +435,12 @@ func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*man
 		if head {
 			u = headURL(u)
 		}
-		err := d.retrying(ctx, "GET "+u.String(), func() (hint time.Duration, err error) {
+		if head && in.head != nil {
+			m = in.head // checked below as if fetched
+		} else if err := d.retrying(ctx, "GET "+u.String(), func() (hint time.Duration, err error) {
 			m, hint, err = d.getManifest(ctx, u, head, &busyWaited)
 			return hint, err
-		})
-		if err != nil {
+		}); err != nil {
 			return nil, err
 		}
 		mismatch := ""
@@ -440,12 +457,24 @@ func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*man
 			return nil, fmt.Errorf("%w: %s", ErrChanged, mismatch)
 		}
 		d.cfg.Logger.Info("manifest does not match the file; probing again", "why", mismatch)
-		fresh, err := d.probe(ctx, in.url)
+		fresh, err := d.probe(ctx, in.url, false)
 		if err != nil {
 			return nil, err
 		}
 		*in = *fresh
 	}
+}
+
+// decodeHead decodes a manifest head sent in manifest.HeadHeader.
+func decodeHead(v string) (*manifest.Manifest, error) {
+	if len(v) > manifest.MaxInlineHead {
+		return nil, fmt.Errorf("%s of %d bytes, more than %d", manifest.HeadHeader, len(v), manifest.MaxInlineHead)
+	}
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", manifest.HeadHeader, err)
+	}
+	return manifest.UnmarshalHead(b)
 }
 
 // headURL is the URL of the head of the manifest at u. The query is added
@@ -528,7 +557,7 @@ func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifes
 		return nil, err
 	}
 	u, _ := ParseURL(rawURL)
-	in, err := d.probe(ctx, u)
+	in, err := d.probe(ctx, u, false)
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func OpenSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	u, _ := ParseURL(cfg.URL)
-	in, err := d.probe(ctx, u)
+	in, err := d.probe(ctx, u, false)
 	if err != nil {
 		return nil, err
 	}

@@ -67,11 +67,14 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 	if isPage(name) {
 		h.Add("Link", bundleLinkHeader(name))
 	}
-	w.onFull = func(h http.Header) { s.addDirDigest(r.Context(), h, name, v) }
 	w.source = &pieceSource{r: f, entry: func() *entry {
 		e, _ := s.cache.lookup(s.dirKey+name, v)
 		return e
 	}}
+	w.onFull = func(h http.Header) {
+		s.addDirDigest(r.Context(), h, name, v) // may compute the manifest
+		s.addManifestHead(h, r, w.source.entry)
+	}
 	if s.pickPiece(w, r, w.source.entry()) {
 		return
 	}

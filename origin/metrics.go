@@ -47,10 +47,13 @@ var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
 // its file requests by it.
 const ReasonHeader = "Stampede-Reason"
 
+// reasonNoPeers is the reason of a swarm peer that knows no other peer.
+const reasonNoPeers = "origin:no-peers"
+
 // reasonNames are the reasons counted; anything else counts as "other" (a
 // header must not grow the metrics without bound).
 var reasonNames = [...]string{"none", "piece", "retry-late", "retry-error", "stream",
-	"origin:no-peer-has-it", "origin:no-peers", "origin:stalled", "origin:peers-failing", "other"}
+	"origin:no-peer-has-it", reasonNoPeers, "origin:stalled", "origin:peers-failing", "other"}
 
 func reasonIndex(h string) int {
 	if h == "" {

@@ -22,7 +22,10 @@
 //     With ?piece_layer=0 it is the manifest's head (manifest.Manifest.Head):
 //     the same without the piece hashes, which a swarm peer gets from its
 //     neighbours (docs/protocol.md, section 5, GETLAYER), so that a crowd's manifests
-//     do not take the origin's link at its start.
+//     do not take the origin's link at its start. A HEAD of the file with
+//     Stampede-Want: manifest-head carries that head in
+//     Stampede-Manifest-Head (base64) when the manifest is known already
+//     (addManifestHead), sparing the client the request.
 //   - Past MaxTransfers concurrent file bodies, a GET that would send one gets
 //     an overload answer if it asked for one (Stampede-Capabilities:
 //     overload): 206 with one piece of the origin's choosing, the swarm's

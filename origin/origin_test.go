@@ -424,6 +424,48 @@ func TestManifestHead(t *testing.T) {
 	}
 }
 
+// TestInlineManifestHead: a HEAD that asks for it carries the manifest's
+// head, byte for byte what the head's URL serves; not unasked, nor on a
+// GET. The first HEAD of a file this small has its manifest computed for
+// Repr-Digest; a large file's is computed in the background, and its
+// HEADs carry no head until it is known (no Repr-Digest either).
+func TestInlineManifestHead(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0)
+	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Logger: testLogger(t)})})
+	want := []string{manifest.WantHeader, "other, " + manifest.WantHead}
+	inline := func(method string, header ...string) string {
+		t.Helper()
+		res, _ := ts.do(t, method, "/f", header...)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", method, res.Status)
+		}
+		return res.Header.Get(manifest.HeadHeader)
+	}
+	got := inline("HEAD", want...)
+	_, served := ts.do(t, "GET", ManifestPrefix+"/f?"+manifest.HeadQuery+"=0")
+	served1, err := manifest.UnmarshalHead(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := base64.StdEncoding.DecodeString(got)
+	if err != nil || !bytes.Equal(b, served) {
+		t.Fatalf("HEAD carries %q (%v), decoding to %q; the head's URL serves %q", got, err, b, served)
+	}
+	if got := inline("HEAD"); got != "" {
+		t.Errorf("HEAD without %s carries a head", manifest.WantHeader)
+	}
+	if got := inline("GET", want...); got != "" {
+		t.Errorf("GET carries a head")
+	}
+	writeFile(t, dir, "f", randomBytes(8<<20, 6), t0.Add(time.Second))
+	b, err = base64.StdEncoding.DecodeString(inline("HEAD", want...))
+	h, err2 := manifest.UnmarshalHead(b)
+	if err != nil || err2 != nil || h.Root != ts.manifest(t, "/f").Root || h.Root == served1.Root {
+		t.Errorf("HEAD of the changed file: head %q (%v, %v), not the new version's", b, err, err2)
+	}
+}
+
 func TestManifestRecomputedAfterChange(t *testing.T) {
 	dir := t.TempDir()
 	v1, v2 := randomBytes(fileSize, 4), randomBytes(fileSize+5000, 5)

@@ -205,8 +205,14 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 	)
 	fresh := func() *sentLedger { return newSentLedger(m.NumPieces()) }
 	resend := s.cfg.ResendAfter
-	if ir := r.Header.Get("If-Range"); ir != "" && ir != w.Header().Get("Etag") {
+	switch ir := r.Header.Get("If-Range"); {
+	case ir != "" && ir != w.Header().Get("Etag"):
 		// Likely a stale manifest: the 200 it gets tells the peer so.
+		resend = 0
+	case r.Header.Get(ReasonHeader) == reasonNoPeers:
+		// A peer that knows no other has no swarm to leave a piece to: the
+		// peer that had it may have left (one download of a file after
+		// another, each alone, waited ResendAfter for its pieces).
 		resend = 0
 	}
 	s.picks.with(m, now, fresh, func(l *sentLedger) {

@@ -131,7 +131,7 @@ func TestSentLedgerResendAfter(t *testing.T) {
 // TestPickInSwarm: a swarm peer asking for pieces the origin sent just now
 // gets 503 "in swarm" with a Retry-After, no body of the file, and the
 // piece is not counted as sent; the same request without candidates (not a
-// swarm peer) still gets it.
+// swarm peer), or from a peer that knows no other, still gets it.
 func TestPickInSwarm(t *testing.T) {
 	dir := t.TempDir()
 	data := randomBytes(fileSize, 31)
@@ -157,9 +157,13 @@ func TestPickInSwarm(t *testing.T) {
 	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
 		t.Errorf("no candidates: got piece %d, want 1", p)
 	}
+	// A peer that knows no other peer has no swarm to leave them to.
+	if res, p := ts.pieceGet(t, m, data, 1, "0", ReasonHeader, reasonNoPeers); p < 0 {
+		t.Errorf("a peer without peers: %s, %s %q", res.Status, InSwarmHeader, res.Header.Get(InSwarmHeader))
+	}
 	for series, want := range map[string]int64{
 		`stampede_origin_piece_sends_total{copy="first"}`:   2,
-		`stampede_origin_piece_sends_total{copy="again"}`:   1,
+		`stampede_origin_piece_sends_total{copy="again"}`:   2,
 		`stampede_origin_rejected_total{reason="in-swarm"}`: 1,
 	} {
 		if got := ts.metric(t, series); got != want {

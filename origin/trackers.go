@@ -3,12 +3,15 @@ package origin
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -87,6 +90,30 @@ func (e *entry) bodyWith(trackers []string) (*publishedBody, error) {
 	p := &publishedBody{trackers: key, body: body, gzipped: gzipped(body), head: head}
 	e.published.Store(p)
 	return p, nil
+}
+
+// addManifestHead answers a full response to a HEAD that asks for it
+// (manifest.WantHeader) with the head of the manifest entry looks up, as its
+// manifest URL serves it to r, in manifest.HeadHeader. entry returns the
+// manifest of the version being answered if it is known (cached), else nil:
+// the head is never computed for this, and without it the client asks the
+// manifest URL as before. Piece answers never carry it.
+func (s *Server) addManifestHead(h http.Header, r *http.Request, entry func() *entry) {
+	if r.Method != http.MethodHead || !httphdr.HasToken(r.Header.Values(manifest.WantHeader), manifest.WantHead) {
+		return
+	}
+	e := entry()
+	if e == nil {
+		return
+	}
+	pub, err := e.bodyWith(s.trackersFor(r))
+	if err != nil {
+		s.log.Warn("answering without the manifest's head", "err", err)
+		return
+	}
+	if enc := base64.StdEncoding.EncodeToString(pub.head); len(enc) <= manifest.MaxInlineHead {
+		h.Set(manifest.HeadHeader, enc)
+	}
 }
 
 // gzipped returns b compressed with gzip.

@@ -128,6 +128,12 @@ func (s *Server) modifyResponse(res *http.Response) error {
 			res.Header.Set("Repr-Digest", e.reprDigest())
 		}
 	}
+	if res.StatusCode == http.StatusOK {
+		s.addManifestHead(res.Header, w.req, func() *entry {
+			e, _ := s.cache.lookup(res.Request.URL.String(), v)
+			return e
+		})
+	}
 	return nil
 }
 

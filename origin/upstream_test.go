@@ -2,6 +2,7 @@ package origin
 
 import (
 	"bytes"
+	"encoding/base64"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
 )
 
 func mustParse(t *testing.T, s string) *url.URL {
@@ -130,6 +133,31 @@ func TestUpstreamProxiesWithLinkAndDigest(t *testing.T) {
 	}
 	if got := ts.metric(t, `stampede_origin_upstream_requests_total{purpose="manifest"}`); got != 1 {
 		t.Errorf("upstream GETs for manifests %d, want 1", got)
+	}
+}
+
+// TestUpstreamInlineManifestHead: in front of a server, a HEAD that asks
+// for the manifest's head carries it once the manifest is known, as in
+// TestInlineManifestHead; before, the proxied answer goes without.
+func TestUpstreamInlineManifestHead(t *testing.T) {
+	up := newFakeUpstream(t)
+	up.set("/pub/f.iso", upstreamFile{data: randomBytes(fileSize, 31), etag: `"v1"`, modTime: t0})
+	ts := start(t, Config{Upstream: mustParse(t, up.URL+"/")})
+	head := func() string {
+		t.Helper()
+		res, _ := ts.do(t, "HEAD", "/pub/f.iso", manifest.WantHeader, manifest.WantHead)
+		if res.StatusCode != http.StatusOK || res.Header.Get("Link") == "" {
+			t.Fatalf("HEAD: %s, Link %q", res.Status, res.Header.Get("Link"))
+		}
+		return res.Header.Get(manifest.HeadHeader)
+	}
+	if got := head(); got != "" {
+		t.Errorf("a head before the manifest was computed: %q", got)
+	}
+	ts.manifest(t, "/pub/f.iso")
+	_, served := ts.do(t, "GET", ManifestPrefix+"/pub/f.iso?"+manifest.HeadQuery+"=0")
+	if b, err := base64.StdEncoding.DecodeString(head()); err != nil || !bytes.Equal(b, served) {
+		t.Errorf("HEAD carries a head decoding to %q (%v); the head's URL serves %q", b, err, served)
 	}
 }
 

@@ -265,6 +265,20 @@ func FormatReprDigestSHA256(sum []byte) string {
 	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum) + ":"
 }
 
+// HasToken reports whether comma-separated field values list token
+// (case-insensitive; parameters after ";" ignored).
+func HasToken(values []string, token string) bool {
+	for _, v := range values {
+		for member := range strings.SplitSeq(v, ",") {
+			t, _, _ := strings.Cut(member, ";")
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // AcceptsGzip reports whether Accept-Encoding field values accept gzip:
 // gzip (or x-gzip) listed with a weight above 0, or "*" with a weight above
 // 0 and gzip not listed.

@@ -631,6 +631,26 @@ func FuzzReprDigest(f *testing.F) {
 	})
 }
 
+func TestHasToken(t *testing.T) {
+	for _, c := range []struct {
+		values []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{""}, false},
+		{[]string{"manifest-head"}, true},
+		{[]string{"Manifest-Head"}, true},
+		{[]string{"a, manifest-head;x=1"}, true},
+		{[]string{"a", " manifest-head "}, true},
+		{[]string{"manifest-heads, b"}, false},
+		{[]string{"a;manifest-head"}, false},
+	} {
+		if got := httphdr.HasToken(c.values, "manifest-head"); got != c.want {
+			t.Errorf("HasToken(%q) = %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
 func TestAcceptsGzip(t *testing.T) {
 	for _, c := range []struct {
 		values []string
