@@ -425,8 +425,10 @@ func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info,
 // fetchManifest downloads and validates the manifest, or only its head
 // (without the piece layer, from a stampede origin; another server sends
 // the whole manifest), and checks it describes the file the server serves
-// now. A mismatch is retried once, since the file may have changed between
-// the two requests.
+// now. A head the probe's answer carried (in.head) is taken instead of
+// asked for, and checked the same. A mismatch is retried once, since the
+// file may have changed between the two requests, after probing again
+// without asking for the head, so the retry asks the manifest URL.
 func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*manifest.Manifest, error) {
 	var busyWaited time.Duration
 	for attempt := 0; ; attempt++ {
@@ -474,7 +476,11 @@ func decodeHead(v string) (*manifest.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", manifest.HeadHeader, err)
 	}
-	return manifest.UnmarshalHead(b)
+	m, err := manifest.UnmarshalHead(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", manifest.HeadHeader, err)
+	}
+	return m, nil
 }
 
 // headURL is the URL of the head of the manifest at u. The query is added

@@ -30,22 +30,11 @@ func TestInlineManifestHead(t *testing.T) {
 		{name: "inline", edit: func(_ *testing.T, h string) string { return h }},
 		{name: "garbled", edit: func(_ *testing.T, h string) string { return "!" + h },
 			want: []string{"?" + manifest.HeadQuery + "=0"}},
-		{name: "too long", edit: func(_ *testing.T, h string) string { return h + strings.Repeat("A", manifest.MaxInlineHead) },
-			want: []string{"?" + manifest.HeadQuery + "=0"}},
+		{name: "too long", edit: func(t *testing.T, h string) string {
+			return editHead(t, h, func(m *manifest.Manifest) { m.Name = strings.Repeat("n", manifest.MaxInlineHead) })
+		}, want: []string{"?" + manifest.HeadQuery + "=0"}},
 		{name: "other version", edit: func(t *testing.T, h string) string {
-			b, err := base64.StdEncoding.DecodeString(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := manifest.UnmarshalHead(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.ETag = `"another"`
-			if b, err = m.MarshalJSON(); err != nil {
-				t.Fatal(err)
-			}
-			return base64.StdEncoding.EncodeToString(b)
+			return editHead(t, h, func(m *manifest.Manifest) { m.ETag = `"another"` })
 		}, want: []string{"?" + manifest.HeadQuery + "=0"}}, // after probing again
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,4 +84,23 @@ func TestInlineManifestHead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// editHead decodes the manifest head h (HeadHeader), applies edit and
+// encodes the result.
+func editHead(t *testing.T, h string, edit func(*manifest.Manifest)) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.UnmarshalHead(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = m.MarshalJSON(); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }

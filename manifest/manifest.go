@@ -241,14 +241,16 @@ const HeadQuery = "piece_layer"
 // padded) of the JSON its manifest URL serves with HeadQuery: one request
 // to the origin fewer for each peer of a crowd as it arrives. The client
 // checks it as if fetched, and fetches it as before when it is absent.
-// An origin sends no head whose encoding is longer than MaxInlineHead (a
-// head is a few hundred bytes, its trackers' URLs most of it), and a client
-// reads none.
+// An origin sends no head whose encoding is longer than MaxInlineHead, and
+// a client reads none: a head is a few hundred bytes, its trackers' URLs
+// most of it, and a proxy in front of the origin may refuse an answer
+// whose header outgrows its buffer (nginx's proxy_buffer_size is 4 KiB by
+// default), which would fail the probe itself.
 const (
 	WantHeader    = "Stampede-Want"
 	WantHead      = "manifest-head"
 	HeadHeader    = "Stampede-Manifest-Head"
-	MaxInlineHead = 16 << 10
+	MaxInlineHead = 2 << 10
 )
 
 // HasLayer reports whether m holds its piece layer: a manifest decoded

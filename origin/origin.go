@@ -147,8 +147,9 @@ type Config struct {
 	// (pick.go) all went to swarm peers less than ResendAfter ago (from the
 	// end of their bodies), or are still being sent to one, is answered
 	// 503, "in swarm", rather than sent again: the peers they went to are
-	// passing them on. 0 means DefaultResendAfter; negative sends them
-	// again at once.
+	// passing them on (never to a peer that knows no other peer: Stampede-
+	// Reason origin:no-peers). 0 means DefaultResendAfter; negative sends
+	// them again at once.
 	ResendAfter time.Duration
 
 	// BundleMaxAssets and BundleMaxBytes bound the bundle of an HTML page

@@ -466,6 +466,23 @@ func TestInlineManifestHead(t *testing.T) {
 	}
 }
 
+// TestInlineManifestHeadTooLong: a head longer than manifest.MaxInlineHead
+// (many trackers) is left to the head's URL.
+func TestInlineManifestHeadTooLong(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f", randomBytes(fileSize, 7), t0)
+	var trackers []string
+	for i := range 20 {
+		trackers = append(trackers, fmt.Sprintf("https://tracker-%02d.example.net/%s/announce", i, strings.Repeat("p", 60)))
+	}
+	ts := start(t, Config{Dir: dir, Trackers: trackers})
+	ts.manifest(t, "/f")
+	res, _ := ts.do(t, "HEAD", "/f", manifest.WantHeader, manifest.WantHead)
+	if got := res.Header.Get(manifest.HeadHeader); res.StatusCode != http.StatusOK || got != "" {
+		t.Errorf("HEAD: %s, a head of %d bytes", res.Status, len(got))
+	}
+}
+
 func TestManifestRecomputedAfterChange(t *testing.T) {
 	dir := t.TempDir()
 	v1, v2 := randomBytes(fileSize, 4), randomBytes(fileSize+5000, 5)

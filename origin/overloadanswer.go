@@ -69,14 +69,7 @@ var outcomeNames = [numOutcomes]string{"piece", "legacy", "off", "full", "no-man
 
 // capable reports whether r asks for overload mode.
 func capable(r *http.Request) bool {
-	for _, v := range r.Header.Values(CapabilitiesHeader) {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), CapabilityOverload) {
-				return true
-			}
-		}
-	}
-	return false
+	return httphdr.HasToken(r.Header.Values(CapabilitiesHeader), CapabilityOverload)
 }
 
 // pieceSource is what an overload answer is cut from: the bytes of the

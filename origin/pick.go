@@ -57,7 +57,9 @@ import (
 // once ResendAfter has passed. Sends to other clients (plain HTTP, get
 // --no-swarm) do not count here: the swarm does not have those pieces.
 // Nor is a request refused whose If-Range is not the file's ETag: a peer
-// with a stale manifest learns so from the 200 it gets.
+// with a stale manifest learns so from the 200 it gets; nor one whose
+// Stampede-Reason is origin:no-peers: a peer that knows no other has no
+// swarm to get the piece from.
 //
 // Only files served from a directory pick; in upstream mode the range
 // asked is forwarded as it is.

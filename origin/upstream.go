@@ -54,6 +54,10 @@ func (s *Server) initUpstream() error {
 			pr.Out.URL = s.target(pr.In.URL)
 			pr.Out.Host = ""
 			pr.SetXForwarded()
+			// The manifest's head is ours to give (addManifestHead): an
+			// upstream that is a stampede origin too would give its own,
+			// naming its trackers.
+			pr.Out.Header.Del(manifest.WantHeader)
 		},
 		Transport:      tr,
 		ModifyResponse: s.modifyResponse,
@@ -102,6 +106,7 @@ func (s *Server) serveProxy(w *respWriter, r *http.Request) {
 // sent to the client: the moment to ask the gate, as the status and the
 // length are known.
 func (s *Server) modifyResponse(res *http.Response) error {
+	res.Header.Del(manifest.HeadHeader) // only ours goes out (see Rewrite)
 	w := res.Request.Context().Value(rwKey{}).(*respWriter)
 	if !w.admit(res.StatusCode, res.ContentLength) {
 		return errOverloaded

@@ -43,6 +43,9 @@ type upstreamFile struct {
 	// ignoreIfRange: answer a Range as if If-Range had matched, as some
 	// servers do.
 	ignoreIfRange bool
+	// head: a manifest head to send as a stampede origin would, to any
+	// request (a stampede origin answers only those that ask).
+	head string
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
@@ -63,6 +66,14 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 			}
 			if f.ignoreIfRange {
 				r.Header.Del("If-Range")
+			}
+			if f.head != "" {
+				w.Header().Set(manifest.HeadHeader, f.head)
+			}
+			if r.Header.Get(manifest.WantHeader) != "" {
+				u.mu.Lock()
+				u.count["asked for a head"]++
+				u.mu.Unlock()
 			}
 			http.ServeContent(w, r, "", f.modTime, bytes.NewReader(f.data))
 		}
@@ -138,10 +149,12 @@ func TestUpstreamProxiesWithLinkAndDigest(t *testing.T) {
 
 // TestUpstreamInlineManifestHead: in front of a server, a HEAD that asks
 // for the manifest's head carries it once the manifest is known, as in
-// TestInlineManifestHead; before, the proxied answer goes without.
+// TestInlineManifestHead; before, the proxied answer goes without. The
+// upstream is never asked for a head, and one it sends (as a stampede
+// origin upstream would, naming its own trackers) never reaches the client.
 func TestUpstreamInlineManifestHead(t *testing.T) {
 	up := newFakeUpstream(t)
-	up.set("/pub/f.iso", upstreamFile{data: randomBytes(fileSize, 31), etag: `"v1"`, modTime: t0})
+	up.set("/pub/f.iso", upstreamFile{data: randomBytes(fileSize, 31), etag: `"v1"`, modTime: t0, head: "dXBzdHJlYW0="})
 	ts := start(t, Config{Upstream: mustParse(t, up.URL+"/")})
 	head := func() string {
 		t.Helper()
@@ -158,6 +171,9 @@ func TestUpstreamInlineManifestHead(t *testing.T) {
 	_, served := ts.do(t, "GET", ManifestPrefix+"/pub/f.iso?"+manifest.HeadQuery+"=0")
 	if b, err := base64.StdEncoding.DecodeString(head()); err != nil || !bytes.Equal(b, served) {
 		t.Errorf("HEAD carries a head decoding to %q (%v); the head's URL serves %q", b, err, served)
+	}
+	if n := up.requests("asked for a head"); n != 0 {
+		t.Errorf("the upstream was asked for a head %d times", n)
 	}
 }
 
