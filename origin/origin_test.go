@@ -425,10 +425,9 @@ func TestManifestHead(t *testing.T) {
 }
 
 // TestInlineManifestHead: a HEAD that asks for it carries the manifest's
-// head, byte for byte what the head's URL serves; not unasked, nor on a
-// GET. The first HEAD of a file this small has its manifest computed for
-// Repr-Digest; a large file's is computed in the background, and its
-// HEADs carry no head until it is known (no Repr-Digest either).
+// head, byte for byte what the head's URL serves (the first HEAD of a file
+// this small has its manifest computed for Repr-Digest); not unasked, nor
+// on a GET; and once the file changes, the new version's head.
 func TestInlineManifestHead(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0)
