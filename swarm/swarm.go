@@ -581,6 +581,9 @@ func (s *Scheduler) Have() *pieceset.Set { return s.have.Clone() }
 // Complete reports whether every piece is in.
 func (s *Scheduler) Complete() bool { return s.have.Complete() }
 
+// HaveCount reports how many pieces we have.
+func (s *Scheduler) HaveCount() int { return s.have.Count() }
+
 // Holders reports how many connected peers have piece i, by the have-sets
 // and HAVEs they sent (0 for an index out of range): the count rarest-first
 // picks by, which a node also uses to order its uploads.

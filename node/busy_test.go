@@ -1,0 +1,68 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/pieceset"
+	"github.com/stampede-dev/stampede/swarm"
+)
+
+// TestUploadsFull: while we hold fewer than rampPieces pieces, the busy
+// bound counts the pieces holding or waiting for a turn as well as those
+// queued, and is rampQueueTime of upload, at least rampMinQueued; from
+// rampPieces on, it counts the queued pieces only, up to uploadQueueTime
+// of upload, at least minUploadsQueued.
+func TestUploadsFull(t *testing.T) {
+	const pieces, size = rampPieces + 1, 64 << 10
+	now := time.Now()
+	sched := func(have int) *swarm.Scheduler {
+		set := pieceset.New(pieces)
+		for i := range have {
+			set.Add(i)
+		}
+		return swarm.New(swarm.Config{NumPieces: pieces, PieceLen: func(int) int64 { return size }}, set, now)
+	}
+	p := &peerConn{uploads: make(chan upload, uploadQueue)}
+	n := &Node{
+		m:     &manifest.Manifest{PieceSize: size},
+		turns: newTurns(defaultUploadTurns),
+		peers: map[swarm.PeerID]*peerConn{1: p},
+	}
+	check := func(what string, want bool) {
+		t.Helper()
+		if got := n.uploadsFull(); got != want {
+			t.Errorf("%s: full %v, want %v", what, got, want)
+		}
+	}
+	queue := func(k int) {
+		for len(p.uploads) > 0 {
+			<-p.uploads
+		}
+		for range k {
+			p.uploads <- upload{}
+		}
+	}
+
+	n.sched = sched(rampPieces - 1)
+	for range rampMinQueued - 1 {
+		n.turns.enter(0) // the first three hold turns, the rest wait
+	}
+	check("ramp, turns below the bound", false)
+	n.turns.enter(0)
+	check("ramp, turns at the bound", true)
+	n.upRate = 2 * rampMinQueued * size / rampQueueTime.Seconds()
+	check("ramp, faster link", false)
+	queue(rampMinQueued)
+	check("ramp, faster link, queued pieces too", true)
+
+	n.sched = sched(rampPieces)
+	n.upRate = 0
+	queue(minUploadsQueued - 1)
+	check("past the ramp, turns not counted", false)
+	queue(minUploadsQueued)
+	check("past the ramp, queue at the bound", true)
+	n.upRate = 2 * minUploadsQueued * size / uploadQueueTime.Seconds()
+	check("past the ramp, faster link", false)
+}
