@@ -9,21 +9,23 @@ import (
 	"github.com/stampede-dev/stampede/swarm"
 )
 
-// TestUploadsFull: while we hold fewer than rampPieces pieces, the busy
-// bound counts the pieces holding or waiting for a turn as well as those
-// queued, and is rampQueueTime of upload, at least rampMinQueued; from
-// rampPieces on, it counts the queued pieces only, up to uploadQueueTime
-// of upload, at least minUploadsQueued.
+// TestUploadsFull: while we hold fewer than rampPieces pieces and lack
+// some, the busy bound counts the pieces holding or waiting for a turn as
+// well as those queued, and is rampQueueTime of upload, at least
+// rampMinQueued; from rampPieces on, or with a small file complete, it
+// counts the queued pieces only, up to uploadQueueTime of upload, at
+// least minUploadsQueued.
 func TestUploadsFull(t *testing.T) {
 	const pieces, size = rampPieces + 1, 64 << 10
 	now := time.Now()
-	sched := func(have int) *swarm.Scheduler {
+	schedOf := func(pieces, have int) *swarm.Scheduler {
 		set := pieceset.New(pieces)
 		for i := range have {
 			set.Add(i)
 		}
 		return swarm.New(swarm.Config{NumPieces: pieces, PieceLen: func(int) int64 { return size }}, set, now)
 	}
+	sched := func(have int) *swarm.Scheduler { return schedOf(pieces, have) }
 	p := &peerConn{uploads: make(chan upload, uploadQueue)}
 	n := &Node{
 		m:     &manifest.Manifest{PieceSize: size},
@@ -47,11 +49,14 @@ func TestUploadsFull(t *testing.T) {
 
 	n.sched = sched(rampPieces - 1)
 	for range rampMinQueued - 1 {
-		n.turns.enter(0) // the first three hold turns, the rest wait
+		n.turns.enter(0) // all three turns held
 	}
 	check("ramp, turns below the bound", false)
-	n.turns.enter(0)
+	n.turns.enter(0) // one waits
 	check("ramp, turns at the bound", true)
+	n.sched = schedOf(4, 4)
+	check("a small file complete, turns not counted", false)
+	n.sched = sched(rampPieces - 1)
 	n.upRate = 2 * rampMinQueued * size / rampQueueTime.Seconds()
 	check("ramp, faster link", false)
 	queue(rampMinQueued)

@@ -530,22 +530,24 @@ const (
 	minUploadsQueued = 8
 )
 
-// The ramp's bound. While we hold fewer than rampPieces pieces, the first
-// seconds of a crowd, everyone lacks the few we have and asks us for them
-// at once. The queue's bound then counts every piece we accepted, those
-// waiting for a turn and those being sent as well (turns.go: a connection
-// takes its piece out of its queue when it starts to wait, so 25
-// neighbours asking at once were all accepted), and it is rampQueueTime
-// of upload (at least rampMinQueued pieces): a requester refused goes to
-// a neighbour that got the piece a moment after us, whose link would
-// idle, instead of waiting a second here. In flash50 runs on the testbed
-// the peers were about 0.2 s less behind at 3 and 4 s, and the last peer
-// came at 38.55 s on average against 38.68 s (15 runs each, in turn).
-// Past the ramp the longer bound is better: with the short one all
-// along, in one run, holders idled while their refused requesters backed
-// off and the last peer came 0.6 s later. 16 and 64 pieces did no better
-// than 32 (4 and 5 runs). docs/benchmarks.md, thirteenth and eighteenth
-// passes.
+// The ramp's bound. While we hold fewer than rampPieces pieces and lack
+// some, the first seconds of a crowd, everyone lacks the few we have and
+// asks us for them at once. The queue's bound then counts the pieces
+// holding or waiting for an upload turn as well as those queued
+// (turns.busy; a connection takes its piece out of its queue when it
+// starts to wait for a turn, so a peer asked for a new piece by 25
+// neighbours at once accepted them all, twelfth pass), and it is
+// rampQueueTime of upload (at least rampMinQueued pieces): a requester
+// refused goes to a neighbour that got the piece a moment after us, whose
+// link would idle, instead of waiting a second here. In flash50 runs on
+// the testbed the peers were about 0.2 s less behind at 3 and 4 s, and
+// the last peer came at 38.54 s on average against 38.68 s (15 runs
+// each, in turn). Past the ramp the longer bound is better: with the
+// short one all along, in one run, holders idled while their refused
+// requesters backed off and the last peer came 0.6 s later (thirteenth
+// pass). 16 and 64 pieces did no better than 32 (4 and 5 runs;
+// docs/benchmarks.md, eighteenth pass). Without upload turns
+// (UploadTurns < 0) only the queued pieces count.
 const (
 	rampPieces    = 32
 	rampQueueTime = 300 * time.Millisecond
@@ -661,7 +663,7 @@ func (n *Node) uploadRank(piece int) int {
 // uploadsFull reports whether a request is to be refused as busy now: the
 // upload queue's bound, or in the first seconds the ramp's (above).
 func (n *Node) uploadsFull() bool {
-	if n.sched.HaveCount() < rampPieces {
+	if n.sched.HaveCount() < rampPieces && !n.sched.Complete() {
 		return n.uploadsQueued()+n.turns.busy() >= n.queueBound(rampQueueTime, rampMinQueued)
 	}
 	return n.uploadsQueued() >= n.queueBound(uploadQueueTime, minUploadsQueued)

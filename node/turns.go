@@ -79,7 +79,7 @@ const (
 // turns hands out the upload turns of a node, lowest rank first, then
 // first come, first served; nil means uploads do not take turns.
 type turns struct {
-	n       int        // how many
+	n       int        // turns in all; set once
 	mu      sync.Mutex // guards the following
 	free    int
 	waiting []waiter // in the order they came
