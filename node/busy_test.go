@@ -10,8 +10,8 @@ import (
 )
 
 // TestUploadsFull: while we hold fewer than rampPieces pieces and lack
-// some, the busy bound counts the pieces holding or waiting for a turn as
-// well as those queued, and is rampQueueTime of upload, at least
+// some, the busy bound counts the pieces waiting for a turn or being sent
+// as well as those queued, and is rampQueueTime of upload, at least
 // rampMinQueued; from rampPieces on, or with a small file complete, it
 // counts the queued pieces only, up to uploadQueueTime of upload, at
 // least minUploadsQueued.
@@ -29,7 +29,6 @@ func TestUploadsFull(t *testing.T) {
 	p := &peerConn{uploads: make(chan upload, uploadQueue)}
 	n := &Node{
 		m:     &manifest.Manifest{PieceSize: size},
-		turns: newTurns(defaultUploadTurns),
 		peers: map[swarm.PeerID]*peerConn{1: p},
 	}
 	check := func(what string, want bool) {
@@ -48,14 +47,12 @@ func TestUploadsFull(t *testing.T) {
 	}
 
 	n.sched = sched(rampPieces - 1)
-	for range rampMinQueued - 1 {
-		n.turns.enter(0) // all three turns held
-	}
-	check("ramp, turns below the bound", false)
-	n.turns.enter(0) // one waits
-	check("ramp, turns at the bound", true)
+	n.uploading.Store(rampMinQueued - 1) // sent, or waiting for a turn
+	check("ramp, uploads below the bound", false)
+	n.uploading.Add(1)
+	check("ramp, uploads at the bound", true)
 	n.sched = schedOf(4, 4)
-	check("a small file complete, turns not counted", false)
+	check("a small file complete, uploads not counted", false)
 	n.sched = sched(rampPieces - 1)
 	n.upRate = 2 * rampMinQueued * size / rampQueueTime.Seconds()
 	check("ramp, faster link", false)
@@ -65,7 +62,7 @@ func TestUploadsFull(t *testing.T) {
 	n.sched = sched(rampPieces)
 	n.upRate = 0
 	queue(minUploadsQueued - 1)
-	check("past the ramp, turns not counted", false)
+	check("past the ramp, uploads not counted", false)
 	queue(minUploadsQueued)
 	check("past the ramp, queue at the bound", true)
 	n.upRate = 2 * minUploadsQueued * size / uploadQueueTime.Seconds()

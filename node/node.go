@@ -533,8 +533,8 @@ const (
 // The ramp's bound. While we hold fewer than rampPieces pieces and lack
 // some, the first seconds of a crowd, everyone lacks the few we have and
 // asks us for them at once. The queue's bound then counts the pieces
-// holding or waiting for an upload turn as well as those queued
-// (turns.busy; a connection takes its piece out of its queue when it
+// waiting for an upload turn or being sent as well as those queued
+// (uploading; a connection takes its piece out of its queue when it
 // starts to wait for a turn, so a peer asked for a new piece by 25
 // neighbours at once accepted them all, twelfth pass), and it is
 // rampQueueTime of upload (at least rampMinQueued pieces): a requester
@@ -546,8 +546,7 @@ const (
 // short one all along, in one run, holders idled while their refused
 // requesters backed off and the last peer came 0.6 s later (thirteenth
 // pass). 16 and 64 pieces did no better than 32 (4 and 5 runs;
-// docs/benchmarks.md, eighteenth pass). Without upload turns
-// (UploadTurns < 0) only the queued pieces count.
+// docs/benchmarks.md, eighteenth pass).
 const (
 	rampPieces    = 32
 	rampQueueTime = 300 * time.Millisecond
@@ -664,7 +663,7 @@ func (n *Node) uploadRank(piece int) int {
 // upload queue's bound, or in the first seconds the ramp's (above).
 func (n *Node) uploadsFull() bool {
 	if n.sched.HaveCount() < rampPieces && !n.sched.Complete() {
-		return n.uploadsQueued()+n.turns.busy() >= n.queueBound(rampQueueTime, rampMinQueued)
+		return n.uploadsQueued()+int(n.uploading.Load()) >= n.queueBound(rampQueueTime, rampMinQueued)
 	}
 	return n.uploadsQueued() >= n.queueBound(uploadQueueTime, minUploadsQueued)
 }

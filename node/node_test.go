@@ -741,8 +741,9 @@ func TestChokeDropsQueuedUploads(t *testing.T) {
 	// when the machine is loaded and the requests come in two batches):
 	// the rest are refused as busy, so the requester asks elsewhere
 	// instead of waiting behind them. The node holds fewer than
-	// rampPieces here, so its bound is the ramp's (4 pieces, those in
-	// upload turns counted) and more are refused than this checks.
+	// rampPieces here, so its bound is the ramp's (4 pieces, those being
+	// sent or waiting for a turn counted) and more are refused than this
+	// checks.
 	if want := 16 - 8 - min(dataBefore+dataAfter, 2); busy < want {
 		t.Errorf("%d of 16 requests refused as busy with %d served, want at least %d", busy, dataBefore+dataAfter, want)
 	}

@@ -79,7 +79,6 @@ const (
 // turns hands out the upload turns of a node, lowest rank first, then
 // first come, first served; nil means uploads do not take turns.
 type turns struct {
-	n       int        // turns in all; set once
 	mu      sync.Mutex // guards the following
 	free    int
 	waiting []waiter // in the order they came
@@ -108,17 +107,7 @@ func newTurns(n int) *turns {
 	if n == 0 {
 		n = defaultUploadTurns
 	}
-	return &turns{n: n, free: n}
-}
-
-// busy counts the pieces holding a turn or waiting for one (0 for nil).
-func (ts *turns) busy() int {
-	if ts == nil {
-		return 0
-	}
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.n - ts.free + len(ts.waiting)
+	return &turns{free: n}
 }
 
 // enter joins the queue for a turn for a piece of the given rank; the
