@@ -310,8 +310,9 @@ func (p *peerConn) sendLayer(req wire.GetLayer) {
 }
 
 // onLayer files a LAYER frame (the reader goroutine's): the hashes must
-// come in order from the first; once all have, they must hash to the root,
-// or the connection ends. A LAYER we did not ask for is ignored.
+// come in order from the first, or the connection ends; once all have,
+// they must hash to the root, or the peer is dropped and banned. A LAYER
+// we did not ask for is ignored.
 func (p *peerConn) onLayer(ctx context.Context, msg *wire.Layer) error {
 	if !p.layerAsked.Load() {
 		return nil
@@ -337,7 +338,15 @@ func (p *peerConn) onLayer(ctx context.Context, msg *wire.Layer) error {
 		l.liars[p.peerID] = true
 		l.mu.Unlock()
 		p.n.askEnded(p)
-		return fmt.Errorf("its piece layer: %w", err)
+		p.layerAsked.Store(false) // what else it sends is ignored
+		// Hashes that fail the root are data failing verification: as for
+		// a corrupt piece, the scheduler drops the peer and bans its
+		// address for the swarm (by its peer ID alone, a liar that dialled
+		// again under a new one would be asked again). The connection
+		// stays up until then, so the ban finds it.
+		p.n.log.Info("a neighbour's piece layer failed verification", "peer", p.addr, "err", err)
+		p.n.post(ctx, swarm.Corrupt{Peer: p.id, Piece: -1})
+		return nil
 	}
 	p.layerAsked.Store(false)
 	return nil

@@ -41,7 +41,8 @@ func TestLayerFromNeighbours(t *testing.T) {
 }
 
 // TestLayerLiar: a neighbour whose layer does not hash to the root is
-// dropped, and the layer comes from the origin; nothing it said is used.
+// dropped and banned, as for a corrupt piece, and the layer comes from the
+// origin; nothing it said is used.
 func TestLayerLiar(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -70,8 +71,12 @@ func TestLayerLiar(t *testing.T) {
 	if f.getLayer.Load() == 0 {
 		t.Error("the liar was never asked for the layer")
 	}
-	if from := tn.nd.Stats().LayerFrom; from != "origin" {
-		t.Errorf("layer from %q, want origin", from)
+	ns := tn.nd.Stats()
+	if ns.LayerFrom != "origin" {
+		t.Errorf("layer from %q, want origin", ns.LayerFrom)
+	}
+	if ns.PeersBanned != 1 {
+		t.Errorf("%d peers banned, want 1 (the liar)", ns.PeersBanned)
 	}
 }
 

@@ -77,8 +77,9 @@ type Received struct {
 	Bytes int64
 }
 
-// Corrupt: a piece from Peer failed verification. The peer must be dropped
-// and banned.
+// Corrupt: a piece from Peer failed verification, or its piece layer did
+// (Piece -1: the hashes it sent do not hash to the manifest's root). The
+// peer must be dropped and banned.
 type Corrupt struct {
 	Peer  PeerID
 	Piece int

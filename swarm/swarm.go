@@ -266,7 +266,7 @@ type Stats struct {
 	OriginSlicesUsed                     int // won slices in which we fetched
 	Requests, Cancels, Timeouts, Rejects int
 	Received, Duplicates, Unrequested    int // pieces from peers
-	Corrupt                              int
+	Corrupt                              int // pieces, and piece layers, that failed verification
 	Served, Refused                      int // upload side
 	BytesDown, BytesUp                   int64
 	Dials, DialFailures, Evicted, Banned int
