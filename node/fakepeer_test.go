@@ -241,15 +241,22 @@ func (s *fakeSession) next() (*wire.Request, error) {
 }
 
 // layerLiar has no piece and answers every GETLAYER with hashes that are
-// not the piece layer.
+// not the piece layer; a GOODBYE ends its session (goodbyeError).
 func layerLiar(s *fakeSession) error {
 	if err := s.startEmpty(); err != nil {
 		return err
 	}
 	for {
-		req, err := await[*wire.GetLayer](s)
+		msg, err := s.r.Read()
 		if err != nil {
 			return err
+		}
+		if bye, ok := msg.(*wire.Goodbye); ok {
+			return &goodbyeError{text: bye.Text}
+		}
+		req, ok := msg.(*wire.GetLayer)
+		if !ok {
+			continue
 		}
 		s.f.getLayer.Add(1)
 		junk := &wire.Layer{First: req.First, Hashes: make([][wire.HashLen]byte, req.Count)}

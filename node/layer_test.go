@@ -68,6 +68,9 @@ func TestLayerLiar(t *testing.T) {
 	tn := startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1})
 	tn.wait(t, ctx)
 	t.Logf("the liar's connection ended with %q after %d GETLAYERs", how, f.getLayer.Load())
+	if how != "corrupt" {
+		t.Errorf("the liar's connection ended with %q, want the GOODBYE of a ban (corrupt)", how)
+	}
 	if f.getLayer.Load() == 0 {
 		t.Error("the liar was never asked for the layer")
 	}
