@@ -24,6 +24,11 @@ type SwarmConfig struct {
 	// at once, after handing over the uploads under way, at most 2 s;
 	// negative: until the context ends).
 	SeedTime time.Duration
+	// StrictTFT serves a peer, while we download, only while what we sent
+	// it minus what it sent us is under a tab of 2 pieces (Flashback's
+	// strict tit-for-tat, swarm.Config.StrictTFT); peers hear it in our
+	// handshake (wire.CapStrictTFT).
+	StrictTFT bool
 	// OriginIdleTimeout ends an origin fetch that receives nothing for this
 	// long (default 5s): the piece goes back to the scheduler, which asks
 	// again, on a new connection. A connection that lost packets on a full
@@ -72,6 +77,9 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	ncfg.DownloadLimit = d.lim
 	ncfg.UploadLimit = ratelimit.New(d.cfg.Swarm.MaxUploadRate)
 	ncfg.SeedTime = d.cfg.Swarm.SeedTime
+	if d.cfg.Swarm.StrictTFT {
+		ncfg.Swarm.StrictTFT = true
+	}
 	ncfg.Origin = fetchOrigin
 	if !m.HasLayer() {
 		ncfg.FetchLayer = func(ctx context.Context) ([]manifest.Hash, error) {

@@ -45,14 +45,17 @@ type fakePeer struct {
 	// layer: the handshake says it answers GETLAYER (CapLayer).
 	layer bool
 
-	conns    atomic.Int64 // handshakes completed
-	getLayer atomic.Int64 // GETLAYERs read (layerLiar)
-	layers   atomic.Int64 // LAYERs read (layerGreedy)
-	requests atomic.Int64 // REQUESTs read
-	closed   atomic.Int64 // sessions that ended with the other side closing or saying goodbye
+	conns    atomic.Int64  // handshakes completed
+	caps     atomic.Uint32 // the other side's handshake capabilities (the last)
+	getLayer atomic.Int64  // GETLAYERs read (layerLiar)
+	layers   atomic.Int64  // LAYERs read (layerGreedy)
+	requests atomic.Int64  // REQUESTs read
+	closed   atomic.Int64  // sessions that ended with the other side closing or saying goodbye
 
 	mu       sync.Mutex // guards goodbyes
 	goodbyes []string
+	// byeReason is the reason of the last GOODBYE the other side sent.
+	byeReason atomic.Int32
 	// ended receives how each session ended: the GOODBYE text the other
 	// side sent, or the error.
 	ended chan string
@@ -114,11 +117,12 @@ func (f *fakePeer) session(c net.Conn) {
 		mine.Caps |= wire.CapLayer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := wire.Exchange(ctx, c, mine)
+	theirs, err := wire.Exchange(ctx, c, mine)
 	cancel()
 	if err != nil {
 		return
 	}
+	f.caps.Store(uint32(theirs.Caps))
 	f.conns.Add(1)
 	s := &fakeSession{f: f, c: c, r: wire.NewReader(c, f.geom), w: wire.NewWriter(c, f.geom)}
 	err = f.serve(s)
@@ -128,6 +132,7 @@ func (f *fakePeer) session(c net.Conn) {
 		f.mu.Lock()
 		f.goodbyes = append(f.goodbyes, bye.text)
 		f.mu.Unlock()
+		f.byeReason.Store(int32(bye.reason))
 		how = bye.text
 	}
 	if err != nil && !errors.Is(err, errStop) {
@@ -142,7 +147,10 @@ func (f *fakePeer) session(c net.Conn) {
 // errStop ends a fake peer's session at the end of the test.
 var errStop = errors.New("stop")
 
-type goodbyeError struct{ text string }
+type goodbyeError struct {
+	reason wire.GoodbyeReason
+	text   string
+}
 
 func (e *goodbyeError) Error() string { return "goodbye: " + e.text }
 
@@ -235,7 +243,7 @@ func (s *fakeSession) next() (*wire.Request, error) {
 			s.f.requests.Add(1)
 			return msg, nil
 		case *wire.Goodbye:
-			return nil, &goodbyeError{text: msg.Text}
+			return nil, &goodbyeError{reason: msg.Reason, text: msg.Text}
 		}
 	}
 }
@@ -252,7 +260,7 @@ func layerLiar(s *fakeSession) error {
 			return err
 		}
 		if bye, ok := msg.(*wire.Goodbye); ok {
-			return &goodbyeError{text: bye.Text}
+			return &goodbyeError{reason: bye.Reason, text: bye.Text}
 		}
 		req, ok := msg.(*wire.GetLayer)
 		if !ok {

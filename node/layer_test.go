@@ -9,6 +9,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/wire"
 )
 
 // TestLayerFromNeighbours: peers that join with the manifest's head alone
@@ -70,6 +71,9 @@ func TestLayerLiar(t *testing.T) {
 	t.Logf("the liar's connection ended with %q after %d GETLAYERs", how, f.getLayer.Load())
 	if how != "corrupt" {
 		t.Errorf("the liar's connection ended with %q, want the GOODBYE of a ban (corrupt)", how)
+	}
+	if r := wire.GoodbyeReason(f.byeReason.Load()); r != wire.GoodbyeCorrupt {
+		t.Errorf("the ban's GOODBYE has reason %d, want %d (corrupt data)", r, wire.GoodbyeCorrupt)
 	}
 	if f.getLayer.Load() == 0 {
 		t.Error("the liar was never asked for the layer")

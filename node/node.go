@@ -162,7 +162,11 @@ type Node struct {
 	batch    []swarm.Event
 	peers    map[swarm.PeerID]*peerConn
 	byPeerID map[wire.PeerID]swarm.PeerID
-	complete bool
+	// bannedIDs are the peer IDs of the neighbours the scheduler banned:
+	// the scheduler bans addresses, and a peer that cannot be dialed
+	// (listen port 0) has none.
+	bannedIDs map[wire.PeerID]bool
+	complete  bool
 	// completedAt and lastUpload time the hand-over of a peer leaving at
 	// once (handedOver); uploading counts the pieces being sent to peers
 	// now, from the wait for an upload turn to the acknowledgements (the
@@ -205,16 +209,17 @@ func New(cfg Config) (*Node, error) {
 		cfg.StallTimeout = 3 * time.Minute
 	}
 	n := &Node{
-		cfg:      cfg,
-		m:        cfg.Manifest,
-		log:      cfg.Logger,
-		events:   make(chan swarm.Event, 1024),
-		joins:    make(chan join),
-		fatal:    make(chan error, 1),
-		peers:    map[swarm.PeerID]*peerConn{},
-		byPeerID: map[wire.PeerID]swarm.PeerID{},
-		origin:   map[string]int{},
-		interval: 15 * time.Second,
+		cfg:       cfg,
+		m:         cfg.Manifest,
+		log:       cfg.Logger,
+		events:    make(chan swarm.Event, 1024),
+		joins:     make(chan join),
+		fatal:     make(chan error, 1),
+		peers:     map[swarm.PeerID]*peerConn{},
+		byPeerID:  map[wire.PeerID]swarm.PeerID{},
+		bannedIDs: map[wire.PeerID]bool{},
+		origin:    map[string]int{},
+		interval:  15 * time.Second,
 	}
 	n.id = wire.NewPeerID()
 	g, err := wire.NewGeometry(cfg.Manifest.Size, cfg.Manifest.PieceSize)
@@ -418,13 +423,21 @@ const maxBatch = 256
 // (docs/protocol.md, section 3), so that when they dial each other at once
 // they drop the same one rather than one each. A dial that ends as the
 // dropped duplicate is reported to the scheduler as failed, since it waits
-// for the outcome of every Connect.
+// for the outcome of every Connect. A peer ID the scheduler banned is
+// turned away (GOODBYE corrupt data) whatever its address.
 func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	p := j.p
+	if n.bannedIDs[p.peerID] {
+		n.sayGoodbye(p.c, wire.GoodbyeCorrupt, "banned")
+		if j.outbound {
+			return swarm.DialFailed{Addr: p.addr}
+		}
+		return nil
+	}
 	if oldID, dup := n.byPeerID[p.peerID]; dup {
 		old := n.peers[oldID]
 		if old == nil || !n.keepNew(p, j.outbound, old) {
-			p.c.Close()
+			n.sayGoodbye(p.c, wire.GoodbyeDuplicate, "duplicate connection")
 			if j.outbound {
 				return swarm.DialFailed{Addr: p.addr}
 			}
@@ -443,6 +456,24 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.askLayer()
 	n.log.Debug("peer up", "peer", p.addr, "outbound", j.outbound, "peers", len(n.peers))
 	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
+}
+
+// maxBannedIDs bounds Node.bannedIDs: a peer can make up IDs at will, and
+// past the bound the scheduler's ban of addresses still holds.
+const maxBannedIDs = 4096
+
+// sayGoodbye sends GOODBYE on a handshaken connection that is not adopted
+// (a duplicate that lost, a banned peer ID) and closes it, off the loop,
+// within closeGrace.
+func (n *Node) sayGoodbye(c net.Conn, reason wire.GoodbyeReason, text string) {
+	n.wg.Go(func() {
+		defer c.Close()
+		c.SetWriteDeadline(time.Now().Add(closeGrace))
+		w := wire.NewWriter(c, n.geom)
+		if w.WriteMessage(&wire.Goodbye{Reason: reason, Text: text}) == nil {
+			w.Flush()
+		}
+	})
 }
 
 // keepNew reports whether p, a new connection to the same peer as old,
@@ -831,11 +862,14 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			if p := n.peers[a.Peer]; p != nil {
 				n.log.Debug("disconnecting", "peer", p.addr, "why", a.Reason, "ban", a.Ban)
 				if a.Ban {
+					if len(n.bannedIDs) < maxBannedIDs {
+						n.bannedIDs[p.peerID] = true
+					}
 					n.mu.Lock()
 					n.banned++
 					n.mu.Unlock()
 				}
-				p.sendControl(&wire.Goodbye{Text: a.Reason})
+				p.sendControl(&wire.Goodbye{Reason: goodbyeReason(a), Text: a.Reason})
 				p.closeAfterFlush()
 			}
 		case swarm.AskTracker:
@@ -864,6 +898,20 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			n.askTracker(ctx, "completed")
 		}
 	}
+}
+
+// goodbyeReason is the GOODBYE reason of the scheduler's Disconnect
+// (docs/protocol.md, GOODBYE); its text is the scheduler's reason.
+func goodbyeReason(d swarm.Disconnect) wire.GoodbyeReason {
+	switch {
+	case d.Ban: // corrupt data, now or before ("banned")
+		return wire.GoodbyeCorrupt
+	case d.Reason == "both-complete":
+		return wire.GoodbyeDone
+	case d.Reason == "too-many-peers":
+		return wire.GoodbyeTooManyPeers
+	}
+	return wire.GoodbyeOther
 }
 
 func rejectReason(s string) wire.RejectReason {
@@ -1091,6 +1139,8 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 	caps := wire.CapLayer
 	if n.cfg.Store.Count() == n.m.NumPieces() {
 		caps |= wire.CapSeed
+	} else if n.cfg.Swarm.StrictTFT {
+		caps |= wire.CapStrictTFT // strict only while downloading
 	}
 	mine := wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(port)}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -42,6 +42,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		listen   string
 		upStr    string
 		seedTime time.Duration
+		strict   bool
 	)
 	fs.StringVar(&output, "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
 	fs.StringVar(&output, "output", "", "same as -o")
@@ -62,6 +63,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
+	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we sent it, less what it sent us, is under 2 pieces")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -104,7 +106,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
 		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retriesConfig(retries),
 		Logger: log,
-		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: seedTime},
+		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: seedTime, StrictTFT: strict},
 	})
 	if err != nil {
 		return withCode(exitUsage, err)

@@ -1,0 +1,143 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/memnet"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/pieceset"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+// TestDuplicateGoodbye: a second connection from a peer already connected,
+// which the node drops (both were dialed by that peer), gets GOODBYE
+// reason 4 (duplicate) before it closes (docs/protocol.md, section 3).
+func TestDuplicateGoodbye(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 64*KiB, 16*KiB, 24)
+	st := openStore(t, m, data, func(int) bool { return true })
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
+	h := nw.Host(memnet.HostConfig{})
+	mine := wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
+	first, w := dial()
+	if _, err := first.Read(); err != nil { // its HAVESET: registered
+		t.Fatal(err)
+	}
+	second, _ := dial()
+	for {
+		msg, err := second.Read()
+		if err != nil {
+			t.Fatalf("the duplicate connection ended without GOODBYE: %v", err)
+		}
+		if bye, ok := msg.(*wire.Goodbye); ok {
+			if bye.Reason != wire.GoodbyeDuplicate {
+				t.Errorf("GOODBYE reason %d %q, want %d (duplicate)", bye.Reason, bye.Text, wire.GoodbyeDuplicate)
+			}
+			break
+		}
+	}
+	// The first connection stays: told that we lack every piece, the node
+	// unchokes us on it.
+	if err := w.WriteMessage(&wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msg, err := first.Read()
+		if err != nil {
+			t.Fatalf("the first connection: %v", err)
+		}
+		if _, ok := msg.(*wire.Unchoke); ok {
+			break
+		}
+	}
+}
+
+// TestBannedIDTurnedAway: a neighbour that cannot be dialed (listen port 0,
+// so the scheduler has no address to ban) and sends a corrupt piece is
+// dropped with GOODBYE reason 8, and turned away the same way when it
+// comes back with the same peer ID.
+func TestBannedIDTurnedAway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 64*KiB, 16*KiB, 25)
+	st := openStore(t, m, data, func(int) bool { return false })
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
+	h := nw.Host(memnet.HostConfig{})
+	mine := wire.Handshake{Caps: wire.CapSeed, Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
+	// goodbye reads frames until GOODBYE, answering each REQUEST with
+	// bytes that are not the piece; first: the GOODBYE must come first.
+	goodbye := func(r *wire.Reader, w *wire.Writer, first bool) *wire.Goodbye {
+		t.Helper()
+		for {
+			msg, err := r.Read()
+			if err != nil {
+				t.Fatalf("the connection ended without GOODBYE: %v", err)
+			}
+			switch msg := msg.(type) {
+			case *wire.Goodbye:
+				return msg
+			case *wire.Request:
+				if err := w.WriteData(msg.Piece, 0, make([]byte, msg.Length)); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if first {
+				t.Fatalf("got %T before GOODBYE", msg)
+			}
+		}
+	}
+	r, w := dial()
+	if err := w.WriteMessage(&wire.HaveSet{Set: pieceset.Full(m.NumPieces())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteMessage(&wire.Unchoke{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if bye := goodbye(r, w, false); bye.Reason != wire.GoodbyeCorrupt {
+		t.Errorf("after a corrupt piece: GOODBYE reason %d %q, want %d (corrupt data)", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
+	}
+	r, w = dial()
+	if bye := goodbye(r, w, true); bye.Reason != wire.GoodbyeCorrupt {
+		t.Errorf("back with the same ID: GOODBYE reason %d %q, want %d", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
+	}
+	if got := tn.nd.Stats().PeersBanned; got != 1 {
+		t.Errorf("PeersBanned = %d, want 1", got)
+	}
+}
+
+// dialAs connects to tn from a host of its own as a peer with handshake
+// hs, with a 10 s deadline on the connection.
+func dialAs(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m *manifest.Manifest, hs wire.Handshake) (*wire.Reader, *wire.Writer) {
+	t.Helper()
+	geom, err := wire.NewGeometry(m.Size, m.PieceSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := h.Dial(ctx, tn.addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := wire.Exchange(ctx, c, hs); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return wire.NewReader(c, geom), wire.NewWriter(c, geom)
+}
