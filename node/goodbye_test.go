@@ -2,6 +2,9 @@ package node_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -122,9 +125,15 @@ func TestBannedIDTurnedAway(t *testing.T) {
 	}
 }
 
-// dialAs connects to tn from a host of its own as a peer with handshake
-// hs, with a 10 s deadline on the connection.
+// dialAs connects to tn from host h as a peer with handshake hs, with a
+// 10 s deadline on the connection.
 func dialAs(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m *manifest.Manifest, hs wire.Handshake) (*wire.Reader, *wire.Writer) {
+	_, r, w := dialConn(t, ctx, h, tn, m, hs)
+	return r, w
+}
+
+// dialConn is dialAs that also returns the connection.
+func dialConn(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m *manifest.Manifest, hs wire.Handshake) (net.Conn, *wire.Reader, *wire.Writer) {
 	t.Helper()
 	geom, err := wire.NewGeometry(m.Size, m.PieceSize)
 	if err != nil {
@@ -139,5 +148,78 @@ func dialAs(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m *
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	return wire.NewReader(c, geom), wire.NewWriter(c, geom)
+	return c, wire.NewReader(c, geom), wire.NewWriter(c, geom)
+}
+
+// TestMalformedFrameEndsOneConnection: a frame that breaks the protocol (a
+// HAVE of a piece the file does not have) ends that connection, and only
+// it: another neighbour connected meanwhile is still served.
+func TestMalformedFrameEndsOneConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nw := memnet.New()
+	data, m := testFile(t, 64*KiB, 16*KiB, 26)
+	st := openStore(t, m, data, func(int) bool { return true })
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
+	h := nw.Host(memnet.HostConfig{})
+	hs := func() wire.Handshake {
+		return wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+	}
+	until := func(r *wire.Reader, want wire.Type) {
+		t.Helper()
+		for {
+			msg, err := r.Read()
+			if err != nil {
+				t.Fatalf("waiting for %v: %v", want, err)
+			}
+			if msg.Type() == want {
+				return
+			}
+		}
+	}
+	good, gw := dialAs(t, ctx, h, tn, m, hs())
+	until(good, wire.TypeHaveSet)
+
+	c, bad, _ := dialConn(t, ctx, h, tn, m, hs())
+	until(bad, wire.TypeHaveSet)
+	// A HAVE (type 2) of piece 0xffffffff, written raw: our own writer
+	// refuses to encode it.
+	if _, err := c.Write([]byte{0, 0, 0, 5, 2, 0xff, 0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for {
+		if _, err := bad.Read(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the connection that sent a malformed frame is still open")
+			}
+			break
+		}
+	}
+
+	// The other neighbour: told that it lacks every piece, it is unchoked
+	// and gets the piece it asks for.
+	if err := gw.WriteMessage(&wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	until(good, wire.TypeUnchoke)
+	if err := gw.WriteMessage(&wire.Request{Piece: 1, Length: uint32(m.PieceLen(1))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < int(m.PieceLen(1)) {
+		msg, err := good.Read()
+		if err != nil {
+			t.Fatalf("the other neighbour, after %d bytes of piece 1: %v", got, err)
+		}
+		if d, ok := msg.(*wire.Data); ok && d.Piece == 1 {
+			got += len(d.Bytes)
+		}
+	}
 }
