@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -465,16 +466,26 @@ const maxBannedIDs = 4096
 // sayGoodbye sends GOODBYE on a handshaken connection that is not adopted
 // (a duplicate that lost, a banned peer ID) and closes it, off the loop,
 // within closeGrace.
+// What the peer sent meanwhile (its HAVESET) is read and dropped until it
+// closes too: a TCP socket closed with unread data sends a reset, which
+// can destroy the GOODBYE before the peer reads it.
 func (n *Node) sayGoodbye(c net.Conn, reason wire.GoodbyeReason, text string) {
 	n.wg.Go(func() {
 		defer c.Close()
-		c.SetWriteDeadline(time.Now().Add(closeGrace))
+		c.SetDeadline(time.Now().Add(closeGrace))
 		w := wire.NewWriter(c, n.geom)
-		if w.WriteMessage(&wire.Goodbye{Reason: reason, Text: text}) == nil {
-			w.Flush()
+		if w.WriteMessage(&wire.Goodbye{Reason: reason, Text: text}) != nil || w.Flush() != nil {
+			return
 		}
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		io.Copy(io.Discard, io.LimitReader(c, maxGoodbyeDrain))
 	})
 }
+
+// maxGoodbyeDrain bounds what sayGoodbye reads from a peer it is leaving.
+const maxGoodbyeDrain = 1 << 20
 
 // keepNew reports whether p, a new connection to the same peer as old,
 // replaces it: p was dialed by the peer with the smaller ID and old was not.
@@ -864,6 +875,8 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 				if a.Ban {
 					if len(n.bannedIDs) < maxBannedIDs {
 						n.bannedIDs[p.peerID] = true
+					} else {
+						n.log.Warn("too many banned peer IDs to remember; this one is banned by its address only", "peer", p.addr)
 					}
 					n.mu.Lock()
 					n.banned++
@@ -906,9 +919,11 @@ func goodbyeReason(d swarm.Disconnect) wire.GoodbyeReason {
 	switch {
 	case d.Ban: // corrupt data, now or before ("banned")
 		return wire.GoodbyeCorrupt
-	case d.Reason == "both-complete":
+	case d.Reason == swarm.DisconnectBadHaveSet:
+		return wire.GoodbyeProtocol
+	case d.Reason == swarm.DisconnectBothComplete:
 		return wire.GoodbyeDone
-	case d.Reason == "too-many-peers":
+	case d.Reason == swarm.DisconnectTooManyPeers:
 		return wire.GoodbyeTooManyPeers
 	}
 	return wire.GoodbyeOther
@@ -1146,7 +1161,12 @@ func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr st
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	theirs, err := wire.Exchange(hctx, c, mine)
 	cancel()
-	if err != nil || theirs.PeerID == n.id {
+	if err == nil && theirs.PeerID == n.id {
+		// We dialed ourselves: an address of ours came back to us.
+		n.sayGoodbye(c, wire.GoodbyeSelf, "self")
+		return false
+	}
+	if err != nil {
 		c.Close()
 		return false
 	}

@@ -74,7 +74,10 @@ func TestStrictTFT(t *testing.T) {
 						}
 					}
 				}
-				got <- a
+				select {
+				case got <- a:
+				default:
+				}
 				<-s.f.quit
 				return errStop
 			}

@@ -278,6 +278,14 @@ const (
 	RejectBusy     = "busy"      // the upload queue is full (runtime)
 )
 
+// Disconnect reasons the runtime tells the peer apart (its GOODBYE's
+// reason); the others are for logs.
+const (
+	DisconnectBadHaveSet   = "bad-haveset"    // its have-set does not fit the file
+	DisconnectBothComplete = "both-complete"  // we both have the whole file
+	DisconnectTooManyPeers = "too-many-peers" // evicted past MaxPeers
+)
+
 // Connect: dial Addr.
 type Connect struct{ Addr string }
 

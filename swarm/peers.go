@@ -182,7 +182,7 @@ func (s *Scheduler) onHaveSet(e HaveSet) {
 	}
 	if e.Set == nil || e.Set.Len() != len(s.pieces) {
 		s.stats.Invalid++
-		s.disconnect(p, "bad-haveset", false)
+		s.disconnect(p, DisconnectBadHaveSet, false)
 		return
 	}
 	for i := range p.has.All() {
@@ -381,13 +381,13 @@ func (s *Scheduler) managePeers() {
 		// Two complete peers have nothing to trade.
 		for _, p := range slices.Clone(s.order) {
 			if p.has.Complete() {
-				s.disconnect(p, "both-complete", false)
+				s.disconnect(p, DisconnectBothComplete, false)
 			}
 		}
 	}
 	for len(s.order) > s.cfg.MaxPeers {
 		s.stats.Evicted++
-		s.disconnect(s.leastUseful(false), "too-many-peers", false)
+		s.disconnect(s.leastUseful(false), DisconnectTooManyPeers, false)
 	}
 	for _, addr := range s.known {
 		// A complete peer serves those who come; it does not go looking.

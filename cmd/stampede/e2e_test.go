@@ -175,9 +175,10 @@ func TestOverloadedOriginStillDelivers(t *testing.T) {
 	// One transfer at a time, slowly: concurrent clients get overload answers
 	// (a piece and peers) or 503 + Retry-After, and must carry on rather than
 	// fail.
-	// At 2 MB/s a transfer takes about half a second, so the three overlap
-	// even when their processes start apart on a busy machine (at 8 MB/s
-	// one run of this package's tests saw none overlap).
+	// At 2 MB/s the 1 MiB file takes about half a second, which makes the
+	// three clients (goroutines running get) likelier to overlap when they
+	// start apart on a busy machine: at 8 MB/s one run of this package's
+	// tests saw none overlap.
 	base := startServe(t, www, "--max-transfers", "1", "--rate", "2MB")
 	var wg sync.WaitGroup
 	codes := make([]int, 3)

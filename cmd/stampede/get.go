@@ -63,7 +63,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
-	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we sent it, less what it sent us, is under 2 pieces")
+	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we have sent or are sending it, less what it sent us, is under 2 pieces")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
