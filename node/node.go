@@ -466,6 +466,7 @@ const maxBannedIDs = 4096
 // sayGoodbye sends GOODBYE on a handshaken connection that is not adopted
 // (a duplicate that lost, a banned peer ID) and closes it, off the loop,
 // within closeGrace.
+//
 // What the peer sent meanwhile (its HAVESET) is read and dropped until it
 // closes too: a TCP socket closed with unread data sends a reset, which
 // can destroy the GOODBYE before the peer reads it.
