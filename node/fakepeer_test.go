@@ -190,11 +190,16 @@ func (f *fakePeer) announce(ctx context.Context, client *http.Client, url string
 }
 
 // send writes m and flushes.
-func (s *fakeSession) send(m wire.Message) error {
-	if err := s.w.WriteMessage(m); err != nil {
-		return err
+func (s *fakeSession) send(m wire.Message) error { return writeAll(s.w, m) }
+
+// writeAll writes msgs in order and flushes.
+func writeAll(w *wire.Writer, msgs ...wire.Message) error {
+	for _, m := range msgs {
+		if err := w.WriteMessage(m); err != nil {
+			return err
+		}
 	}
-	return s.w.Flush()
+	return w.Flush()
 }
 
 // start sends the full have-set and, if unchoke, UNCHOKE.
@@ -217,9 +222,12 @@ func (s *fakeSession) startEmpty() error {
 
 // await reads frames until one of type T, skipping the others; the end of
 // the connection is an error.
-func await[T wire.Message](s *fakeSession) (T, error) {
+func await[T wire.Message](s *fakeSession) (T, error) { return readUntil[T](s.r) }
+
+// readUntil is await on any reader.
+func readUntil[T wire.Message](r *wire.Reader) (T, error) {
 	for {
-		msg, err := s.r.Read()
+		msg, err := r.Read()
 		if err != nil {
 			var none T
 			return none, err

@@ -33,34 +33,20 @@ func TestDuplicateGoodbye(t *testing.T) {
 		t.Fatal(err)
 	}
 	second, _ := dial()
-	for {
-		msg, err := second.Read()
-		if err != nil {
-			t.Fatalf("the duplicate connection ended without GOODBYE: %v", err)
-		}
-		if bye, ok := msg.(*wire.Goodbye); ok {
-			if bye.Reason != wire.GoodbyeDuplicate {
-				t.Errorf("GOODBYE reason %d %q, want %d (duplicate)", bye.Reason, bye.Text, wire.GoodbyeDuplicate)
-			}
-			break
-		}
+	bye, err := readUntil[*wire.Goodbye](second)
+	if err != nil {
+		t.Fatalf("the duplicate connection ended without GOODBYE: %v", err)
+	}
+	if bye.Reason != wire.GoodbyeDuplicate {
+		t.Errorf("GOODBYE reason %d %q, want %d (duplicate)", bye.Reason, bye.Text, wire.GoodbyeDuplicate)
 	}
 	// The first connection stays: told that we lack every piece, the node
 	// unchokes us on it.
-	if err := w.WriteMessage(&wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+	if err := writeAll(w, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		msg, err := first.Read()
-		if err != nil {
-			t.Fatalf("the first connection: %v", err)
-		}
-		if _, ok := msg.(*wire.Unchoke); ok {
-			break
-		}
+	if _, err := readUntil[*wire.Unchoke](first); err != nil {
+		t.Fatalf("the first connection: %v", err)
 	}
 }
 
@@ -110,13 +96,7 @@ func TestBannedIDTurnedAway(t *testing.T) {
 		}
 	}
 	r, w := dial()
-	if err := w.WriteMessage(&wire.HaveSet{Set: pieceset.Full(m.NumPieces())}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteMessage(&wire.Unchoke{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Flush(); err != nil {
+	if err := writeAll(w, &wire.HaveSet{Set: pieceset.Full(m.NumPieces())}, &wire.Unchoke{}); err != nil {
 		t.Fatal(err)
 	}
 	if bye := goodbye(r, w, false); bye.Reason != wire.GoodbyeCorrupt {
@@ -171,23 +151,14 @@ func TestMalformedFrameEndsOneConnection(t *testing.T) {
 	hs := func() wire.Handshake {
 		return wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
 	}
-	until := func(r *wire.Reader, want wire.Type) {
-		t.Helper()
-		for {
-			msg, err := r.Read()
-			if err != nil {
-				t.Fatalf("waiting for %v: %v", want, err)
-			}
-			if msg.Type() == want {
-				return
-			}
-		}
-	}
 	good, gw := dialAs(t, ctx, h, tn, m, hs())
-	until(good, wire.TypeHaveSet)
-
+	if _, err := readUntil[*wire.HaveSet](good); err != nil {
+		t.Fatal(err)
+	}
 	c, bad, _ := dialConn(t, ctx, h, tn, m, hs())
-	until(bad, wire.TypeHaveSet)
+	if _, err := readUntil[*wire.HaveSet](bad); err != nil {
+		t.Fatal(err)
+	}
 	// A HAVE (type 2) of piece 0xffffffff, written raw: our own writer
 	// refuses to encode it.
 	if _, err := c.Write([]byte{0, 0, 0, 5, 2, 0xff, 0xff, 0xff, 0xff}); err != nil {
@@ -205,17 +176,13 @@ func TestMalformedFrameEndsOneConnection(t *testing.T) {
 
 	// The other neighbour: told that it lacks every piece, it is unchoked
 	// and gets the piece it asks for.
-	if err := gw.WriteMessage(&wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+	if err := writeAll(gw, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
 		t.Fatal(err)
 	}
-	if err := gw.Flush(); err != nil {
+	if _, err := readUntil[*wire.Unchoke](good); err != nil {
 		t.Fatal(err)
 	}
-	until(good, wire.TypeUnchoke)
-	if err := gw.WriteMessage(&wire.Request{Piece: 1, Length: uint32(m.PieceLen(1))}); err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.Flush(); err != nil {
+	if err := writeAll(gw, &wire.Request{Piece: 1, Length: uint32(m.PieceLen(1))}); err != nil {
 		t.Fatal(err)
 	}
 	got := 0

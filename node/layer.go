@@ -65,16 +65,15 @@ const (
 // after the write that filled them.
 type layerState struct {
 	mu     sync.Mutex
-	known  atomic.Bool          // the layer is in the manifest; set under mu
-	from   string               // "peer" or "origin", once known; "" if the manifest had it
-	liars  map[wire.PeerID]bool // neighbours whose layer failed the root (not asked again)
-	asking int                  // asks not answered yet
-	held   []heldGetLayer       // GETLAYERs to answer once known, in order
-	done   chan struct{}        // closed once known
-	now    chan struct{}        // the draw says: fetch from the origin now
-	grace  chan struct{}        // the draw says: fetch after layerGrace
-	retry  chan struct{}        // an ask ended without the layer: ask another
-	drawn  bool                 // the k/n draw is done (loop only)
+	known  atomic.Bool    // the layer is in the manifest; set under mu
+	from   string         // "peer" or "origin", once known; "" if the manifest had it
+	asking int            // asks not answered yet
+	held   []heldGetLayer // GETLAYERs to answer once known, in order
+	done   chan struct{}  // closed once known
+	now    chan struct{}  // the draw says: fetch from the origin now
+	grace  chan struct{}  // the draw says: fetch after layerGrace
+	retry  chan struct{}  // an ask ended without the layer: ask another
+	drawn  bool           // the k/n draw is done (loop only)
 	start  time.Time
 }
 
@@ -84,7 +83,6 @@ type heldGetLayer struct {
 }
 
 func (l *layerState) init(known bool) {
-	l.liars = map[wire.PeerID]bool{}
 	l.done = make(chan struct{})
 	l.now = make(chan struct{}, 1)
 	l.grace = make(chan struct{}, 1)
@@ -227,7 +225,7 @@ func (n *Node) askLayerOf(p *peerConn) {
 	// connection replaces the one we asked on (docs/protocol.md, section
 	// 3), the request held there is lost with it, and the new one is
 	// asked again.
-	if !p.caps.Has(wire.CapLayer) || p.layerTried || n.layer.liars[p.peerID] {
+	if !p.caps.Has(wire.CapLayer) || p.layerTried {
 		return
 	}
 	p.layerTried = true
@@ -334,17 +332,12 @@ func (p *peerConn) onLayer(ctx context.Context, msg *wire.Layer) error {
 	pieces := p.layerBuf
 	p.layerBuf = nil
 	if err := p.n.setLayer(ctx, pieces, "peer"); err != nil {
-		l := &p.n.layer
-		l.mu.Lock()
-		l.liars[p.peerID] = true
-		l.mu.Unlock()
 		p.n.askEnded(p) // also ignores what else it sends
 		// Hashes that fail the root are data failing verification: as for
-		// a corrupt piece, the scheduler drops the peer and no longer
-		// connects to its address (by its peer ID alone, a liar that
-		// dialled again under a new one would be asked again). Like that
-		// of a corrupt piece, the connection ends by the scheduler's
-		// Disconnect, with a GOODBYE and counted in PeersBanned.
+		// a corrupt piece, the scheduler drops the peer, and it is banned
+		// by address and by peer ID (Node.register), so it is not asked
+		// again. The connection ends by the scheduler's Disconnect, with
+		// GOODBYE reason 8, counted in PeersBanned.
 		p.n.log.Info("a neighbour's piece layer failed verification", "peer", p.addr, "err", err)
 		p.n.post(ctx, swarm.Corrupt{Peer: p.id, Piece: -1})
 		return nil

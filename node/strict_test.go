@@ -46,12 +46,11 @@ func TestStrictTFT(t *testing.T) {
 				if _, a.err = await[*wire.Unchoke](s); a.err != nil {
 					return a.err
 				}
+				var reqs []wire.Message
 				for i := range has {
-					if a.err = s.w.WriteMessage(&wire.Request{Piece: uint32(i), Length: uint32(m.PieceLen(i))}); a.err != nil {
-						return a.err
-					}
+					reqs = append(reqs, &wire.Request{Piece: uint32(i), Length: uint32(m.PieceLen(i))})
 				}
-				if a.err = s.w.Flush(); a.err != nil {
+				if a.err = writeAll(s.w, reqs...); a.err != nil {
 					return a.err
 				}
 				s.c.SetReadDeadline(time.Now().Add(10 * time.Second))
