@@ -643,8 +643,11 @@ func TestStalledPeerRuntime(t *testing.T) {
 			took, st, f := run(t, tc.serve)
 			t.Logf("with a %s staller: the last done after %v (baseline %v); it had %d connections and read %d requests; timeouts %d, queue drops %d",
 				tc.name, took, base, f.conns.Load(), f.requests.Load(), st.RequestTimeouts, st.QueueDrops)
-			if bound := base*3/2 + 2*time.Second; took > bound {
-				t.Errorf("with a %s staller the last downloader took %v, without %v: more than 1.5× + 2 s", tc.name, took, base)
+			// Measured (go test -race, 4 runs of each): 0.0 to 0.15 s
+			// longer than without it; 0.05 to 0.17 s with the race tests
+			// of origin, fetch and swarm running alongside (3 runs).
+			if bound := base + time.Second; took > bound {
+				t.Errorf("with a %s staller the last downloader took %v, without %v: more than 1 s longer", tc.name, took, base)
 			}
 			if f.conns.Load() > 0 && st.RequestTimeouts == 0 {
 				t.Errorf("no request timed out: the staller's requests did not move elsewhere")

@@ -120,26 +120,37 @@ func TestTrackerDownAfterJoin(t *testing.T) {
 
 // TestOriginTransferCap: with MaxTransfers 2, the origin never sends more
 // than 2 file bodies at once however many peers ask, and the 503s it
-// answers with are honoured (everyone finishes). Overload mode is off: its
-// answers are bodies on top of the cap (see fetch's
-// TestOverloadedOriginSwarm).
+// answers with are honoured (everyone finishes). With overload mode on, its
+// answers (one piece and peers) are bodies on top of the cap, at most
+// OverloadTransfers of them at once: 2 + 2 bodies.
 func TestOriginTransferCap(t *testing.T) {
 	const peers, size, maxTransfers = 16, 2 * MiB, 2
-	ctx := testContext(t)
-	o := startOrigin(t, originConfig{size: size, seed: 6, rate: 2 * MiB, maxTransfers: maxTransfers, overloadTransfers: -1})
-	results := runSwarm(ctx, t, o, loopback{}, peers, func(int) peerConfig { return peerConfig{} })
-	checkAll(t, o, results)
-	st := o.stats()
-	t.Logf("origin cap %d: at most %d bodies at once (%d requests in the handler at once); %d file GETs: %v; %v",
-		maxTransfers, st.maxBodies, st.maxRequests, st.gets, st.status, summarize(results))
-	if st.maxBodies > maxTransfers {
-		t.Errorf("%d file bodies at once, cap %d", st.maxBodies, maxTransfers)
-	}
-	// Every 503 is counted: past the cap ("overload"), or pieces just sent
-	// to other peers ("in-swarm").
-	over, inSwarm := o.metric(`stampede_origin_rejected_total{reason="overload"}`), o.metric(`stampede_origin_rejected_total{reason="in-swarm"}`)
-	if int(over+inSwarm) != st.status[503] {
-		t.Errorf("the origin counts %v overload and %v in-swarm 503s, the front saw %d", over, inSwarm, st.status[503])
+	for _, tc := range []struct {
+		name              string
+		overloadTransfers int // origin.Config's: negative is off
+	}{{"overload-off", -1}, {"overload-on", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			o := startOrigin(t, originConfig{size: size, seed: 6, rate: 2 * MiB, maxTransfers: maxTransfers, overloadTransfers: tc.overloadTransfers})
+			results := runSwarm(ctx, t, o, loopback{}, peers, func(int) peerConfig { return peerConfig{} })
+			checkAll(t, o, results)
+			st := o.stats()
+			answers := o.metric(`stampede_origin_overload_answers_total{outcome="piece"}`)
+			t.Logf("origin cap %d + %d: at most %d bodies at once (%d requests in the handler at once); %d file GETs: %v; %v overload answers; %v",
+				maxTransfers, max(tc.overloadTransfers, 0), st.maxBodies, st.maxRequests, st.gets, st.status, answers, summarize(results))
+			if bound := maxTransfers + max(tc.overloadTransfers, 0); st.maxBodies > bound {
+				t.Errorf("%d file bodies at once, cap %d", st.maxBodies, bound)
+			}
+			if tc.overloadTransfers > 0 && answers == 0 {
+				t.Errorf("no overload answer: the crowd did not exercise overload mode")
+			}
+			// Every 503 is counted: past the cap ("overload"), or pieces just
+			// sent to other peers ("in-swarm").
+			over, inSwarm := o.metric(`stampede_origin_rejected_total{reason="overload"}`), o.metric(`stampede_origin_rejected_total{reason="in-swarm"}`)
+			if int(over+inSwarm) != st.status[503] {
+				t.Errorf("the origin counts %v overload and %v in-swarm 503s, the front saw %d", over, inSwarm, st.status[503])
+			}
+		})
 	}
 }
 
@@ -294,17 +305,18 @@ func TestSeedServesWhenOriginGone(t *testing.T) {
 // TestStalledSeed, end to end: a peer that advertises every piece,
 // unchokes and never answers (silent: reads the requests; deaf: reads
 // nothing) is handed to every peer first, as the tracker hands out seeds.
-// One stalled peer must not hold up the rest for long. Before the scheduler treated a
-// peer that never delivered as suspect (swarm.suspect: its have-set no
-// longer keeps us off the origin after 1 s) and backed off redialing
-// peers dropped for stalling, every piece counted as available from it, so
-// the origin was skipped; its requests timed out after 10 s, it was
+// One stalled peer must not hold up the rest for long. Before the
+// scheduler treated a peer that never delivered as suspect (swarm.suspect:
+// its have-set no longer keeps us off the origin after 1 s) and backed off
+// redialing peers dropped for stalling, every piece counted as available
+// from it, so the origin was skipped; its requests timed out after 10 s, it was
 // dropped after 3 timeouts and redialed 5 s later with a clean slate:
 // the last of the 10 peers was done after 67 s (silent) and 86 s (deaf)
 // against 1.2 to 2.2 s without it. The runtime's share of the same
 // situation (with a real seed present) is TestStalledPeerRuntime.
 func TestStalledSeed(t *testing.T) {
 	const peers, size = 10, 4 * MiB
+	const suspectAfter = time.Second // swarm's: a peer that never delivered is suspect after it
 	link := memnet.HostConfig{Up: 4 * MiB, Down: 8 * MiB, Latency: 5 * time.Millisecond}
 	run := func(t *testing.T, serve func(*fakeSession) error) (summary, *fakePeer) {
 		ctx := testContext(t)
@@ -329,15 +341,19 @@ func TestStalledSeed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, f := run(t, tc.serve)
 			t.Logf("with a %s staller: %v; it had %d connections and read %d requests", tc.name, s, f.conns.Load(), f.requests.Load())
-			// What a sole "seed" that never delivers still costs: a second
-			// before it is suspect, then the requests it holds until they
-			// time out or the endgame duplicates them (measured: medians of
-			// 3.4 to 4.2 s against 1.6 s without it, on a loaded machine).
-			if bound := base.medianTook + 4*time.Second; s.medianTook > bound {
-				t.Errorf("with a %s staller the median peer took %v, without %v: more than 4 s longer", tc.name, s.medianTook, base.medianTook)
+			// What a sole "seed" that never delivers still costs: the
+			// second before it is suspect (swarm's suspectAfter), while
+			// everyone waits on it and the origin idles, then the requests
+			// it holds until they time out or the endgame duplicates them.
+			// Measured (go test -race, 4 runs of each): medians 1.3 to
+			// 1.45 s longer than without it, last peers 1.3 to 1.55 s;
+			// with the race tests of origin, fetch and swarm running
+			// alongside on the two cores (3 runs), up to 2.3 s and 2.25 s.
+			if bound := base.medianTook + suspectAfter + 2*time.Second; s.medianTook > bound {
+				t.Errorf("with a %s staller the median peer took %v, without %v: more than 3 s longer", tc.name, s.medianTook, base.medianTook)
 			}
-			if bound := base.maxTook*2 + 4*time.Second; s.maxTook > bound {
-				t.Errorf("with a %s staller the last peer took %v, without %v: more than 2× + 4 s", tc.name, s.maxTook, base.maxTook)
+			if bound := base.maxTook + suspectAfter + 2500*time.Millisecond; s.maxTook > bound {
+				t.Errorf("with a %s staller the last peer took %v, without %v: more than 3.5 s longer", tc.name, s.maxTook, base.maxTook)
 			}
 		})
 	}

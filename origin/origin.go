@@ -77,6 +77,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/manifest"
@@ -543,6 +544,8 @@ const notSentLowat = 128 << 10
 // Serve answers requests on ln until ctx is done, then stops accepting,
 // lets the requests in flight finish for up to ShutdownGrace, closes what
 // remains and returns nil. It returns early with an error if ln fails.
+// Connections that have not sent a request are closed at once
+// (internal/httpserve).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler: s.handler,
@@ -561,22 +564,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		},
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
+	hs.RegisterOnShutdown(func() {
+		s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
+	})
+	switch err := httpserve.Run(ctx, hs, ln, s.cfg.ShutdownGrace); {
+	case errors.Is(err, httpserve.ErrGraceExpired):
+		s.log.Warn("transfers were still running after the shutdown grace; their connections were closed", "grace", s.cfg.ShutdownGrace)
+	case err != nil:
 		return fmt.Errorf("origin: serve on %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		s.log.Warn("transfers still running after the shutdown grace; closing their connections",
-			"transfers_active", s.gate.activeCount(), "err", err)
-		hs.Close()
-	}
-	<-errc // http.ErrServerClosed
 	return nil
 }
 

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -72,18 +74,11 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
+	switch err := httpserve.Run(ctx, hs, ln, trackerShutdownGrace); {
+	case errors.Is(err, httpserve.ErrGraceExpired):
+		log.Warn("announces were still in flight after the shutdown grace; their connections were closed")
+	case err != nil:
 		return fmt.Errorf("serve on %s: %w", addr, err)
-	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), trackerShutdownGrace)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close()
-	}
-	<-errc // http.ErrServerClosed
 	return nil
 }
