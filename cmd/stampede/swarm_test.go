@@ -19,35 +19,58 @@ import (
 
 // cmdResult is what a command run by startCmd left.
 type cmdResult struct {
-	code           int
-	stdout, stderr *syncBuffer
-	ended          time.Time
+	code   int
+	stdout string
+	ended  time.Time
 }
 
-// startCmd runs `stampede args...` in-process until ctx ends; the result
-// arrives on the channel when it returns.
-func startCmd(ctx context.Context, args ...string) (<-chan cmdResult, *syncBuffer) {
-	res := cmdResult{stdout: new(syncBuffer), stderr: new(syncBuffer)}
-	e := &env{stdin: strings.NewReader(""), stdout: res.stdout, stderr: res.stderr}
-	done := make(chan cmdResult, 1)
+// running is a command started by startCmd.
+type running struct {
+	done   chan cmdResult
+	addr   chan string // where it listens, for the commands that say
+	stderr *syncBuffer
+}
+
+// startCmd runs `stampede args...` in-process until ctx ends.
+func startCmd(ctx context.Context, args ...string) *running {
+	r := &running{done: make(chan cmdResult, 1), addr: make(chan string, 1), stderr: new(syncBuffer)}
+	stdout := new(syncBuffer)
+	e := &env{stdin: strings.NewReader(""), stdout: stdout, stderr: r.stderr, ready: func(a string) { r.addr <- a }}
 	go func() {
-		res.code = run(ctx, args, e)
-		res.ended = time.Now()
-		done <- res
+		code := run(ctx, args, e)
+		r.done <- cmdResult{code: code, stdout: stdout.String(), ended: time.Now()}
 	}()
-	return done, res.stderr
+	return r
 }
 
-// await waits for a command started by startCmd.
-func await(t *testing.T, done <-chan cmdResult, what string) cmdResult {
+// wait waits for the command to end.
+func (r *running) wait(t *testing.T, what string) cmdResult {
 	t.Helper()
 	select {
-	case r := <-done:
-		return r
+	case res := <-r.done:
+		return res
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("%s did not end", what)
+		t.Fatalf("%s did not end: %s", what, r.stderr.String())
 		return cmdResult{}
 	}
+}
+
+// result waits for a `get --json` and decodes its summary, which must
+// say it took the swarm path.
+func (r *running) result(t *testing.T, what string) (fetch.Result, cmdResult) {
+	t.Helper()
+	c := r.wait(t, what)
+	if c.code != 0 {
+		t.Fatalf("%s exited %d: %s", what, c.code, r.stderr.String())
+	}
+	var res fetch.Result
+	if err := json.Unmarshal([]byte(c.stdout), &res); err != nil {
+		t.Fatalf("%s --json output %q: %v", what, c.stdout, err)
+	}
+	if res.Swarm == nil {
+		t.Fatalf("%s: no swarm in the summary %+v: it did not take the swarm path", what, res)
+	}
+	return res, c
 }
 
 // waitFor polls cond every 10 ms for up to a minute.
@@ -59,21 +82,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
-}
-
-func decodeResult(t *testing.T, r cmdResult, what string) fetch.Result {
-	t.Helper()
-	if r.code != 0 {
-		t.Fatalf("%s exited %d: %s", what, r.code, r.stderr.String())
-	}
-	var res fetch.Result
-	if err := json.Unmarshal([]byte(r.stdout.String()), &res); err != nil {
-		t.Fatalf("%s --json output %q: %v", what, r.stdout.String(), err)
-	}
-	if res.Swarm == nil {
-		t.Fatalf("%s: no swarm in the summary %+v: it did not take the swarm path", what, res)
-	}
-	return res
 }
 
 // TestGetSeedTimeAndOriginReasons: a first `get --seed-time 3s` stays a
@@ -89,7 +97,7 @@ func TestGetSeedTimeAndOriginReasons(t *testing.T) {
 	dir := t.TempDir()
 	outA, outB := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
 
-	doneA, _ := startCmd(t.Context(), "get", base+"/f.bin", "-o", outA, "-q", "--json",
+	a := startCmd(t.Context(), "get", base+"/f.bin", "-o", outA, "-q", "--json",
 		"--peer-listen", "127.0.0.1:0", "--seed-time", seedTime.String())
 	// The file appears under its name once complete; A goes on seeding.
 	// Its last write is when it was complete, or just before.
@@ -101,10 +109,9 @@ func TestGetSeedTimeAndOriginReasons(t *testing.T) {
 		}
 		return err == nil
 	})
-	doneB, _ := startCmd(t.Context(), "get", base+"/f.bin", "-o", outB, "-q", "--json", "--peer-listen", "127.0.0.1:0")
-	resB := decodeResult(t, await(t, doneB, "the second get"), "the second get")
-	rA := await(t, doneA, "the first get")
-	resA := decodeResult(t, rA, "the first get")
+	b := startCmd(t.Context(), "get", base+"/f.bin", "-o", outB, "-q", "--json", "--peer-listen", "127.0.0.1:0")
+	resB, _ := b.result(t, "the second get")
+	resA, rA := a.result(t, "the first get")
 	sameFile(t, outA, data)
 	sameFile(t, outB, data)
 
@@ -151,64 +158,99 @@ func TestGetSeedTimeAndOriginReasons(t *testing.T) {
 	}
 }
 
-// TestSeedCommand: `stampede seed FILE --url URL` checks FILE against the
-// origin's manifest and serves it to the swarm until interrupted; a get
-// then takes its pieces from the seed rather than from the origin.
+// TestSeedCommand: `stampede seed FILE` serves FILE to its swarm until
+// interrupted: with --url it checks FILE against the origin's manifest and
+// takes the trackers from there; with --tracker it computes the manifest
+// and announces to the trackers named. A get then takes every piece from
+// the seed rather than from the origin.
 func TestSeedCommand(t *testing.T) {
-	www := t.TempDir()
 	data := randomBytes(2<<20+3, 22)
-	writeFile(t, www, "f.bin", data)
-	base := startServe(t, www)
 	local := filepath.Join(t.TempDir(), "copy.bin")
 	writeFile(t, filepath.Dir(local), "copy.bin", data)
-	other := filepath.Join(t.TempDir(), "other.bin")
-	writeFile(t, filepath.Dir(other), "other.bin", randomBytes(len(data), 23))
 
-	for _, tc := range []struct {
-		args []string
-		code int
-		msg  string
-	}{
-		{[]string{"seed"}, exitUsage, "want exactly one FILE"},
-		{[]string{"seed", local}, exitUsage, "give --url URL or --tracker URL"},
-		{[]string{"seed", local, "--url", base + "/f.bin", "--tracker", "http://127.0.0.1:1/announce"}, exitUsage, "give --url URL or --tracker URL"},
-		{[]string{"seed", local, "--url", base + "/f.bin", "--max-upload-rate", "fast"}, exitUsage, "--max-upload-rate"},
-		{[]string{"seed", filepath.Join(t.TempDir(), "absent"), "--url", base + "/f.bin"}, exitIO, "no such file"},
-		{[]string{"seed", other, "--url", base + "/f.bin"}, exitVerify, "is not the file at"},
-	} {
-		code, _, stderr := runCmd(t, tc.args...)
-		if code != tc.code || !strings.Contains(stderr, tc.msg) {
-			t.Errorf("%v: exit %d, %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.msg)
+	t.Run("errors", func(t *testing.T) {
+		www := t.TempDir()
+		writeFile(t, www, "f.bin", data)
+		base := startServe(t, www)
+		other := filepath.Join(t.TempDir(), "other.bin")
+		writeFile(t, filepath.Dir(other), "other.bin", randomBytes(len(data), 23))
+		for _, tc := range []struct {
+			args []string
+			code int
+			msg  string
+		}{
+			{[]string{"seed"}, exitUsage, "want exactly one FILE"},
+			{[]string{"seed", local}, exitUsage, "give --url URL or --tracker URL"},
+			{[]string{"seed", local, "--url", base + "/f.bin", "--tracker", "http://127.0.0.1:1/announce"}, exitUsage, "give --url URL or --tracker URL"},
+			{[]string{"seed", local, "--url", base + "/f.bin", "--max-upload-rate", "fast"}, exitUsage, "--max-upload-rate"},
+			{[]string{"seed", filepath.Join(t.TempDir(), "absent"), "--url", base + "/f.bin"}, exitIO, "no such file"},
+			{[]string{"seed", other, "--url", base + "/f.bin"}, exitVerify, "is not the file at"},
+		} {
+			code, _, stderr := runCmd(t, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.msg) {
+				t.Errorf("%v: exit %d, %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.msg)
+			}
+		}
+	})
+
+	// seedAndGet starts the seed with args, waits until the tracker at
+	// trackerBase counts it, then downloads from the origin at base.
+	seedAndGet := func(t *testing.T, base, trackerBase string, args ...string) {
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		before := metric(t, trackerBase, "stampede_tracker_peers")
+		seed := startCmd(ctx, append([]string{"seed", local, "--peer-listen", "127.0.0.1:0"}, args...)...)
+		waitFor(t, "the seed to announce itself", func() bool { return metric(t, trackerBase, "stampede_tracker_peers") > before })
+
+		out := filepath.Join(t.TempDir(), "got.bin")
+		res, _ := startCmd(t.Context(), "get", base+"/f.bin", "-o", out, "-q", "--json", "--peer-listen", "127.0.0.1:0").result(t, "get")
+		sameFile(t, out, data)
+		t.Logf("get: %d of %d bytes from peers; origin requests %v", res.Swarm.BytesFromPeers, len(data), res.OriginRequests)
+		// A complete seed holds every piece: origin protection keeps the
+		// get off the origin for all of them.
+		if res.Swarm.BytesFromPeers != int64(len(data)) {
+			t.Errorf("the get took %d of %d bytes from peers, want all from the seed", res.Swarm.BytesFromPeers, len(data))
+		}
+		if got := metric(t, base, `stampede_origin_file_requests_total{reason="origin:no-peer-has-it"}`) +
+			metric(t, base, `stampede_origin_file_requests_total{reason="origin:no-peers"}`); got != 0 {
+			t.Errorf("the origin served %v swarm piece requests while a seed had every piece", got)
+		}
+
+		stop()
+		if r := seed.wait(t, "seed"); r.code != 0 {
+			t.Fatalf("seed exited %d after an interrupt: %s", r.code, seed.stderr.String())
+		}
+		if msg := seed.stderr.String(); !strings.Contains(msg, "seeding "+local) || !strings.Contains(msg, "to 1 peers") {
+			t.Errorf("seed's report %q: want the file it seeds and the one peer it served", msg)
 		}
 	}
 
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	peersBefore := metric(t, base, "stampede_tracker_peers")
-	doneSeed, seedErr := startCmd(ctx, "seed", local, "--url", base+"/f.bin", "--peer-listen", "127.0.0.1:0")
-	waitFor(t, "the seed to announce itself", func() bool { return metric(t, base, "stampede_tracker_peers") > peersBefore })
+	t.Run("url", func(t *testing.T) {
+		www := t.TempDir()
+		writeFile(t, www, "f.bin", data)
+		base := startServe(t, www)
+		seedAndGet(t, base, base, "--url", base+"/f.bin")
+	})
 
-	out := filepath.Join(t.TempDir(), "got.bin")
-	doneGet, _ := startCmd(t.Context(), "get", base+"/f.bin", "-o", out, "-q", "--json", "--peer-listen", "127.0.0.1:0")
-	res := decodeResult(t, await(t, doneGet, "get"), "get")
-	sameFile(t, out, data)
-	t.Logf("get: %d of %d bytes from peers; origin requests %v", res.Swarm.BytesFromPeers, len(data), res.OriginRequests)
-	// A complete seed holds every piece: origin protection keeps the get
-	// off the origin for all of them.
-	if res.Swarm.BytesFromPeers != int64(len(data)) {
-		t.Errorf("the get took %d of %d bytes from peers, want all from the seed", res.Swarm.BytesFromPeers, len(data))
-	}
-	if got := metric(t, base, `stampede_origin_file_requests_total{reason="origin:no-peer-has-it"}`) +
-		metric(t, base, `stampede_origin_file_requests_total{reason="origin:no-peers"}`); got != 0 {
-		t.Errorf("the origin served %v swarm piece requests while a seed had every piece", got)
-	}
-
-	stop()
-	r := await(t, doneSeed, "seed")
-	if r.code != 0 {
-		t.Fatalf("seed exited %d after an interrupt: %s", r.code, seedErr.String())
-	}
-	if !strings.Contains(seedErr.String(), "seeding "+local) || !strings.Contains(seedErr.String(), "to 1 peers") {
-		t.Errorf("seed's report %q: want the file it seeds and the one peer it served", seedErr.String())
-	}
+	// A standalone tracker, named by the origin's manifests and by the
+	// seed, which computes the same manifest from its copy.
+	t.Run("tracker", func(t *testing.T) {
+		ctx, stop := context.WithCancel(t.Context())
+		tr := startCmd(ctx, "tracker", "--listen", "127.0.0.1:0", "-q")
+		defer func() {
+			stop()
+			tr.wait(t, "tracker")
+		}()
+		var trackerBase string
+		select {
+		case a := <-tr.addr:
+			trackerBase = "http://" + a
+		case r := <-tr.done:
+			t.Fatalf("tracker exited %d: %s", r.code, tr.stderr.String())
+		}
+		www := t.TempDir()
+		writeFile(t, www, "f.bin", data)
+		base := startServe(t, www, "--tracker", trackerBase+"/announce")
+		seedAndGet(t, base, trackerBase, "--tracker", trackerBase+"/announce")
+	})
 }
