@@ -309,14 +309,16 @@ func TestSeedServesWhenOriginGone(t *testing.T) {
 // scheduler treated a peer that never delivered as suspect (swarm.suspect:
 // its have-set no longer keeps us off the origin after 1 s) and backed off
 // redialing peers dropped for stalling, every piece counted as available
-// from it, so the origin was skipped; its requests timed out after 10 s, it was
-// dropped after 3 timeouts and redialed 5 s later with a clean slate:
-// the last of the 10 peers was done after 67 s (silent) and 86 s (deaf)
-// against 1.2 to 2.2 s without it. The runtime's share of the same
+// from it, so the origin was skipped; its requests timed out after 10 s,
+// it was dropped after 3 timeouts and redialed 5 s later with a clean
+// slate: the last of the 10 peers was done after 67 s (silent) and 86 s
+// (deaf) against 1.2 to 2.2 s without it. The runtime's share of the same
 // situation (with a real seed present) is TestStalledPeerRuntime.
 func TestStalledSeed(t *testing.T) {
 	const peers, size = 10, 4 * MiB
-	const suspectAfter = time.Second // swarm's: a peer that never delivered is suspect after it
+	// swarm's suspectDelay for pieces this small: a peer that never
+	// delivered is suspect after it (swarm/origin.go).
+	const suspectAfter = time.Second
 	link := memnet.HostConfig{Up: 4 * MiB, Down: 8 * MiB, Latency: 5 * time.Millisecond}
 	run := func(t *testing.T, serve func(*fakeSession) error) (summary, *fakePeer) {
 		ctx := testContext(t)
@@ -349,11 +351,13 @@ func TestStalledSeed(t *testing.T) {
 			// 1.45 s longer than without it, last peers 1.3 to 1.55 s;
 			// with the race tests of origin, fetch and swarm running
 			// alongside on the two cores (3 runs), up to 2.3 s and 2.25 s.
-			if bound := base.medianTook + suspectAfter + 2*time.Second; s.medianTook > bound {
-				t.Errorf("with a %s staller the median peer took %v, without %v: more than 3 s longer", tc.name, s.medianTook, base.medianTook)
+			// The bounds leave room for a loaded CI machine; the failures
+			// they are for cost tens of seconds (see above).
+			if bound := base.medianTook + suspectAfter + 3*time.Second; s.medianTook > bound {
+				t.Errorf("with a %s staller the median peer took %v, without %v: more than 4 s longer", tc.name, s.medianTook, base.medianTook)
 			}
-			if bound := base.maxTook + suspectAfter + 2500*time.Millisecond; s.maxTook > bound {
-				t.Errorf("with a %s staller the last peer took %v, without %v: more than 3.5 s longer", tc.name, s.maxTook, base.maxTook)
+			if bound := base.maxTook + suspectAfter + 3*time.Second; s.maxTook > bound {
+				t.Errorf("with a %s staller the last peer took %v, without %v: more than 4 s longer", tc.name, s.maxTook, base.maxTook)
 			}
 		})
 	}

@@ -564,12 +564,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		},
 	}
-	hs.RegisterOnShutdown(func() {
+	stopping := func() {
 		s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
-	})
-	switch err := httpserve.Run(ctx, hs, ln, s.cfg.ShutdownGrace); {
+	}
+	switch err := httpserve.Run(ctx, hs, ln, s.cfg.ShutdownGrace, stopping); {
 	case errors.Is(err, httpserve.ErrGraceExpired):
-		s.log.Warn("transfers were still running after the shutdown grace; their connections were closed", "grace", s.cfg.ShutdownGrace)
+		s.log.Warn("transfers were still running after the shutdown grace; their connections were closed",
+			"transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
 	case err != nil:
 		return fmt.Errorf("origin: serve on %s: %w", ln.Addr(), err)
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/stampede-dev/stampede/fetch"
 )
 
-// These tests run the swarm's commands as a user would: `serve` with its
-// embedded tracker, then `get` and `seed` processes in-process, trading
-// pieces over loopback.
+// These tests run the swarm's commands as a user would, in-process:
+// `serve` (with its embedded tracker, or naming a standalone `tracker`),
+// then `get` and `seed` trading pieces over loopback.
 
 // cmdResult is what a command run by startCmd left.
 type cmdResult struct {
@@ -26,20 +26,29 @@ type cmdResult struct {
 
 // running is a command started by startCmd.
 type running struct {
-	done   chan cmdResult
+	done   chan struct{} // closed when it has ended; res is set then
+	res    cmdResult
 	addr   chan string // where it listens, for the commands that say
 	stderr *syncBuffer
 }
 
-// startCmd runs `stampede args...` in-process until ctx ends.
-func startCmd(ctx context.Context, args ...string) *running {
-	r := &running{done: make(chan cmdResult, 1), addr: make(chan string, 1), stderr: new(syncBuffer)}
+// startCmd runs `stampede args...` in-process until it exits or ctx ends.
+// A command still running when the test ends is stopped and waited for
+// before the test's temporary directories go.
+func startCmd(t *testing.T, ctx context.Context, args ...string) *running {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{done: make(chan struct{}), addr: make(chan string, 1), stderr: new(syncBuffer)}
 	stdout := new(syncBuffer)
 	e := &env{stdin: strings.NewReader(""), stdout: stdout, stderr: r.stderr, ready: func(a string) { r.addr <- a }}
 	go func() {
 		code := run(ctx, args, e)
-		r.done <- cmdResult{code: code, stdout: stdout.String(), ended: time.Now()}
+		r.res = cmdResult{code: code, stdout: stdout.String(), ended: time.Now()}
+		close(r.done)
 	}()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
 	return r
 }
 
@@ -47,12 +56,26 @@ func startCmd(ctx context.Context, args ...string) *running {
 func (r *running) wait(t *testing.T, what string) cmdResult {
 	t.Helper()
 	select {
-	case res := <-r.done:
-		return res
+	case <-r.done:
+		return r.res
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("%s did not end: %s", what, r.stderr.String())
 		return cmdResult{}
 	}
+}
+
+// listening waits for the command to say where it listens.
+func (r *running) listening(t *testing.T, what string) string {
+	t.Helper()
+	select {
+	case a := <-r.addr:
+		return a
+	case <-r.done:
+		t.Fatalf("%s exited %d before listening: %s", what, r.res.code, r.stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not start: %s", what, r.stderr.String())
+	}
+	return ""
 }
 
 // result waits for a `get --json` and decodes its summary, which must
@@ -97,7 +120,7 @@ func TestGetSeedTimeAndOriginReasons(t *testing.T) {
 	dir := t.TempDir()
 	outA, outB := filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
 
-	a := startCmd(t.Context(), "get", base+"/f.bin", "-o", outA, "-q", "--json",
+	a := startCmd(t, t.Context(), "get", base+"/f.bin", "-o", outA, "-q", "--json",
 		"--peer-listen", "127.0.0.1:0", "--seed-time", seedTime.String())
 	// The file appears under its name once complete; A goes on seeding.
 	// Its last write is when it was complete, or just before.
@@ -109,7 +132,7 @@ func TestGetSeedTimeAndOriginReasons(t *testing.T) {
 		}
 		return err == nil
 	})
-	b := startCmd(t.Context(), "get", base+"/f.bin", "-o", outB, "-q", "--json", "--peer-listen", "127.0.0.1:0")
+	b := startCmd(t, t.Context(), "get", base+"/f.bin", "-o", outB, "-q", "--json", "--peer-listen", "127.0.0.1:0")
 	resB, _ := b.result(t, "the second get")
 	resA, rA := a.result(t, "the first get")
 	sameFile(t, outA, data)
@@ -199,11 +222,11 @@ func TestSeedCommand(t *testing.T) {
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		before := metric(t, trackerBase, "stampede_tracker_peers")
-		seed := startCmd(ctx, append([]string{"seed", local, "--peer-listen", "127.0.0.1:0"}, args...)...)
+		seed := startCmd(t, ctx, append([]string{"seed", local, "--peer-listen", "127.0.0.1:0"}, args...)...)
 		waitFor(t, "the seed to announce itself", func() bool { return metric(t, trackerBase, "stampede_tracker_peers") > before })
 
 		out := filepath.Join(t.TempDir(), "got.bin")
-		res, _ := startCmd(t.Context(), "get", base+"/f.bin", "-o", out, "-q", "--json", "--peer-listen", "127.0.0.1:0").result(t, "get")
+		res, _ := startCmd(t, t.Context(), "get", base+"/f.bin", "-o", out, "-q", "--json", "--peer-listen", "127.0.0.1:0").result(t, "get")
 		sameFile(t, out, data)
 		t.Logf("get: %d of %d bytes from peers; origin requests %v", res.Swarm.BytesFromPeers, len(data), res.OriginRequests)
 		// A complete seed holds every piece: origin protection keeps the
@@ -236,18 +259,14 @@ func TestSeedCommand(t *testing.T) {
 	// seed, which computes the same manifest from its copy.
 	t.Run("tracker", func(t *testing.T) {
 		ctx, stop := context.WithCancel(t.Context())
-		tr := startCmd(ctx, "tracker", "--listen", "127.0.0.1:0", "-q")
+		tr := startCmd(t, ctx, "tracker", "--listen", "127.0.0.1:0", "-q")
+		trackerBase := "http://" + tr.listening(t, "tracker")
 		defer func() {
 			stop()
-			tr.wait(t, "tracker")
+			if r := tr.wait(t, "tracker"); r.code != 0 {
+				t.Errorf("tracker exited %d after an interrupt: %s", r.code, tr.stderr.String())
+			}
 		}()
-		var trackerBase string
-		select {
-		case a := <-tr.addr:
-			trackerBase = "http://" + a
-		case r := <-tr.done:
-			t.Fatalf("tracker exited %d: %s", r.code, tr.stderr.String())
-		}
 		www := t.TempDir()
 		writeFile(t, www, "f.bin", data)
 		base := startServe(t, www, "--tracker", trackerBase+"/announce")

@@ -74,7 +74,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	switch err := httpserve.Run(ctx, hs, ln, trackerShutdownGrace); {
+	switch err := httpserve.Run(ctx, hs, ln, trackerShutdownGrace, nil); {
 	case errors.Is(err, httpserve.ErrGraceExpired):
 		log.Warn("announces were still in flight after the shutdown grace; their connections were closed")
 	case err != nil:

@@ -15,18 +15,20 @@ import (
 // end of the grace; their connections were closed.
 var ErrGraceExpired = errors.New("requests still in flight after the shutdown grace; their connections were closed")
 
-// Run serves ln with hs until ctx is done, then shuts hs down: it stops
-// accepting, closes the connections that have not sent a request, lets the
-// requests in flight finish for up to grace and closes what remains. It
-// returns nil after a clean shutdown, ErrGraceExpired if the grace ran
-// out, and Serve's error if ln fails first.
+// Run serves ln with hs until ctx is done, then calls stopping (if not
+// nil) and shuts hs down: it stops accepting, closes the connections that
+// have not sent a request, lets the requests in flight finish for up to
+// grace and closes what remains. It returns nil after a clean shutdown,
+// ErrGraceExpired if the grace ran out, and Serve's error if ln fails
+// first.
 //
 // http.Server.Shutdown alone counts a connection that has sent nothing
-// (a browser's preconnect, a client's spare dial) as busy for its first
-// 5 s, so a server told to stop would wait that long for it. Run closes
-// those at once: a request that had not arrived by the shutdown is not in
-// flight. Run chains hs.ConnState; set it before calling Run.
-func Run(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration) error {
+// (a browser's preconnect, a client's spare dial) as busy until it is 5 s
+// old, so a server told to stop would wait up to about 6 s for it, though
+// a request read once the shutdown has begun is dropped unanswered. Run
+// closes those connections as soon as Shutdown has closed the listeners.
+// Run chains hs.ConnState; set it before calling Run.
+func Run(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration, stopping func()) error {
 	var s silent
 	next := hs.ConnState
 	hs.ConnState = func(c net.Conn, st http.ConnState) {
@@ -35,6 +37,9 @@ func Run(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Durat
 			next(c, st)
 		}
 	}
+	// Shutdown runs this once it has closed the listeners and marked the
+	// server as shutting down.
+	hs.RegisterOnShutdown(s.close)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -42,11 +47,13 @@ func Run(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Durat
 		return err
 	case <-ctx.Done():
 	}
-	s.close()
+	if stopping != nil {
+		stopping()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	var err error
-	if hs.Shutdown(sctx) != nil {
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
 		hs.Close()
 		err = ErrGraceExpired
 	}

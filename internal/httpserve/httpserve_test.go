@@ -11,7 +11,9 @@ import (
 )
 
 // start runs Run on a loopback listener and returns its address, the
-// function that stops it and the channel of its result.
+// function that stops it and the channel of its result. onNew, if not nil,
+// is the server's own ConnState hook for new connections, which Run must
+// keep calling.
 func start(t *testing.T, h http.Handler, grace time.Duration, onNew func()) (string, context.CancelFunc, <-chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -26,7 +28,7 @@ func start(t *testing.T, h http.Handler, grace time.Duration, onNew func()) (str
 	ctx, cancel := context.WithCancel(t.Context())
 	done, returned := make(chan error, 1), make(chan struct{})
 	go func() {
-		done <- Run(ctx, hs, ln, grace)
+		done <- Run(ctx, hs, ln, grace, nil)
 		close(returned)
 	}()
 	t.Cleanup(func() {
@@ -36,6 +38,7 @@ func start(t *testing.T, h http.Handler, grace time.Duration, onNew func()) (str
 	return ln.Addr().String(), cancel, done
 }
 
+// within waits up to d for Run's result.
 func within(t *testing.T, done <-chan error, d time.Duration) error {
 	t.Helper()
 	select {
@@ -45,6 +48,14 @@ func within(t *testing.T, done <-chan error, d time.Duration) error {
 		t.Fatalf("Run did not return within %v", d)
 		return nil
 	}
+}
+
+// client is an HTTP client of the test's own, its connections closed when
+// the test ends.
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // TestSilentConnectionDoesNotHoldShutdown: a connection that never sent a
@@ -70,6 +81,25 @@ func TestSilentConnectionDoesNotHoldShutdown(t *testing.T) {
 	}
 }
 
+// TestStoppingRunsFirst: the stopping hook runs once, when ctx ends, before
+// Run returns.
+func TestStoppingRunsFirst(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, &http.Server{Handler: http.NotFoundHandler()}, ln, time.Second, func() { calls++ })
+	}()
+	cancel()
+	if err := within(t, done, 2*time.Second); err != nil || calls != 1 {
+		t.Errorf("Run: %v, stopping called %d times; want nil and once", err, calls)
+	}
+}
+
 // TestRequestInFlightFinishes: a request under way when the shutdown
 // begins gets its whole answer; Run waits for it and returns nil.
 func TestRequestInFlightFinishes(t *testing.T) {
@@ -81,7 +111,7 @@ func TestRequestInFlightFinishes(t *testing.T) {
 	}), 10*time.Second, nil)
 	got := make(chan string, 1)
 	go func() {
-		resp, err := http.Get("http://" + addr + "/")
+		resp, err := client(t).Get("http://" + addr + "/")
 		if err != nil {
 			got <- err.Error()
 			return
@@ -115,7 +145,7 @@ func TestGraceExpires(t *testing.T) {
 		<-r.Context().Done()
 	}), 100*time.Millisecond, nil)
 	go func() {
-		if resp, err := http.Get("http://" + addr + "/"); err == nil {
+		if resp, err := client(t).Get("http://" + addr + "/"); err == nil {
 			resp.Body.Close()
 		}
 	}()
@@ -133,7 +163,7 @@ func TestListenerFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
-	err = Run(t.Context(), &http.Server{Handler: http.NotFoundHandler()}, ln, time.Second)
+	err = Run(t.Context(), &http.Server{Handler: http.NotFoundHandler()}, ln, time.Second, nil)
 	if err == nil || errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Run on a closed listener: %v, want its error", err)
 	}
