@@ -19,13 +19,7 @@ import (
 // which the node drops (both were dialed by that peer), gets GOODBYE
 // reason 4 (duplicate) before it closes (docs/protocol.md, section 3).
 func TestDuplicateGoodbye(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	nw := memnet.New()
-	data, m := testFile(t, 64*KiB, 16*KiB, 24)
-	st := openStore(t, m, data, func(int) bool { return true })
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
-	h := nw.Host(memnet.HostConfig{})
+	ctx, h, m, tn := oneNode(t, 24, true)
 	mine := wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
 	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
 	first, w := dial()
@@ -55,13 +49,7 @@ func TestDuplicateGoodbye(t *testing.T) {
 // dropped with GOODBYE reason 8, and turned away the same way when it
 // comes back with the same peer ID.
 func TestBannedIDTurnedAway(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	nw := memnet.New()
-	data, m := testFile(t, 64*KiB, 16*KiB, 25)
-	st := openStore(t, m, data, func(int) bool { return false })
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
-	h := nw.Host(memnet.HostConfig{})
+	ctx, h, m, tn := oneNode(t, 25, false)
 	mine := wire.Handshake{Caps: wire.CapSeed, Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
 	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
 	// goodbye reads frames until GOODBYE, answering the first REQUEST with
@@ -111,6 +99,20 @@ func TestBannedIDTurnedAway(t *testing.T) {
 	}
 }
 
+// oneNode starts a node of a 4-piece file (random bytes from seed), with
+// every piece if complete, else none, on an in-memory network, and returns
+// a host to dial it from. ctx ends after 20 s or with the test.
+func oneNode(t *testing.T, seed uint64, complete bool) (context.Context, *memnet.Host, *manifest.Manifest, *testNode) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	nw := memnet.New()
+	data, m := testFile(t, 64*KiB, 16*KiB, seed)
+	st := openStore(t, m, data, func(int) bool { return complete })
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
+	return ctx, nw.Host(memnet.HostConfig{}), m, tn
+}
+
 // dialAs connects to tn from host h as a peer with handshake hs, with a
 // 10 s deadline on the connection.
 func dialAs(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m *manifest.Manifest, hs wire.Handshake) (*wire.Reader, *wire.Writer) {
@@ -141,13 +143,7 @@ func dialConn(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m
 // HAVE of a piece the file does not have) ends that connection, and only
 // it: another neighbour connected meanwhile is still served.
 func TestMalformedFrameEndsOneConnection(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	nw := memnet.New()
-	data, m := testFile(t, 64*KiB, 16*KiB, 26)
-	st := openStore(t, m, data, func(int) bool { return true })
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
-	h := nw.Host(memnet.HostConfig{})
+	ctx, h, m, tn := oneNode(t, 26, true)
 	hs := func() wire.Handshake {
 		return wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
 	}

@@ -65,29 +65,86 @@ func startServe(t *testing.T, args ...string) string {
 // startServeLog is startServe that also returns serve's stderr.
 func startServeLog(t *testing.T, args ...string) (string, *syncBuffer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	stderr := new(syncBuffer)
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, ready: func(a string) { addr <- a }}
-	done := make(chan int, 1)
+	addr, r := startDaemon(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir()}, args...)...)
+	return "http://" + addr, r.stderr
+}
+
+// cmdResult is what a command run by startCmd left.
+type cmdResult struct {
+	code   int
+	stdout string
+	ended  time.Time
+}
+
+// running is a command started by startCmd.
+type running struct {
+	done   chan struct{} // closed when it has ended; res is set then
+	res    cmdResult
+	addr   chan string // where it listens, for the commands that say
+	stderr *syncBuffer
+}
+
+// startCmd runs `stampede args...` in-process until it exits or ctx ends.
+// A command still running when the test ends is stopped and waited for
+// before the test's temporary directories go.
+func startCmd(t *testing.T, ctx context.Context, args ...string) *running {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{done: make(chan struct{}), addr: make(chan string, 1), stderr: new(syncBuffer)}
+	stdout := new(syncBuffer)
+	e := &env{stdin: strings.NewReader(""), stdout: stdout, stderr: r.stderr, ready: func(a string) { r.addr <- a }}
 	go func() {
-		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir()}, args...), e)
+		code := run(ctx, args, e)
+		r.res = cmdResult{code: code, stdout: stdout.String(), ended: time.Now()}
+		close(r.done)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, stderr.String())
+		<-r.done
+	})
+	return r
+}
+
+// wait waits for the command to end.
+func (r *running) wait(t *testing.T, what string) cmdResult {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.res
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%s did not end: %s", what, r.stderr.String())
+		return cmdResult{}
+	}
+}
+
+// listening waits for the command to say where it listens.
+func (r *running) listening(t *testing.T, what string) string {
+	t.Helper()
+	select {
+	case a := <-r.addr:
+		return a
+	case <-r.done:
+		t.Fatalf("%s exited %d before listening: %s", what, r.res.code, r.stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not start: %s", what, r.stderr.String())
+	}
+	return ""
+}
+
+// startDaemon runs a command that listens (serve, gateway, tracker)
+// in-process until the test ends, and returns where it listens. Stopped
+// at the end, it must exit 0.
+func startDaemon(t *testing.T, args ...string) (string, *running) {
+	t.Helper()
+	var r *running
+	// Registered before startCmd's cleanup, so it runs after the command
+	// has been stopped.
+	t.Cleanup(func() {
+		if r != nil && r.res.code != 0 {
+			t.Errorf("%s exited %d: %s", args[0], r.res.code, r.stderr.String())
 		}
 	})
-	select {
-	case a := <-addr:
-		return "http://" + a, stderr
-	case code := <-done:
-		t.Fatalf("serve exited %d before listening: %s", code, stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("serve did not start: %s", stderr.String())
-	}
-	return "", nil
+	r = startCmd(t, context.Background(), args...)
+	return r.listening(t, args[0]), r
 }
 
 // runCmd runs one stampede command in-process and returns its exit code,

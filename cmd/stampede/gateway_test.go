@@ -1,43 +1,20 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 )
 
 // startGateway runs `stampede gateway` in-process until the test ends and
 // returns its base URL.
 func startGateway(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	var stderr syncBuffer
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, ready: func(a string) { addr <- a }}
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, append([]string{"gateway", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(),
-			"--peer-listen", "127.0.0.1:0", "-q"}, args...), e)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("gateway exited %d: %s", code, stderr.String())
-		}
-	})
-	select {
-	case a := <-addr:
-		return "http://" + a
-	case code := <-done:
-		t.Fatalf("gateway exited %d before listening: %s", code, stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("gateway did not start: %s", stderr.String())
-	}
-	return ""
+	addr, _ := startDaemon(t, append([]string{"gateway", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(),
+		"--peer-listen", "127.0.0.1:0", "-q"}, args...)...)
+	return "http://" + addr
 }
 
 func TestGatewayCommand(t *testing.T) {

@@ -17,67 +17,6 @@ import (
 // `serve` (with its embedded tracker, or naming a standalone `tracker`),
 // then `get` and `seed` trading pieces over loopback.
 
-// cmdResult is what a command run by startCmd left.
-type cmdResult struct {
-	code   int
-	stdout string
-	ended  time.Time
-}
-
-// running is a command started by startCmd.
-type running struct {
-	done   chan struct{} // closed when it has ended; res is set then
-	res    cmdResult
-	addr   chan string // where it listens, for the commands that say
-	stderr *syncBuffer
-}
-
-// startCmd runs `stampede args...` in-process until it exits or ctx ends.
-// A command still running when the test ends is stopped and waited for
-// before the test's temporary directories go.
-func startCmd(t *testing.T, ctx context.Context, args ...string) *running {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &running{done: make(chan struct{}), addr: make(chan string, 1), stderr: new(syncBuffer)}
-	stdout := new(syncBuffer)
-	e := &env{stdin: strings.NewReader(""), stdout: stdout, stderr: r.stderr, ready: func(a string) { r.addr <- a }}
-	go func() {
-		code := run(ctx, args, e)
-		r.res = cmdResult{code: code, stdout: stdout.String(), ended: time.Now()}
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
-}
-
-// wait waits for the command to end.
-func (r *running) wait(t *testing.T, what string) cmdResult {
-	t.Helper()
-	select {
-	case <-r.done:
-		return r.res
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("%s did not end: %s", what, r.stderr.String())
-		return cmdResult{}
-	}
-}
-
-// listening waits for the command to say where it listens.
-func (r *running) listening(t *testing.T, what string) string {
-	t.Helper()
-	select {
-	case a := <-r.addr:
-		return a
-	case <-r.done:
-		t.Fatalf("%s exited %d before listening: %s", what, r.res.code, r.stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not start: %s", what, r.stderr.String())
-	}
-	return ""
-}
-
 // result waits for a `get --json` and decodes its summary, which must
 // say it took the swarm path.
 func (r *running) result(t *testing.T, what string) (fetch.Result, cmdResult) {
@@ -258,15 +197,8 @@ func TestSeedCommand(t *testing.T) {
 	// A standalone tracker, named by the origin's manifests and by the
 	// seed, which computes the same manifest from its copy.
 	t.Run("tracker", func(t *testing.T) {
-		ctx, stop := context.WithCancel(t.Context())
-		tr := startCmd(t, ctx, "tracker", "--listen", "127.0.0.1:0", "-q")
-		trackerBase := "http://" + tr.listening(t, "tracker")
-		defer func() {
-			stop()
-			if r := tr.wait(t, "tracker"); r.code != 0 {
-				t.Errorf("tracker exited %d after an interrupt: %s", r.code, tr.stderr.String())
-			}
-		}()
+		addr, _ := startDaemon(t, "tracker", "--listen", "127.0.0.1:0", "-q")
+		trackerBase := "http://" + addr
 		www := t.TempDir()
 		writeFile(t, www, "f.bin", data)
 		base := startServe(t, www, "--tracker", trackerBase+"/announce")
