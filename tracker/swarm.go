@@ -9,7 +9,8 @@ import (
 
 // The state of one swarm, and the decisions taken on it: which peers an
 // announce gets back and how large the swarm is. It is pure: no clock, no
-// locks, no I/O; the Tracker serializes the calls and passes the time in.
+// locks, no I/O; the MemoryStore serializes the calls and passes the time
+// in.
 
 // minAnnounceGap is the shortest time between two announces of one peer that
 // are both acted on; one sooner is answered from the cached peer list.
@@ -153,6 +154,22 @@ func (s *swarm) announce(a announce, now time.Time) result {
 	res.peers = s.pick(&a.ID, a.NumWant)
 	res.swarmSize, res.complete = s.size(now)
 	return res
+}
+
+// outcome returns r as a Store tells it.
+func (r *result) outcome() Outcome {
+	return Outcome{
+		SwarmSize:   r.swarmSize,
+		Complete:    r.complete,
+		Peers:       r.peers,
+		RateLimited: r.rateLimited,
+		Late:        r.late,
+		Removed: Removals{
+			PeersStopped:   r.removed[removedStopped],
+			PeersExpired:   r.removed[removedExpired],
+			PeersTableFull: r.removed[removedTableFull],
+		},
+	}
 }
 
 // departure is a peer that said "stopped".

@@ -68,14 +68,13 @@ package tracker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -101,63 +100,50 @@ type Config struct {
 	// rounded up to whole seconds.
 	Interval time.Duration
 	// MaxPeersPerSwarm bounds the table of peers kept per swarm (about
-	// 100 bytes each); the swarm-size estimate does not depend on it.
-	// Default DefaultMaxPeersPerSwarm.
+	// 100 bytes each in memory); the swarm-size estimate does not depend
+	// on it. Default DefaultMaxPeersPerSwarm.
 	MaxPeersPerSwarm int
 	// MaxSwarms bounds the swarms tracked at once; past it, the swarm idle
 	// longest is dropped. Default DefaultMaxSwarms. A full swarm takes
-	// about 30 KiB with the default table.
+	// about 30 KiB in memory with the default table.
 	MaxSwarms int
+	// Store holds the swarms. Default: a MemoryStore of this Config's
+	// Limits. A store made elsewhere (package redisstore) must be given
+	// the same Limits.
+	Store Store
+	// StoreTimeout bounds a call to the store made without a caller's
+	// context (Peers, WriteMetrics). Default DefaultStoreTimeout.
+	StoreTimeout time.Duration
 	// Logger receives the tracker's log. Default: discard.
 	Logger *slog.Logger
 	// Now tells the time. Default time.Now; tests set a fake clock.
 	Now func() time.Time
 }
 
-// swarmKey names a swarm: a manifest's root and size.
-type swarmKey struct {
-	root manifest.Hash
-	size int64
+// DefaultStoreTimeout is Config.StoreTimeout's default.
+const DefaultStoreTimeout = 2 * time.Second
+
+// Limits returns the limits of c, with the defaults applied, for a Store.
+func (c *Config) Limits() Limits {
+	return Limits{Interval: c.Interval, MaxPeersPerSwarm: c.MaxPeersPerSwarm, MaxSwarms: c.MaxSwarms}.withDefaults()
 }
 
 // Tracker answers announces; it is an http.Handler. Create it with New.
-//
-// Each swarm has a lock of its own, held while one announce is applied to
-// it (microseconds: the table is small), so that a crowd on one file does
-// not queue behind another's; the tracker's lock covers only finding the
-// swarm.
+// It checks the requests, counts them and speaks HTTP; its Store keeps
+// the swarms.
 type Tracker struct {
 	cfg     Config
 	log     *slog.Logger
-	seed    maphash.Seed // keys the id hash of the size estimator
+	store   Store
 	metrics metrics
-
-	mu     sync.Mutex // guards the following, and every slot's prev, next and last
-	swarms map[swarmKey]*slot
-	lru    slot // sentinel of the list of slots from most to least recently announced
-}
-
-// slot holds one swarm in the tracker.
-type slot struct {
-	key        swarmKey
-	prev, next *slot     // guarded by Tracker.mu
-	last       time.Time // of the last announce; guarded by Tracker.mu
-
-	mu sync.Mutex // guards sw
-	sw *swarm
 }
 
 // New returns a Tracker for cfg.
 func New(cfg Config) *Tracker {
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	cfg.Interval = (cfg.Interval + time.Second - 1).Truncate(time.Second)
-	if cfg.MaxPeersPerSwarm <= 0 {
-		cfg.MaxPeersPerSwarm = DefaultMaxPeersPerSwarm
-	}
-	if cfg.MaxSwarms <= 0 {
-		cfg.MaxSwarms = DefaultMaxSwarms
+	l := cfg.Limits()
+	cfg.Interval, cfg.MaxPeersPerSwarm, cfg.MaxSwarms = l.Interval, l.MaxPeersPerSwarm, l.MaxSwarms
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -165,21 +151,19 @@ func New(cfg Config) *Tracker {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Tracker{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		seed:   maphash.MakeSeed(),
-		swarms: make(map[swarmKey]*slot),
+	if cfg.Store == nil {
+		cfg.Store = NewMemoryStore(l, cfg.Logger)
 	}
-	t.lru.prev, t.lru.next = &t.lru, &t.lru
-	return t
+	return &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store}
 }
 
 // Interval returns the announce interval the tracker asks of peers.
 func (t *Tracker) Interval() time.Duration { return t.cfg.Interval }
 
 // ServeHTTP answers an announce (see the package documentation). It serves
-// whatever path it is mounted at.
+// whatever path it is mounted at. A store that fails gets the peer a 503
+// with a failure message that does not say why (the log does): the peer
+// tries again on its next announce.
 func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
@@ -199,8 +183,13 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := from.Addr().Unmap().WithZone("") // a zone means nothing to other hosts
-	res, err := t.Announce(req, netip.AddrPortFrom(ip, req.Port))
-	if err != nil { // parseAnnounce checked it all
+	res, err := t.AnnounceContext(r.Context(), req, netip.AddrPortFrom(ip, req.Port))
+	switch {
+	case errors.Is(err, ErrStore):
+		w.Header().Set("Retry-After", strconv.Itoa(int(t.cfg.Interval/time.Second)))
+		t.refuse(w, r, http.StatusServiceUnavailable, errStoreFailed)
+		return
+	case err != nil: // parseAnnounce checked it all
 		t.refuse(w, r, http.StatusInternalServerError, err)
 		return
 	}
@@ -215,6 +204,10 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
+// errStoreFailed is what a peer is told when the store fails: what
+// failed (an address, a server's message) is for the log only.
+var errStoreFailed = errors.New("tracker failure: swarm store unavailable, announce again later")
+
 func (t *Tracker) refuse(w http.ResponseWriter, r *http.Request, code int, err error) {
 	t.log.Debug("refused an announce", "remote", r.RemoteAddr, "status", code, "err", err)
 	h := w.Header()
@@ -224,12 +217,21 @@ func (t *Tracker) refuse(w http.ResponseWriter, r *http.Request, code int, err e
 	w.Write(errorBody(err))
 }
 
-// Announce applies req, coming from a peer reachable at addr (port 0:
-// unreachable), and returns the answer. ServeHTTP calls it with the
+// Announce is AnnounceContext without a context of the caller's: the
+// call to the store is bounded by Config.StoreTimeout.
+func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
+	defer cancel()
+	return t.AnnounceContext(ctx, req, addr)
+}
+
+// AnnounceContext applies req, coming from a peer reachable at addr (port
+// 0: unreachable), and returns the answer. ServeHTTP calls it with the
 // request's remote IP; an embedder may call it directly. req.NumWant is
 // taken as in the protocol: 0 means DefaultNumWant. A request with
-// parameters out of range is an error, as a 400 would be.
-func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceResponse, error) {
+// parameters out of range is an error wrapping errBadRequest, as a 400
+// would be; a store that fails, an error wrapping ErrStore.
+func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr netip.AddrPort) (*AnnounceResponse, error) {
 	if err := req.check(); err != nil {
 		t.metrics.rejected.Add(1)
 		return nil, err
@@ -240,35 +242,39 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 	case req.NumWant > MaxNumWant:
 		req.NumWant = MaxNumWant
 	}
-	now := t.cfg.Now()
-	a := announce{AnnounceRequest: req, addr: addr, hash: maphash.Comparable(t.seed, req.ID)}
-	s := t.slotFor(swarmKey{req.Root, req.Size}, now)
-	// The swarm may be dropped from the tracker meanwhile; the announce
-	// then lands in a swarm no one will see again, and the peer comes
-	// back in on its next one.
-	s.mu.Lock()
-	res := s.sw.announce(a, now)
-	s.mu.Unlock()
-
+	res, err := t.store.Announce(ctx, req, addr, t.cfg.Now())
+	if err != nil {
+		t.metrics.failed.Add(1)
+		t.log.Warn("announce failed: the store did not answer", "root", req.Root.String(), "err", err)
+		return nil, storeError(err)
+	}
 	t.metrics.announces[eventIndex(req.Event)].Add(1)
-	if res.rateLimited {
+	if res.RateLimited {
 		t.metrics.rateLimited.Add(1)
 	}
-	if res.late {
+	if res.Late {
 		t.metrics.late.Add(1)
 	}
-	t.metrics.countRemoved(&res.removed)
-	if t.log.Enabled(context.Background(), slog.LevelDebug) {
+	t.metrics.countRemoved(&res.Removed)
+	if t.log.Enabled(ctx, slog.LevelDebug) {
 		t.log.Debug("announce", "root", req.Root.String(), "size", req.Size, "id", req.ID.String(),
 			"addr", addr.String(), "event", req.Event.metricName(), "left", req.Left,
-			"swarm_size", res.swarmSize, "peers", len(res.peers), "rate_limited", res.rateLimited)
+			"swarm_size", res.SwarmSize, "peers", len(res.Peers), "rate_limited", res.RateLimited)
 	}
 	return &AnnounceResponse{
 		Interval:  t.cfg.Interval,
-		SwarmSize: res.swarmSize,
-		Complete:  res.complete,
-		Peers:     res.peers,
+		SwarmSize: res.SwarmSize,
+		Complete:  res.Complete,
+		Peers:     res.Peers,
 	}, nil
+}
+
+// storeError wraps err in ErrStore unless it already is.
+func storeError(err error) error {
+	if errors.Is(err, ErrStore) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrStore, err)
 }
 
 // Peers returns up to want peers (at most MaxNumWant) of the swarm of the
@@ -277,66 +283,23 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 // overloaded origin that points a client it cannot serve at the swarm. The
 // list is the one cached for announces that come too soon (refreshed at
 // most once a second), so a crowd of such calls costs little. Nil when the
-// tracker knows no such swarm.
+// tracker knows no such swarm, or its store fails (within
+// Config.StoreTimeout; logged).
 func (t *Tracker) Peers(root manifest.Hash, size int64, want int) []Peer {
 	want = min(max(want, 0), MaxNumWant)
 	if want == 0 {
 		return nil
 	}
-	now := t.cfg.Now()
-	t.mu.Lock()
-	s := t.swarms[swarmKey{root, size}]
-	t.mu.Unlock()
-	if s == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
+	defer cancel()
+	res, err := t.store.Peers(ctx, root, size, want, t.cfg.Now())
+	if err != nil {
+		t.metrics.failed.Add(1)
+		t.log.Warn("peers lookup failed: the store did not answer", "root", root.String(), "err", err)
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.metrics.peersRemoved[removedExpired].Add(int64(s.sw.expire(now)))
-	return s.sw.cached(PeerID{}, want, now)
-}
-
-// slotFor returns the slot of key, creating it if need be, and marks it
-// announced at now.
-func (t *Tracker) slotFor(key swarmKey, now time.Time) *slot {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.dropIdleLocked(now)
-	s := t.swarms[key]
-	if s == nil {
-		if len(t.swarms) >= t.cfg.MaxSwarms {
-			old := t.lru.prev
-			t.log.Debug("dropping the swarm idle longest: tracking as many swarms as allowed",
-				"root", old.key.root.String(), "idle", now.Sub(old.last), "max_swarms", t.cfg.MaxSwarms)
-			t.removeLocked(old)
-			t.metrics.swarmsRemoved[swarmsRemovedLimit].Add(1)
-		}
-		s = &slot{key: key, sw: newSwarm(t.cfg.Interval, t.cfg.MaxPeersPerSwarm, rand.Uint64(), now)}
-		t.swarms[key] = s
-		t.log.Debug("new swarm", "root", key.root.String(), "size", key.size)
-	} else {
-		s.prev.next, s.next.prev = s.next, s.prev
-	}
-	s.last = now
-	s.prev, s.next = &t.lru, t.lru.next
-	t.lru.next.prev = s
-	t.lru.next = s
-	return s
-}
-
-// dropIdleLocked drops the swarms no one has announced to for
-// expiryIntervals: all their peers have expired.
-func (t *Tracker) dropIdleLocked(now time.Time) {
-	for s := t.lru.prev; s != &t.lru && now.Sub(s.last) >= expiryIntervals*t.cfg.Interval; s = t.lru.prev {
-		t.removeLocked(s)
-		t.metrics.swarmsRemoved[swarmsRemovedIdle].Add(1)
-	}
-}
-
-func (t *Tracker) removeLocked(s *slot) {
-	s.prev.next, s.next.prev = s.next, s.prev
-	s.prev, s.next = nil, nil
-	delete(t.swarms, s.key)
+	t.metrics.countRemoved(&res.Removed)
+	return res.Peers
 }
 
 // Why a swarm was dropped, for the metrics.
@@ -365,38 +328,44 @@ type metrics struct {
 	rateLimited   atomic.Int64
 	late          atomic.Int64
 	rejected      atomic.Int64
+	failed        atomic.Int64 // calls to the store that failed
 	peersRemoved  [numRemoved]atomic.Int64
 	swarmsRemoved [numSwarmsRemoved]atomic.Int64
 }
 
-func (m *metrics) countRemoved(n *[numRemoved]int) {
-	for i, k := range n {
-		if k != 0 {
-			m.peersRemoved[i].Add(int64(k))
+func (m *metrics) countRemoved(r *Removals) {
+	for i, n := range [...]int{
+		removedStopped:   r.PeersStopped,
+		removedExpired:   r.PeersExpired,
+		removedTableFull: r.PeersTableFull,
+	} {
+		if n != 0 {
+			m.peersRemoved[i].Add(int64(n))
 		}
+	}
+	if r.SwarmsIdle != 0 {
+		m.swarmsRemoved[swarmsRemovedIdle].Add(int64(r.SwarmsIdle))
+	}
+	if r.SwarmsLimit != 0 {
+		m.swarmsRemoved[swarmsRemovedLimit].Add(int64(r.SwarmsLimit))
 	}
 }
 
 // WriteMetrics writes the tracker's metrics in the Prometheus text
-// exposition format, for a /metrics page of the embedder's. It first drops
-// idle swarms and expired peers, so the gauges are current.
+// exposition format, for a /metrics page of the embedder's. It first has
+// the store drop idle swarms and expired peers, so the gauges are current.
+// A store that fails (within Config.StoreTimeout) leaves the gauges out;
+// the counters are written all the same, and the error returned.
 func (t *Tracker) WriteMetrics(w io.Writer) error {
-	now := t.cfg.Now()
-	t.mu.Lock()
-	t.dropIdleLocked(now)
-	slots := make([]*slot, 0, len(t.swarms))
-	for s := t.lru.next; s != &t.lru; s = s.next {
-		slots = append(slots, s)
-	}
-	t.mu.Unlock()
-	var peers, estimated int64
-	for _, s := range slots {
-		s.mu.Lock()
-		t.metrics.peersRemoved[removedExpired].Add(int64(s.sw.expire(now)))
-		n, _ := s.sw.size(now)
-		peers += int64(s.sw.peers.len())
-		estimated += int64(n)
-		s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
+	defer cancel()
+	st, statsErr := t.store.Stats(ctx, t.cfg.Now())
+	if statsErr != nil {
+		t.metrics.failed.Add(1)
+		t.log.Warn("metrics: the store did not answer", "err", statsErr)
+		statsErr = storeError(statsErr)
+	} else {
+		t.metrics.countRemoved(&st.Removed)
 	}
 
 	var p promtext.Writer
@@ -410,12 +379,16 @@ func (t *Tracker) WriteMetrics(w io.Writer) error {
 	p.Sample(t.metrics.late.Load())
 	p.Family("stampede_tracker_announces_rejected_total", promtext.Counter, "Announces refused with 400 for bad parameters.")
 	p.Sample(t.metrics.rejected.Load())
-	p.Family("stampede_tracker_swarms", promtext.Gauge, "Swarms tracked.")
-	p.Sample(int64(len(slots)))
-	p.Family("stampede_tracker_peers", promtext.Gauge, "Peers in the swarms' tables (at most max-peers-per-swarm per swarm).")
-	p.Sample(peers)
-	p.Family("stampede_tracker_peers_estimated", promtext.Gauge, "Sum of the swarms' estimated sizes, counting peers beyond the tables.")
-	p.Sample(estimated)
+	p.Family("stampede_tracker_store_failures_total", promtext.Counter, "Calls to the swarm store that failed (announces answered 503, peer lookups and metrics left empty).")
+	p.Sample(t.metrics.failed.Load())
+	if statsErr == nil {
+		p.Family("stampede_tracker_swarms", promtext.Gauge, "Swarms tracked.")
+		p.Sample(st.Swarms)
+		p.Family("stampede_tracker_peers", promtext.Gauge, "Peers in the swarms' tables (at most max-peers-per-swarm per swarm).")
+		p.Sample(st.Peers)
+		p.Family("stampede_tracker_peers_estimated", promtext.Gauge, "Sum of the swarms' estimated sizes, counting peers beyond the tables.")
+		p.Sample(st.Estimated)
+	}
 	p.Family("stampede_tracker_peers_removed_total", promtext.Counter, "Peers taken out of a swarm's table, by reason.")
 	for i := range numRemoved {
 		p.Sample(t.metrics.peersRemoved[i].Load(), "reason", removedNames[i])
@@ -424,6 +397,8 @@ func (t *Tracker) WriteMetrics(w io.Writer) error {
 	for i := range numSwarmsRemoved {
 		p.Sample(t.metrics.swarmsRemoved[i].Load(), "reason", swarmsRemovedNames[i])
 	}
-	_, err := p.WriteTo(w)
-	return err
+	if _, err := p.WriteTo(w); err != nil {
+		return err
+	}
+	return statsErr
 }

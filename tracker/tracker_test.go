@@ -129,15 +129,7 @@ func (h *harness) announceTo(root manifest.Hash, p testPeer, event Event, left i
 
 // tableLen returns the size of the test swarm's table.
 func (h *harness) tableLen() int {
-	h.tr.mu.Lock()
-	s := h.tr.swarms[swarmKey{testRoot, testSize}]
-	h.tr.mu.Unlock()
-	if s == nil {
-		return 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sw.peers.len()
+	return h.tr.store.(*MemoryStore).tableLen(testRoot, testSize)
 }
 
 func (h *harness) metrics() map[string]int64 {

@@ -1,0 +1,178 @@
+package tracker
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+// MemoryStore is the Store a Tracker uses unless given another: the pure
+// per-swarm core (swarm.go) for each swarm, in a map, with the swarms in
+// the order they were last announced to, so that the idle ones and, past
+// MaxSwarms, the one idle longest are dropped. Create it with
+// NewMemoryStore.
+//
+// Each swarm has a lock of its own, held while one announce is applied to
+// it (microseconds: the table is small), so that a crowd on one file does
+// not queue behind another's; the store's lock covers only finding the
+// swarm.
+type MemoryStore struct {
+	limits Limits
+	log    *slog.Logger
+	seed   maphash.Seed // keys the id hash of the size estimator
+
+	mu     sync.Mutex // guards the following, and every slot's prev, next and last
+	swarms map[swarmKey]*slot
+	lru    slot // sentinel of the list of slots from most to least recently announced
+}
+
+// swarmKey names a swarm: a manifest's root and size.
+type swarmKey struct {
+	root manifest.Hash
+	size int64
+}
+
+// slot holds one swarm in the store.
+type slot struct {
+	key        swarmKey
+	prev, next *slot     // guarded by MemoryStore.mu
+	last       time.Time // of the last announce; guarded by MemoryStore.mu
+
+	mu sync.Mutex // guards sw
+	sw *swarm
+}
+
+// NewMemoryStore returns an empty MemoryStore for limits (zero fields take
+// their defaults) logging to log (nil: discard).
+func NewMemoryStore(limits Limits, log *slog.Logger) *MemoryStore {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &MemoryStore{
+		limits: limits.withDefaults(),
+		log:    log,
+		seed:   maphash.MakeSeed(),
+		swarms: make(map[swarmKey]*slot),
+	}
+	m.lru.prev, m.lru.next = &m.lru, &m.lru
+	return m
+}
+
+// Announce implements Store. It never fails.
+func (m *MemoryStore) Announce(_ context.Context, req AnnounceRequest, addr netip.AddrPort, now time.Time) (Outcome, error) {
+	a := announce{AnnounceRequest: req, addr: addr, hash: maphash.Comparable(m.seed, req.ID)}
+	s, dropped := m.slotFor(swarmKey{req.Root, req.Size}, now)
+	// The swarm may be dropped from the store meanwhile; the announce
+	// then lands in a swarm no one will see again, and the peer comes
+	// back in on its next one.
+	s.mu.Lock()
+	res := s.sw.announce(a, now)
+	s.mu.Unlock()
+	out := res.outcome()
+	out.Removed.SwarmsIdle, out.Removed.SwarmsLimit = dropped.SwarmsIdle, dropped.SwarmsLimit
+	return out, nil
+}
+
+// Peers implements Store. It never fails.
+func (m *MemoryStore) Peers(_ context.Context, root manifest.Hash, size int64, want int, now time.Time) (Outcome, error) {
+	m.mu.Lock()
+	s := m.swarms[swarmKey{root, size}]
+	m.mu.Unlock()
+	if s == nil {
+		return Outcome{}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out Outcome
+	out.Removed.PeersExpired = s.sw.expire(now)
+	out.Peers = s.sw.cached(PeerID{}, want, now)
+	out.SwarmSize, out.Complete = s.sw.size(now)
+	return out, nil
+}
+
+// Stats implements Store. It never fails.
+func (m *MemoryStore) Stats(_ context.Context, now time.Time) (StoreStats, error) {
+	var st StoreStats
+	m.mu.Lock()
+	st.Removed.SwarmsIdle = m.dropIdleLocked(now)
+	slots := make([]*slot, 0, len(m.swarms))
+	for s := m.lru.next; s != &m.lru; s = s.next {
+		slots = append(slots, s)
+	}
+	m.mu.Unlock()
+	st.Swarms = int64(len(slots))
+	for _, s := range slots {
+		s.mu.Lock()
+		st.Removed.PeersExpired += s.sw.expire(now)
+		n, _ := s.sw.size(now)
+		st.Peers += int64(s.sw.peers.len())
+		st.Estimated += int64(n)
+		s.mu.Unlock()
+	}
+	return st, nil
+}
+
+// tableLen returns the size of the table of a swarm, for the tests.
+func (m *MemoryStore) tableLen(root manifest.Hash, size int64) int {
+	m.mu.Lock()
+	s := m.swarms[swarmKey{root, size}]
+	m.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sw.peers.len()
+}
+
+// slotFor returns the slot of key, creating it if need be, and marks it
+// announced at now. It also says which swarms it dropped.
+func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
+	var dropped Removals
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dropped.SwarmsIdle = m.dropIdleLocked(now)
+	s := m.swarms[key]
+	if s == nil {
+		if len(m.swarms) >= m.limits.MaxSwarms {
+			old := m.lru.prev
+			m.log.Debug("dropping the swarm idle longest: tracking as many swarms as allowed",
+				"root", old.key.root.String(), "idle", now.Sub(old.last), "max_swarms", m.limits.MaxSwarms)
+			m.removeLocked(old)
+			dropped.SwarmsLimit++
+		}
+		s = &slot{key: key, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, rand.Uint64(), now)}
+		m.swarms[key] = s
+		m.log.Debug("new swarm", "root", key.root.String(), "size", key.size)
+	} else {
+		s.prev.next, s.next.prev = s.next, s.prev
+	}
+	s.last = now
+	s.prev, s.next = &m.lru, m.lru.next
+	m.lru.next.prev = s
+	m.lru.next = s
+	return s, dropped
+}
+
+// dropIdleLocked drops the swarms no one has announced to for
+// expiryIntervals (all their peers have expired) and returns how many.
+func (m *MemoryStore) dropIdleLocked(now time.Time) int {
+	n := 0
+	for s := m.lru.prev; s != &m.lru && now.Sub(s.last) >= expiryIntervals*m.limits.Interval; s = m.lru.prev {
+		m.removeLocked(s)
+		n++
+	}
+	return n
+}
+
+func (m *MemoryStore) removeLocked(s *slot) {
+	s.prev.next, s.next.prev = s.next, s.prev
+	s.prev, s.next = nil, nil
+	delete(m.swarms, s.key)
+}
