@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -25,21 +24,6 @@ import (
 // made with mktorrent, opentracker as the tracker and an aria2c seeder on
 // the origin host (capped at the origin's upload), aria2c leechers with the
 // peers' caps, DHT and local peer discovery off, peer exchange on.
-
-// Aria2Tools are the programs the BitTorrent baseline needs, with the
-// Debian packages that provide them.
-var Aria2Tools = map[string]string{"aria2c": "aria2", "opentracker": "opentracker", "mktorrent": "mktorrent"}
-
-// MissingAria2Tools lists the Debian packages to install for the baseline.
-func MissingAria2Tools() []string {
-	var pkgs []string
-	for _, tool := range []string{"aria2c", "opentracker", "mktorrent"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			pkgs = append(pkgs, Aria2Tools[tool])
-		}
-	}
-	return pkgs
-}
 
 type aria2Sys struct {
 	env     *runEnv
@@ -57,8 +41,8 @@ type aria2Sys struct {
 }
 
 func newAria2(e *runEnv) (*aria2Sys, error) {
-	if missing := MissingAria2Tools(); len(missing) > 0 {
-		return nil, fmt.Errorf("aria2 baseline: missing Debian packages %s", strings.Join(missing, " "))
+	if m := missingPrograms(exec.LookPath, aria2Programs); len(m) > 0 {
+		return nil, &Unavailable{Scenario: e.sc.Name, System: SysAria2, Backend: e.sc.Backend, Missing: m}
 	}
 	var tok [12]byte
 	_, _ = rand.Read(tok[:])

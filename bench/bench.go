@@ -28,7 +28,6 @@ package bench
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +37,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -55,6 +53,12 @@ type Config struct {
 	// WorkDir is where the scratch directory is made (default: the
 	// system's temporary directory); it is removed at the end.
 	WorkDir string
+	// SkipUnavailable leaves out, with a note in the report, the systems
+	// whose programs are not installed; without it they fail the run
+	// (see [Check]).
+	SkipUnavailable bool
+	// LookPath finds the programs the systems run (default exec.LookPath).
+	LookPath func(string) (string, error)
 	// Command is the command line, recorded in the report.
 	Command string
 	Logger  *slog.Logger
@@ -135,28 +139,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			"lower bounds on the last completion (counted from the first arrival).")
 	}
 
-	// Systems that cannot run here are left out with a note, not failed.
+	// A system whose programs are missing fails the run, or with
+	// SkipUnavailable is left out with a note; a backend that cannot run
+	// here always fails it.
+	lookPath := cfg.LookPath
+	if lookPath == nil {
+		lookPath = exec.LookPath
+	}
+	unavail := Check(&sc, sc.Backend, nil, lookPath, os.Geteuid() == 0)
+	if slices.Contains(sc.Systems, SysHTTP) && feats.Swarm && !feats.NoSwarm {
+		// Without get --no-swarm the HTTP baseline's peers are curl.
+		if m := missingPrograms(lookPath, curlPrograms); len(m) > 0 {
+			unavail = append(unavail, &Unavailable{Scenario: sc.Name, System: SysHTTP, Backend: sc.Backend, Missing: m})
+		}
+	}
 	systems := slices.Clone(sc.Systems)
-	if slices.Contains(systems, SysAria2) {
-		if missing := MissingAria2Tools(); len(missing) > 0 {
-			rep.note("aria2 left out: missing Debian packages %s (install them: apt-get install -y %s).",
-				strings.Join(missing, " "), strings.Join(missing, " "))
-			systems = slices.DeleteFunc(systems, func(s string) bool { return s == SysAria2 })
+	if len(unavail) > 0 {
+		ok, leaveOut := Runnable(unavail)
+		if !ok || !cfg.SkipUnavailable {
+			return nil, joinUnavailable(unavail)
 		}
-	}
-	if slices.Contains(systems, SysNginx) {
-		if why := NginxMissing(); why != "" {
-			rep.note("HTTP (nginx) left out: %s.", why)
-			systems = slices.DeleteFunc(systems, func(s string) bool { return s == SysNginx })
+		for _, u := range unavail {
+			v := *u
+			v.Scenario = "" // the report's own
+			rep.note("Left out: %v.", &v)
 		}
-	}
-	if slices.Contains(systems, SysCurl) || (slices.Contains(systems, SysHTTP) && feats.Swarm && !feats.NoSwarm) {
-		if _, err := exec.LookPath("curl"); err != nil {
-			return nil, fmt.Errorf("the curl baseline needs curl: %w", err)
-		}
+		systems = slices.DeleteFunc(systems, func(s string) bool { return slices.Contains(leaveOut, s) })
 	}
 	if len(systems) == 0 {
-		return nil, errors.New("no system can run here")
+		return nil, fmt.Errorf("%s: no system can run here: %w", sc.Name, joinUnavailable(unavail))
 	}
 
 	dir, err := os.MkdirTemp(cfg.WorkDir, "stampede-bench-")

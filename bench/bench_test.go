@@ -450,8 +450,8 @@ func TestShapingLoopback(t *testing.T) {
 		{"nginx through the relay's bucket to an uncapped get", capBps, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if why := NginxMissing(); tt.nginx && why != "" {
-				t.Skip(why)
+			if tt.nginx {
+				skipUnlessInstalled(t, SysNginx)
 			}
 			nw := loopback{}
 			from, _ := nw.AddHost(t.Context(), "origin", tt.up, 0)
@@ -543,9 +543,7 @@ func TestAria2Baseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes")
 	}
-	if missing := MissingAria2Tools(); len(missing) > 0 {
-		t.Skipf("missing Debian packages %v", missing)
-	}
+	skipUnlessInstalled(t, SysAria2)
 	sc, err := ParseScenario("aria2.txt", strings.NewReader(`
 size = 2MiB
 origin_up = 8Mbit
@@ -646,7 +644,8 @@ func TestSwarmFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
-	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t),
+		SkipUnavailable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +656,7 @@ func TestSwarmFaults(t *testing.T) {
 
 	n, size := sc.Peers(), sc.Size
 	wantSystems := 2
-	if NginxMissing() != "" {
+	if len(missingPrograms(exec.LookPath, nginxPrograms)) > 0 {
 		wantSystems = 1
 	}
 	if len(rep.Systems) != wantSystems {
@@ -721,5 +720,13 @@ func TestSwarmFaults(t *testing.T) {
 		default:
 			t.Errorf("unexpected system %s", s.System)
 		}
+	}
+}
+
+// skipUnlessInstalled skips t where a program system runs is not installed.
+func skipUnlessInstalled(t *testing.T, system string) {
+	t.Helper()
+	if m := missingPrograms(exec.LookPath, systemPrograms(system)); len(m) > 0 {
+		t.Skipf("%v", &Unavailable{System: system, Missing: m})
 	}
 }

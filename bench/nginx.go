@@ -32,14 +32,6 @@ import (
 // to the peers' connections: the origin's bytes, counted where stampede
 // serve counts its own.
 
-// NginxMissing says why the nginx baseline cannot run here ("" when it can).
-func NginxMissing() string {
-	if _, err := exec.LookPath("nginx"); err != nil {
-		return "nginx is not installed (Debian package nginx)"
-	}
-	return ""
-}
-
 type nginxSys struct {
 	env    *runEnv
 	prefix string // nginx's prefix: configuration, pid, temp paths
@@ -49,8 +41,8 @@ type nginxSys struct {
 }
 
 func newNginx(e *runEnv) (*nginxSys, error) {
-	if why := NginxMissing(); why != "" {
-		return nil, errors.New("nginx baseline: " + why)
+	if m := missingPrograms(exec.LookPath, nginxPrograms); len(m) > 0 {
+		return nil, &Unavailable{Scenario: e.sc.Name, System: SysNginx, Backend: e.sc.Backend, Missing: m}
 	}
 	return &nginxSys{env: e, prefix: filepath.Join(e.dir, "nginx")}, nil
 }

@@ -23,7 +23,10 @@ on the same emulated network, and the report compares them with the bounds
 T_KR and T_KR(R). SCENARIO is a scenario file or the name of a standard one
 (bench/scenarios: run 'stampede bench --list'). Writes NAME.json and NAME.html
 to --out. The netns backend needs root; it deletes every namespace it makes,
-also when interrupted.`
+also when interrupted. The baselines' programs (aria2c, opentracker,
+mktorrent, nginx, curl) are not installed by this command: a scenario that
+lists a system whose programs are missing fails, naming them, unless
+--skip-unavailable; ` + bench.InstallCommand + ` installs them all.`
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench", "SCENARIO...", benchAbout)
@@ -33,12 +36,11 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		systems  = fs.String("systems", "", "comma-separated `LIST` of systems to run (default: the scenario's): stampede, http, http-nginx, curl, aria2")
 		out      = fs.String("out", ".", "write NAME.json and NAME.html to `DIR`")
 		doc      = fs.String("doc", "", "also write the tables into the generated section of markdown `FILE` (docs/benchmarks.md)")
-		skip     = fs.Bool("skip-unavailable", false, "skip scenarios meant for netns when not root, instead of failing")
+		skip     = fs.Bool("skip-unavailable", false, "leave out, with a note, what this machine cannot run (netns scenarios without root, systems whose programs are not installed) instead of failing")
 		bin      = fs.String("bin", "", "the stampede binary under test (default: this one)")
 		work     = fs.String("workdir", "", "make the scratch directory in `DIR` (default: the system's temporary directory)")
 		list     = fs.Bool("list", false, "list the standard scenarios and exit")
 		cleanup  = fs.Bool("cleanup", false, "delete network namespaces left by bench runs that died, and exit")
-		noInst   = fs.Bool("no-install", false, "never install missing Debian packages (as root they are installed by default)")
 		quiet    = fs.Bool("q", false, "no live progress")
 		verbose  = fs.Bool("v", false, "log each run")
 		serveArg = fs.String("serve-args", "", "extra `ARGS` for the origin's stampede serve (added to the scenario's serve_args)")
@@ -99,32 +101,23 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		paths = append(paths, p)
 	}
+	runs, err := checkScenarios(e.stderr, scenarios, *backend, sysNames, *skip, exec.LookPath, os.Geteuid() == 0)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return withCode(exitIO, err)
 	}
-
 	for i, sc := range scenarios {
-		be := cmpOr(*backend, sc.Backend)
-		if be == bench.BackendNetns && os.Geteuid() != 0 {
-			if *skip {
-				fmt.Fprintf(e.stderr, "stampede bench: skipping %s: the netns backend needs root\n", sc.Name)
-				continue
-			}
-			return withCode(exitUsage, fmt.Errorf("%s: %w (or run it with --backend loopback)", sc.Name, bench.ErrNeedRoot))
-		}
-		want := sc.Systems
-		if len(sysNames) > 0 {
-			want = sysNames
-		}
-		if !*noInst {
-			installBaselines(ctx, e, want)
+		if !runs[i] {
+			continue
 		}
 		cmdline := "stampede bench " + strings.Join(args, " ")
 		if len(scenarios) > 1 {
 			cmdline = benchCommand(args, paths[i])
 		}
 		rep, err := runScenario(ctx, e, bench.Config{Scenario: sc, Backend: *backend, Systems: sysNames, Reps: *reps,
-			Bin: *bin, WorkDir: *work, Command: cmdline}, !*quiet, *verbose)
+			Bin: *bin, WorkDir: *work, Command: cmdline, SkipUnavailable: *skip}, !*quiet, *verbose)
 		if err != nil {
 			return err
 		}
@@ -210,7 +203,7 @@ func benchCommand(args []string, scenario string) string {
 }
 
 func isBoolBenchFlag(name string) bool {
-	return slices.Contains([]string{"skip-unavailable", "list", "cleanup", "no-install", "q", "v"}, name)
+	return slices.Contains([]string{"skip-unavailable", "list", "cleanup", "q", "v"}, name)
 }
 
 func cmpOr(a, b string) string {
@@ -291,43 +284,54 @@ func spliceDoc(path, name, section string) error {
 	return writeFileAtomic(path, func(w io.Writer) error { _, err := io.WriteString(w, doc); return err })
 }
 
-// installAria2 installs the BitTorrent baseline's Debian packages when they
-// are missing and we are root (apt-get update once per process).
-func installBaselines(ctx context.Context, e *env, systems []string) {
-	var missing []string
-	if slices.Contains(systems, bench.SysAria2) {
-		missing = append(missing, bench.MissingAria2Tools()...)
-	}
-	if slices.Contains(systems, bench.SysNginx) && bench.NginxMissing() != "" {
-		missing = append(missing, "nginx")
-	}
-	if len(missing) == 0 || os.Geteuid() != 0 {
-		return
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		return
-	}
-	fmt.Fprintf(e.stderr, "stampede bench: installing %s for the baselines\n", strings.Join(missing, " "))
-	aptOnce.Do(func() {
-		_ = exec.CommandContext(ctx, "apt-get", "update", "-qq").Run()
-	})
-	// Debian starts a package's service when it is installed (nginx on
-	// port 80) unless policy-rc.d says no; the bench wants the program
-	// only, and runs it itself.
-	const policy = "/usr/sbin/policy-rc.d"
-	if _, err := os.Lstat(policy); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile(policy, []byte("#!/bin/sh\n# written by stampede bench for one apt-get install\nexit 101\n"), 0o755); err == nil {
-			defer os.Remove(policy)
+// installBaselines installs nothing: the binary never installs packages
+// (scripts/install-bench-deps.sh does), and bench.Run names what a system
+// lacks. demo.go still calls it; the call can go when demo.go is next
+// edited.
+func installBaselines(context.Context, *env, []string) {}
+
+// checkScenarios says, before any scenario runs, which of them this
+// machine cannot run and why: a netns backend without root, or a system
+// whose programs are not installed. Without skip that is one error naming
+// every scenario and program; with skip it writes a note for each to w
+// and returns which scenarios can still run (with their systems that
+// cannot left out by bench.Run). lookPath and root are passed in so tests
+// do not depend on the machine.
+func checkScenarios(w io.Writer, scenarios []*bench.Scenario, backend string, systems []string, skip bool,
+	lookPath func(string) (string, error), root bool) ([]bool, error) {
+	runs := make([]bool, len(scenarios))
+	var problems []error
+	for i, sc := range scenarios {
+		want := sc.Systems
+		if len(systems) > 0 {
+			want = systems
+		}
+		unavail := bench.Check(sc, cmpOr(backend, sc.Backend), want, lookPath, root)
+		ok, leaveOut := bench.Runnable(unavail)
+		runs[i] = ok && len(leaveOut) < len(want)
+		for _, u := range unavail {
+			problems = append(problems, u)
+		}
+		if !skip || len(unavail) == 0 {
+			continue
+		}
+		if !runs[i] {
+			fmt.Fprintf(w, "stampede bench: skipping %s:\n", sc.Name)
+		} else {
+			fmt.Fprintf(w, "stampede bench: %s: leaving out %s:\n", sc.Name, strings.Join(leaveOut, ", "))
+		}
+		for _, u := range unavail {
+			fmt.Fprintf(w, "  %v\n", u)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "-qq"}, missing...)...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(e.stderr, "stampede bench: apt-get install failed: %v\n%s", err, out)
+	switch {
+	case skip || len(problems) == 0:
+		return runs, nil
+	case len(problems) == 1:
+		return nil, fmt.Errorf("%w; or leave it out with --skip-unavailable", problems[0])
 	}
+	return nil, fmt.Errorf("%w\n(--skip-unavailable leaves out what cannot run here)", errors.Join(problems...))
 }
-
-var aptOnce sync.Once
 
 // liveView shows runs as they go: on a terminal a redrawn block with one
 // character per peer; otherwise a plain line every few seconds.
