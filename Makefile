@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: build demo test lint bench fuzz clean
+.PHONY: build demo test test-deps lint bench bench-deps fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
@@ -13,10 +13,19 @@ build:
 demo: build
 	./bin/stampede demo
 
-# What CI runs (.ci/run calls it): installs what the tests need, then vet,
-# race-enabled shuffled tests, and every benchmark once so they keep compiling.
+# What CI runs (.ci/run calls it): as root, installs what the tests run
+# (scripts/install-test-deps.sh), then vet, race-enabled shuffled tests, and
+# every benchmark once so they keep compiling.
 test:
 	./scripts/test.sh
+
+# The Debian packages the tests and the benchmarks run besides stampede
+# (root). The stampede binary installs nothing.
+test-deps:
+	./scripts/install-test-deps.sh
+
+bench-deps:
+	./scripts/install-bench-deps.sh
 
 lint:
 	$(GO) vet ./...
@@ -25,10 +34,13 @@ lint:
 
 # Throughput and memory figures, and the testbed's standard scenarios
 # (bench/scenarios: stampede, plain HTTP and aria2 side by side), reported in
-# docs/benchmarks.md. The netns scenarios (flash20, flash50) need root and are
-# skipped without it; see docs/testbed.md. Reports go to bench/out.
+# docs/benchmarks.md. As root it first installs the baselines' programs
+# (scripts/install-bench-deps.sh); without root, the netns scenarios
+# (flash20, flash50) and the systems whose programs are missing are left out
+# with a note; see docs/testbed.md. Reports go to bench/out.
 BENCH_SCENARIOS ?= ci faults staggered poisson pool flash20 flash50
 bench: build
+	./scripts/install-bench-deps.sh --if-root
 	$(GO) test -run='^$$' -bench=. -benchtime=3x ./manifest
 	./scripts/bench-get.sh
 	./scripts/bench-gateway.sh

@@ -16,7 +16,7 @@ size_mib=${1:-1024}
 reps=${2:-5}
 bin=$PWD/bin/stampede
 go build -o "$bin" ./cmd/stampede
-command -v curl >/dev/null || { echo "need curl"; exit 1; }
+command -v curl >/dev/null || { echo "need curl: install it with sudo scripts/install-bench-deps.sh"; exit 1; }
 
 work=$(mktemp -d -p "${BENCH_DIR:-$PWD}" .bench.XXXXXX)
 pids=()

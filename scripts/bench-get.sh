@@ -12,11 +12,7 @@ reps=${2:-3}
 bin=$PWD/bin/stampede
 go build -o "$bin" ./cmd/stampede
 if ! [ -x /usr/bin/time ] || ! command -v curl >/dev/null; then
-	if [ "$(id -u)" = 0 ]; then
-		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time curl >/dev/null
-	else
-		echo "need /usr/bin/time and curl"; exit 1
-	fi
+	echo "need /usr/bin/time and curl: install them with sudo scripts/install-bench-deps.sh"; exit 1
 fi
 
 work=$(mktemp -d -p "${BENCH_DIR:-$PWD}" .bench.XXXXXX)
