@@ -18,7 +18,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
@@ -35,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/manifest"
@@ -66,9 +66,6 @@ type StatusError struct {
 }
 
 func (e *StatusError) Error() string { return fmt.Sprintf("%s: server answered %s", e.URL, e.Status) }
-
-// ManifestRel is the Link relation naming a file's manifest.
-const ManifestRel = "stampede-manifest"
 
 // Config describes one download. Zero values take the documented defaults.
 type Config struct {
@@ -376,14 +373,14 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 
 // probe sends HEAD and reads size, validators, range support, the manifest
 // link and any Repr-Digest, and with wantHead asks for the manifest's head
-// too (manifest.WantHeader), which a stampede origin sends when it knows the
+// too (contract.WantHeader), which a stampede origin sends when it knows the
 // manifest already. A server that refuses HEAD leaves everything unknown
 // and the download proceeds as one stream.
 func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info, error) {
 	in := &info{url: u, size: -1}
 	var hdr http.Header
 	if wantHead {
-		hdr = http.Header{manifest.WantHeader: {manifest.WantHead}}
+		hdr = http.Header{contract.WantHeader: {contract.WantManifestHead}}
 	}
 	resp, err := d.doRetrying(ctx, http.MethodHead, u, hdr, "probe", new(time.Duration))
 	if err != nil {
@@ -401,7 +398,7 @@ func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info,
 	in.etag = resp.Header.Get("ETag")
 	in.lastModified = resp.Header.Get("Last-Modified")
 	in.acceptRanges = strings.Contains(strings.ToLower(resp.Header.Get("Accept-Ranges")), "bytes")
-	if link := httphdr.LinkTarget(resp.Header.Values("Link"), ManifestRel); link != "" {
+	if link := httphdr.LinkTarget(resp.Header.Values("Link"), contract.ManifestRel); link != "" {
 		if in.manifestURL, err = in.url.Parse(link); err != nil {
 			return nil, fmt.Errorf("%w: manifest link %q: %v", ErrProtocol, link, err)
 		}
@@ -409,10 +406,10 @@ func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info,
 	if in.reprDigest, err = httphdr.ReprDigestSHA256(resp.Header.Values("Repr-Digest")); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
-	if v := resp.Header.Get(manifest.HeadHeader); wantHead && v != "" && in.manifestURL != nil {
+	if v := resp.Header.Get(contract.ManifestHeadHeader); wantHead && v != "" && in.manifestURL != nil {
 		// Nothing is lost with a head we cannot read: the manifest URL
 		// serves it too.
-		if in.head, err = decodeHead(v); err != nil {
+		if in.head, err = contract.DecodeManifestHead(v); err != nil {
 			d.cfg.Logger.Info("the server's answer carried a manifest head we cannot read; asking for it", "err", err)
 		}
 	}
@@ -435,7 +432,7 @@ func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*man
 		var m *manifest.Manifest
 		u := in.manifestURL
 		if head {
-			u = headURL(u)
+			u = contract.ManifestHeadURL(u)
 		}
 		if head && in.head != nil {
 			m = in.head // checked below as if fetched
@@ -465,33 +462,6 @@ func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*man
 		}
 		*in = *fresh
 	}
-}
-
-// decodeHead decodes a manifest head sent in manifest.HeadHeader.
-func decodeHead(v string) (*manifest.Manifest, error) {
-	if len(v) > manifest.MaxInlineHead {
-		return nil, fmt.Errorf("%s of %d bytes, more than %d", manifest.HeadHeader, len(v), manifest.MaxInlineHead)
-	}
-	b, err := base64.StdEncoding.DecodeString(v)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", manifest.HeadHeader, err)
-	}
-	m, err := manifest.UnmarshalHead(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", manifest.HeadHeader, err)
-	}
-	return m, nil
-}
-
-// headURL is the URL of the head of the manifest at u. The query is added
-// to, not re-encoded: the origin forwards the rest of it upstream as it is.
-func headURL(u *url.URL) *url.URL {
-	h := *u
-	if h.RawQuery != "" {
-		h.RawQuery += "&"
-	}
-	h.RawQuery += manifest.HeadQuery + "=0"
-	return &h
 }
 
 // getManifest sends one GET for the manifest at u and decodes it, as a
@@ -549,7 +519,7 @@ func (d *Download) do(ctx context.Context, method string, u *url.URL, hdr http.H
 	req.Header.Set("User-Agent", "stampede")
 	if method == http.MethodGet && reason != "manifest" {
 		// The origin counts its file requests by why they were made.
-		req.Header.Set("Stampede-Reason", reason)
+		req.Header.Set(contract.ReasonHeader, reason)
 	}
 	d.count(reason)
 	return d.cfg.Client.Do(req)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/origin"
 )
@@ -29,13 +30,13 @@ func TestInlineManifestHead(t *testing.T) {
 	}{
 		{name: "inline", edit: func(_ *testing.T, h string) string { return h }},
 		{name: "garbled", edit: func(_ *testing.T, h string) string { return "!" + h },
-			want: []string{"?" + manifest.HeadQuery + "=0"}},
+			want: []string{"?" + contract.ManifestHeadQuery + "=0"}},
 		{name: "too long", edit: func(t *testing.T, h string) string {
-			return editHead(t, h, func(m *manifest.Manifest) { m.Name = strings.Repeat("n", manifest.MaxInlineHead) })
-		}, want: []string{"?" + manifest.HeadQuery + "=0"}},
+			return editHead(t, h, func(m *manifest.Manifest) { m.Name = strings.Repeat("n", contract.MaxInlineHead) })
+		}, want: []string{"?" + contract.ManifestHeadQuery + "=0"}},
 		{name: "other version", edit: func(t *testing.T, h string) string {
 			return editHead(t, h, func(m *manifest.Manifest) { m.ETag = `"another"` })
-		}, want: []string{"?" + manifest.HeadQuery + "=0"}}, // after probing again
+		}, want: []string{"?" + contract.ManifestHeadQuery + "=0"}}, // after probing again
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -44,18 +45,18 @@ func TestInlineManifestHead(t *testing.T) {
 			c := NewClient(4)
 			inner := c.Transport
 			c.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				if p, ok := strings.CutPrefix(r.URL.Path, origin.ManifestPrefix+"/"); ok {
+				if p, ok := strings.CutPrefix(r.URL.Path, contract.ManifestPrefix+"/"); ok {
 					mu.Lock()
-					asked = append(asked, strings.TrimPrefix(r.URL.String(), o.base+origin.ManifestPrefix+"/"+p))
+					asked = append(asked, strings.TrimPrefix(r.URL.String(), o.base+contract.ManifestPrefix+"/"+p))
 					mu.Unlock()
 				}
 				res, err := inner.RoundTrip(r)
 				if err == nil && r.Method == http.MethodHead {
-					if h := res.Header.Get(manifest.HeadHeader); h != "" {
+					if h := res.Header.Get(contract.ManifestHeadHeader); h != "" {
 						mu.Lock()
 						inline++
 						mu.Unlock()
-						res.Header.Set(manifest.HeadHeader, tc.edit(t, h))
+						res.Header.Set(contract.ManifestHeadHeader, tc.edit(t, h))
 					}
 				}
 				return res, err

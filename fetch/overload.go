@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -21,15 +21,6 @@ import (
 // and the request counts as a busy answer for the piece asked, so the
 // scheduler stays off the origin for the Retry-After and takes the rest
 // from peers.
-
-// Header names of overload mode (origin.CapabilitiesHeader and friends).
-const (
-	capabilitiesHeader = "Stampede-Capabilities"
-	capabilityOverload = "overload"
-	pieceHeader        = "Stampede-Piece"
-	peersHeader        = "Stampede-Peers"
-	rootHeader         = "Stampede-Root"
-)
 
 // maxAnswerPeers bounds the peers taken from one answer.
 const maxAnswerPeers = 50
@@ -52,31 +43,15 @@ func (e *overloadAnswer) Error() string {
 // attempt a. The response's validators were checked already.
 func (d *Download) readOverloadAnswer(ctx context.Context, m *manifest.Manifest, sk sink, a *attempt, free chan<- []byte, resp *http.Response) error {
 	h := resp.Header
-	j, err := strconv.Atoi(strings.TrimSpace(h.Get(pieceHeader)))
+	j, err := strconv.Atoi(strings.TrimSpace(h.Get(contract.PieceHeader)))
 	if err != nil || j < 0 || j >= m.NumPieces() {
-		return fmt.Errorf("%w: overload answer names piece %q of %d", ErrProtocol, h.Get(pieceHeader), m.NumPieces())
+		return fmt.Errorf("%w: overload answer names piece %q of %d", ErrProtocol, h.Get(contract.PieceHeader), m.NumPieces())
 	}
-	if root := h.Get(rootHeader); root != "" && !strings.EqualFold(root, m.Root.String()) {
+	if root := h.Get(contract.RootHeader); root != "" && !strings.EqualFold(root, m.Root.String()) {
 		return fmt.Errorf("%w: overload answer for root %s, the manifest's is %s", ErrChanged, root, m.Root)
 	}
 	if err := d.readPiece(ctx, m, sk, j, a, free, resp, fmt.Sprintf("overload answer for piece %d", j)); err != nil {
 		return err
 	}
-	return &overloadAnswer{asked: a.piece, piece: j, wait: retryAfter(h, time.Now()), peers: parsePeers(h)}
-}
-
-// parsePeers reads the peers of a Stampede-Peers header, skipping what is
-// not an "ip:port" with a port.
-func parsePeers(h http.Header) []string {
-	var out []string
-	for _, v := range h.Values(peersHeader) {
-		for f := range strings.SplitSeq(v, ",") {
-			ap, err := netip.ParseAddrPort(strings.TrimSpace(f))
-			if err != nil || ap.Port() == 0 || len(out) == maxAnswerPeers {
-				continue
-			}
-			out = append(out, ap.String())
-		}
-	}
-	return out
+	return &overloadAnswer{asked: a.piece, piece: j, wait: retryAfter(h, time.Now()), peers: contract.ParsePeers(h.Values(contract.PeersHeader), maxAnswerPeers)}
 }

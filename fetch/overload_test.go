@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/origin"
@@ -86,7 +87,7 @@ func startOverloadOrigin(t *testing.T, size int, cfg origin.Config) *overloadOri
 	}
 	inner := srv.Handler()
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/file.bin" || r.Header.Get(capabilitiesHeader) == "" {
+		if r.URL.Path != "/file.bin" || r.Header.Get(contract.CapabilitiesHeader) == "" {
 			inner.ServeHTTP(w, r)
 			return
 		}
@@ -98,11 +99,11 @@ func startOverloadOrigin(t *testing.T, size int, cfg origin.Config) *overloadOri
 			o.capableBody += cw.n
 		}
 		o.statuses[cw.status]++
-		if p := w.Header().Get(pieceHeader); p != "" && w.Header().Get("Retry-After") != "" { // not a pick answer
+		if p := w.Header().Get(contract.PieceHeader); p != "" && w.Header().Get("Retry-After") != "" { // not a pick answer
 			o.answeredOnce.Do(func() { close(o.answered) })
 			i, _ := strconv.Atoi(p)
 			o.pieces[i]++
-			if w.Header().Get(peersHeader) != "" {
+			if w.Header().Get(contract.PeersHeader) != "" {
 				o.withPeers++
 			}
 		}
@@ -322,9 +323,9 @@ func TestReadOverloadAnswer(t *testing.T) {
 		h := http.Header{}
 		off := m.PieceOffset(i)
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+m.PieceLen(i)-1, m.Size))
-		h.Set(pieceHeader, strconv.Itoa(i))
-		h.Set(rootHeader, m.Root.String())
-		h.Set(peersHeader, "192.0.2.7:7000, [2001:db8::5]:7001, bogus, 192.0.2.8:0")
+		h.Set(contract.PieceHeader, strconv.Itoa(i))
+		h.Set(contract.RootHeader, m.Root.String())
+		h.Set(contract.PeersHeader, "192.0.2.7:7000, [2001:db8::5]:7001, bogus, 192.0.2.8:0")
 		h.Set("Retry-After", "3")
 		if mod != nil {
 			mod(h)
@@ -343,11 +344,11 @@ func TestReadOverloadAnswer(t *testing.T) {
 		}},
 		{"corrupt", answer(2, bytes.Repeat([]byte{1}, int(m.PieceLen(2))), nil), isCorrupt},
 		{"short", answer(2, piece(2)[:100], nil), func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"range not the piece", answer(2, piece(2), func(h http.Header) { h.Set(pieceHeader, "3") }),
+		{"range not the piece", answer(2, piece(2), func(h http.Header) { h.Set(contract.PieceHeader, "3") }),
 			func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"piece out of range", answer(2, piece(2), func(h http.Header) { h.Set(pieceHeader, strconv.Itoa(last+1)) }),
+		{"piece out of range", answer(2, piece(2), func(h http.Header) { h.Set(contract.PieceHeader, strconv.Itoa(last+1)) }),
 			func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"other root", answer(2, piece(2), func(h http.Header) { h.Set(rootHeader, strings.Repeat("ab", 32)) }),
+		{"other root", answer(2, piece(2), func(h http.Header) { h.Set(contract.RootHeader, strings.Repeat("ab", 32)) }),
 			func(err error) bool { return errors.Is(err, ErrChanged) }},
 	}
 	for _, tt := range tests {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -19,18 +20,11 @@ import (
 // piece is verified and stored like any other, and the fetcher reports it
 // as the piece got.
 
-// candidatesHeader is origin.CandidatesHeader.
-const candidatesHeader = "Stampede-Candidates"
-
-// inSwarmHeader is origin.InSwarmHeader: a 503 saying the pieces a request
-// and its candidates name were all sent to other peers just now.
-const inSwarmHeader = "Stampede-In-Swarm"
-
 // readPickAnswer checks and stores the piece the origin picked among a's
 // candidates, and records it in a.got. The response's validators were
 // checked already.
 func (d *Download) readPickAnswer(ctx context.Context, m *manifest.Manifest, sk sink, a *attempt, free chan<- []byte, resp *http.Response) error {
-	v := resp.Header.Get(pieceHeader)
+	v := resp.Header.Get(contract.PieceHeader)
 	j, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || (j != a.piece && !slices.Contains(a.candidates, j)) {
 		return fmt.Errorf("%w: asked for piece %d, the origin sent piece %q, which was not offered", ErrProtocol, a.piece, v)

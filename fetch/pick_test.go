@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/origin"
@@ -44,7 +45,7 @@ func TestReadPickAnswer(t *testing.T) {
 		h := http.Header{}
 		off := m.PieceOffset(i)
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+m.PieceLen(i)-1, m.Size))
-		h.Set(pieceHeader, named)
+		h.Set(contract.PieceHeader, named)
 		return &http.Response{StatusCode: 206, Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body))}
 	}
 	// The request asked for piece 1 offering 2 and 4.
@@ -168,8 +169,8 @@ func TestHeadURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := headURL(u).String(); got != want {
-			t.Errorf("headURL(%s) = %s, want %s", in, got, want)
+		if got := contract.ManifestHeadURL(u).String(); got != want {
+			t.Errorf("contract.ManifestHeadURL(%s) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
-	"github.com/stampede-dev/stampede/pieceset"
 )
 
 // errNoRanges: the server answered a Range request with the whole file.
@@ -332,10 +332,10 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		hdr.Set("If-Range", v)
 	}
 	if a.overload {
-		hdr.Set(capabilitiesHeader, capabilityOverload)
+		hdr.Set(contract.CapabilitiesHeader, contract.CapabilityOverload)
 	}
 	if len(a.candidates) > 0 {
-		hdr.Set(candidatesHeader, pieceset.FormatList(a.candidates))
+		hdr.Set(contract.CandidatesHeader, contract.FormatCandidates(a.candidates))
 	}
 	a.got = i
 	resp, err := d.doWatched(ctx, in.url, hdr, reason, a.idle)
@@ -349,7 +349,7 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		switch {
-		case resp.Header.Get(pieceHeader) == "":
+		case resp.Header.Get(contract.PieceHeader) == "":
 		case a.overload && resp.Header.Get("Retry-After") != "":
 			return d.readOverloadAnswer(ctx, m, sk, a, free, resp)
 		case len(a.candidates) > 0:
@@ -358,7 +358,7 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 	case http.StatusOK:
 		return errNoRanges
 	case http.StatusServiceUnavailable:
-		if resp.Header.Get(inSwarmHeader) != "" && len(a.candidates) > 0 {
+		if resp.Header.Get(contract.InSwarmHeader) != "" && len(a.candidates) > 0 {
 			// Only an answer to our candidates: otherwise it is a 503
 			// like any other. Its short body is read, so the connection
 			// is kept for the next fetch.
@@ -371,7 +371,7 @@ func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *inf
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		be := &busyError{wait: retryAfter(resp.Header, time.Now())}
 		if a.overload {
-			be.peers = parsePeers(resp.Header)
+			be.peers = contract.ParsePeers(resp.Header.Values(contract.PeersHeader), maxAnswerPeers)
 		}
 		return be
 	case http.StatusRequestedRangeNotSatisfiable:

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -10,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 )
@@ -17,54 +17,20 @@ import (
 // Pages (Overhaul's INFO, Flashback's "a web page is a set of objects"):
 // an origin may publish, for an HTML page, a bundle of the page and its
 // same-origin assets, so that a gateway gets them all through one swarm
-// download. The contract (docs/gateway.md):
-//
-//   - the page's response (GET and HEAD) carries
-//     Link: </.well-known/stampede/bundle/PATH>; rel="stampede-bundle";
-//   - /.well-known/stampede/bundle-index/PATH is the bundle's index, JSON:
-//     {"version":1,"bundle":"/.well-known/stampede/bundle/PATH","size":N,
-//     "members":[{"path","offset","size","content_type","etag",
-//     "last_modified"}, ...]}, the page first, then its assets;
-//   - /.well-known/stampede/bundle/PATH is the members concatenated at
-//     those offsets, served like any file (with a manifest).
+// download. The page's response links the bundle (contract.BundleRel);
+// its index (contract.BundleIndex) says where each member is in it
+// (contract/bundle.go, docs/gateway.md).
 //
 // The page is revalidated like any request; its assets are then answered
 // from the bundle, without asking the origin, until the cache evicts it.
 
-// Bundle paths and the Link relation of the contract above.
-const (
-	BundleRel         = "stampede-bundle"
-	BundlePrefix      = "/.well-known/stampede/bundle/"
-	BundleIndexPrefix = "/.well-known/stampede/bundle-index/"
-)
-
-// Bounds on what an index may hold.
-const (
-	maxIndexBytes = 4 << 20
-	maxMembers    = 10000
-	maxPageRefs   = 1 << 16
-)
-
-type bundleIndex struct {
-	Version int            `json:"version"`
-	Bundle  string         `json:"bundle"`
-	Size    int64          `json:"size"`
-	Members []bundleMember `json:"members"`
-}
-
-type bundleMember struct {
-	Path         string `json:"path"`
-	Offset       int64  `json:"offset"`
-	Size         int64  `json:"size"`
-	ContentType  string `json:"content_type"`
-	ETag         string `json:"etag"`
-	LastModified string `json:"last_modified"`
-}
+// maxPageRefs bounds the URLs remembered as members of cached bundles.
+const maxPageRefs = 1 << 16
 
 // bundleRef is a URL answered from a member of a cached bundle.
 type bundleRef struct {
 	key    string // the bundle's object
-	member bundleMember
+	member contract.BundleMember
 	page   bool // the page itself, which is revalidated before use
 }
 
@@ -99,7 +65,7 @@ func (g *Gateway) serveFromBundle(req *request) bool {
 // bundle, starting its download; false when there is no usable bundle
 // (the page is then served as a file).
 func (g *Gateway) servePage(req *request, probe *http.Response) bool {
-	link := httphdr.LinkTarget(probe.Header.Values("Link"), BundleRel)
+	link := httphdr.LinkTarget(probe.Header.Values("Link"), contract.BundleRel)
 	if link == "" {
 		return false
 	}
@@ -121,7 +87,7 @@ func (g *Gateway) servePage(req *request, probe *http.Response) bool {
 
 // serveMember answers from a member of a bundle, with the member's type
 // and validators over the header h.
-func (g *Gateway) serveMember(req *request, o *object, m bundleMember, h http.Header) {
+func (g *Gateway) serveMember(req *request, o *object, m contract.BundleMember, h http.Header) {
 	h.Del("Content-Type")
 	h["Content-Type"] = nil
 	if m.ContentType != "" {
@@ -160,12 +126,16 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	}
 
 	bu, err := t.Parse(link)
-	if err != nil || !strings.EqualFold(bu.Scheme, t.Scheme) || !strings.EqualFold(bu.Host, t.Host) ||
-		!strings.HasPrefix(bu.EscapedPath(), BundlePrefix) {
-		return nil, nil, fmt.Errorf("bundle link %q: want %s... on the page's origin", link, BundlePrefix)
+	var ip string
+	ok := err == nil
+	if ok {
+		ip, ok = contract.BundleIndexPath(bu.EscapedPath())
+	}
+	if !ok || !strings.EqualFold(bu.Scheme, t.Scheme) || !strings.EqualFold(bu.Host, t.Host) {
+		return nil, nil, fmt.Errorf("bundle link %q: want %s/... on the page's origin", link, contract.BundlePrefix)
 	}
 	bu.RawQuery, bu.Fragment = "", ""
-	iu, err := url.Parse(t.Scheme + "://" + t.Host + BundleIndexPrefix + strings.TrimPrefix(bu.EscapedPath(), BundlePrefix))
+	iu, err := url.Parse(t.Scheme + "://" + t.Host + ip)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,7 +143,7 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := idx.check(iu, bu); err != nil {
+	if err := idx.Check(iu, bu); err != nil {
 		return nil, nil, fmt.Errorf("bundle index %s: %w", iu, err)
 	}
 	page := idx.Members[0]
@@ -198,7 +168,7 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 
 // fetchIndex downloads and decodes a bundle index, and returns it with
 // its ETag (the bundle's, at a stampede origin).
-func (g *Gateway) fetchIndex(ctx context.Context, u *url.URL) (*bundleIndex, string, error) {
+func (g *Gateway) fetchIndex(ctx context.Context, u *url.URL) (*contract.BundleIndex, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, "", err
@@ -216,53 +186,20 @@ func (g *Gateway) fetchIndex(ctx context.Context, u *url.URL) (*bundleIndex, str
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
 		return nil, "", fmt.Errorf("bundle index %s has content type %q, want application/json", u, ct)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxIndexBytes+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, contract.MaxBundleIndexBytes+1))
 	if err != nil {
 		return nil, "", fmt.Errorf("bundle index %s: %w", u, err)
 	}
-	if len(body) > maxIndexBytes {
-		return nil, "", fmt.Errorf("bundle index %s is larger than %d bytes", u, maxIndexBytes)
-	}
-	idx := &bundleIndex{}
-	if err := json.Unmarshal(body, idx); err != nil {
-		return nil, "", fmt.Errorf("bundle index %s: %w", u, err)
+	idx, err := contract.DecodeBundleIndex(body)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", u, err)
 	}
 	return idx, resp.Header.Get("ETag"), nil
 }
 
-// check validates an index, fetched from index, against the bundle URL
-// the page links.
-func (idx *bundleIndex) check(index, bundle *url.URL) error {
-	named, err := index.Parse(idx.Bundle)
-	switch {
-	case idx.Version != 1:
-		return fmt.Errorf("version %d, want 1", idx.Version)
-	case err != nil || named.String() != bundle.String():
-		return fmt.Errorf("names bundle %q, the page links %s", idx.Bundle, bundle)
-	case idx.Size <= 0:
-		return fmt.Errorf("bundle size %d", idx.Size)
-	case len(idx.Members) == 0 || len(idx.Members) > maxMembers:
-		return fmt.Errorf("%d members, want 1 to %d", len(idx.Members), maxMembers)
-	}
-	seen := make(map[string]bool, len(idx.Members))
-	for k, m := range idx.Members {
-		switch {
-		case !strings.HasPrefix(m.Path, "/") || strings.HasPrefix(m.Path, "//") ||
-			strings.ContainsFunc(m.Path, func(r rune) bool { return r < ' ' || r == 0x7f }):
-			return fmt.Errorf("member %d: bad path %q", k, m.Path)
-		case seen[m.Path]:
-			return fmt.Errorf("member %d: path %q twice", k, m.Path)
-		case m.Offset < 0 || m.Size < 0 || m.Offset > idx.Size-m.Size:
-			return fmt.Errorf("member %d (%s): bytes %d+%d outside the %d-byte bundle", k, m.Path, m.Offset, m.Size, idx.Size)
-		}
-		seen[m.Path] = true
-	}
-	return nil
-}
-
 // rememberBundle records the URLs of a bundle's members and returns the
 // page's reference.
-func (g *Gateway) rememberBundle(page *url.URL, pageKey, key string, idx *bundleIndex) *bundleRef {
+func (g *Gateway) rememberBundle(page *url.URL, pageKey, key string, idx *contract.BundleIndex) *bundleRef {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.pages)+len(idx.Members)+1 > maxPageRefs {

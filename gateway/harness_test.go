@@ -246,12 +246,3 @@ func mustEqual(t testing.TB, what string, got, want []byte) {
 		t.Fatalf("%s: got %d bytes, want %d; first difference at byte %d", what, len(got), len(want), i)
 	}
 }
-
-func mustURL(t testing.TB, s string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}

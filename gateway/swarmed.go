@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 )
@@ -83,7 +84,7 @@ func (g *Gateway) probe(req *request) (*http.Response, error) {
 func swarmable(resp *http.Response) bool {
 	return resp.StatusCode == http.StatusOK && resp.ContentLength >= 0 &&
 		strings.Contains(strings.ToLower(resp.Header.Get("Accept-Ranges")), "bytes") &&
-		httphdr.LinkTarget(resp.Header.Values("Link"), fetch.ManifestRel) != ""
+		httphdr.LinkTarget(resp.Header.Values("Link"), contract.ManifestRel) != ""
 }
 
 // responseHeader is the header of our answer: the origin's end-to-end

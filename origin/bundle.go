@@ -4,44 +4,36 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"mime"
 	"net/http"
-	"net/url"
 	"os"
 	"path"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stampede-dev/stampede/contract"
 )
 
 // Pages, not just files (Overhaul's INFO, Flashback's "a web page is a set
 // of objects"). For an HTML page P of Dir (a name ending in .html or .htm),
 // the origin publishes a bundle: the page and its same-origin assets
 // (assets.go) concatenated into one resource, so that a gateway fetches a
-// page and everything it shows through one swarm.
+// page and everything it shows through one swarm. The paths, the Link and
+// the index's format are package contract's (contract/bundle.go).
 //
-//   - Every response for P carries, beside its manifest's Link,
-//     Link: </.well-known/stampede/bundle/P>; rel="stampede-bundle".
-//   - GET /.well-known/stampede/bundle-index/P is the bundle's table of
-//     contents (application/json, ETag the bundle's):
-//     {"version":1,"bundle":"/.well-known/stampede/bundle/P","size":N,
-//     "members":[{"path":"/P","offset":0,"size":123,"content_type":"text/html; charset=utf-8",
-//     "etag":"\"...\"","last_modified":"Mon, 02 Jan 2006 15:04:05 GMT"}, ...]}
-//     The page comes first, then its assets in document order: files of Dir
-//     only, each once, at most BundleMaxAssets of them and BundleMaxBytes
-//     in all (an asset that does not fit is left out, the next ones may
-//     still fit). "path" is the member's URL path (not escaped), "bundle" a
-//     URL reference; content_type, etag and last_modified are what a GET of
-//     the member itself answers (last_modified is left out when the file
-//     has none).
-//   - GET /.well-known/stampede/bundle/P is the bundle: the members' bytes
-//     at those offsets, served like any file: Range, If-Range, HEAD,
+//   - Every response for P carries, beside its manifest's Link, the Link
+//     to its bundle (contract.BundleRel).
+//   - The index (contract.BundleIndex, ETag the bundle's) lists the page
+//     first, then its assets in document order: files of Dir only, each
+//     once, at most BundleMaxAssets of them and BundleMaxBytes in all (an
+//     asset that does not fit is left out, the next ones may still fit).
+//   - The bundle is served like any file: Range, If-Range, HEAD,
 //     conditional requests, a strong ETag derived from the members' paths
 //     and validators (so it changes when any member does), Last-Modified
 //     the newest member's, Repr-Digest on full responses, overload mode,
@@ -54,19 +46,10 @@ import (
 // bundle is read from the members' files. A member that changes while a
 // bundle is read ends the response early, as a changed file would.
 
-// Where bundles and their indexes are served, and the Link relation
-// pointing at a page's bundle.
-const (
-	BundlePrefix      = "/.well-known/stampede/bundle"
-	BundleIndexPrefix = "/.well-known/stampede/bundle-index"
-	BundleRel         = "stampede-bundle"
-	// BundleContentType is the media type of a bundle: bytes whose layout
-	// only the index tells.
-	BundleContentType = "application/vnd.stampede.bundle"
-)
-
-// bundleIndexVersion is the version of the index's JSON.
-const bundleIndexVersion = 1
+// BundleIndexPrefix is contract.BundleIndexPrefix, for callers of this package.
+//
+// Deprecated: use contract.BundleIndexPrefix.
+const BundleIndexPrefix = contract.BundleIndexPrefix
 
 // isPage reports whether the file name is an HTML page, which gets a bundle.
 func isPage(name string) bool {
@@ -74,33 +57,15 @@ func isPage(name string) bool {
 	return ext == ".html" || ext == ".htm"
 }
 
-func bundlePath(name string) string {
-	return (&url.URL{Path: BundlePrefix + "/" + name}).EscapedPath()
-}
-
 func bundleLinkHeader(name string) string {
-	return "<" + bundlePath(name) + `>; rel="` + BundleRel + `"`
+	return contract.Link(contract.BundlePath("/"+name), contract.BundleRel)
 }
 
-// bundleMember is one file of a bundle, as the index shows it.
+// bundleMember is one file of a bundle: what the index shows and the file.
 type bundleMember struct {
-	Path         string `json:"path"`
-	Offset       int64  `json:"offset"`
-	Size         int64  `json:"size"`
-	ContentType  string `json:"content_type"`
-	ETag         string `json:"etag"`
-	LastModified string `json:"last_modified,omitempty"`
-
+	contract.BundleMember
 	name string      // in Dir
 	fi   fs.FileInfo // the version described
-}
-
-// bundleIndex is the JSON of the index.
-type bundleIndex struct {
-	Version int            `json:"version"`
-	Bundle  string         `json:"bundle"`
-	Size    int64          `json:"size"`
-	Members []bundleMember `json:"members"`
 }
 
 // bundle is the bundle of one page as its members are now.
@@ -185,7 +150,8 @@ func (b *bundle) add(s *Server, p, name string, fi fs.FileInfo) error {
 	}
 	v := fileValidators(fi)
 	b.members = append(b.members, bundleMember{
-		Path: p, Offset: b.size, Size: fi.Size(), ContentType: ct, ETag: v.etag, LastModified: v.lastModified,
+		BundleMember: contract.BundleMember{Path: p, Offset: b.size, Size: fi.Size(), ContentType: ct,
+			ETag: v.etag, LastModified: v.lastModified},
 		name: name, fi: fi,
 	})
 	b.size += fi.Size()
@@ -236,7 +202,7 @@ func bundleName(urlPath, prefix string) (string, error) {
 }
 
 func (s *Server) serveBundleIndex(w *respWriter, r *http.Request) {
-	name, err := bundleName(r.URL.Path, BundleIndexPrefix)
+	name, err := bundleName(r.URL.Path, contract.BundleIndexPrefix)
 	if err == nil {
 		var b *bundle
 		if b, err = s.buildBundle(r.Context(), name); err == nil {
@@ -248,7 +214,11 @@ func (s *Server) serveBundleIndex(w *respWriter, r *http.Request) {
 }
 
 func (s *Server) writeBundleIndex(w *respWriter, r *http.Request, b *bundle) {
-	body, err := json.Marshal(bundleIndex{Version: bundleIndexVersion, Bundle: bundlePath(b.page), Size: b.size, Members: b.members})
+	idx := contract.BundleIndex{Version: contract.BundleIndexVersion, Bundle: contract.BundlePath("/" + b.page), Size: b.size}
+	for _, m := range b.members {
+		idx.Members = append(idx.Members, m.BundleMember)
+	}
+	body, err := idx.Encode()
 	if err != nil {
 		s.bundleError(w, r, err)
 		return
@@ -261,7 +231,7 @@ func (s *Server) writeBundleIndex(w *respWriter, r *http.Request, b *bundle) {
 }
 
 func (s *Server) serveBundle(w *respWriter, r *http.Request) {
-	name, err := bundleName(r.URL.Path, BundlePrefix)
+	name, err := bundleName(r.URL.Path, contract.BundlePrefix)
 	var b *bundle
 	if err == nil {
 		b, err = s.buildBundle(r.Context(), name)
@@ -275,8 +245,8 @@ func (s *Server) serveBundle(w *respWriter, r *http.Request) {
 	defer br.Close()
 	h := w.Header()
 	h.Set("Etag", b.v.etag)
-	h.Set("Content-Type", BundleContentType)
-	h.Add("Link", linkHeader((&url.URL{Path: ManifestPrefix + BundlePrefix + "/" + name}).EscapedPath()))
+	h.Set("Content-Type", contract.BundleContentType)
+	h.Add("Link", linkHeader(contract.ManifestPath(contract.BundlePrefix+"/"+name)))
 	w.onFull = func(h http.Header) {
 		s.addDigest(r.Context(), h, s.bundleKey(name), b.v, func(ctx context.Context) (*entry, error) { return s.bundleEntry(ctx, b) })
 	}
@@ -305,7 +275,7 @@ func (s *Server) bundleKey(name string) string {
 }
 
 // bundleManifest returns the manifest of the bundle of the page at URL path
-// p (relative to BundlePrefix).
+// p (relative to contract.BundlePrefix).
 func (s *Server) bundleManifest(ctx context.Context, p string) (*entry, error) {
 	name, err := bundleName(p, "")
 	if err != nil {

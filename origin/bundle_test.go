@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 )
 
@@ -39,13 +40,13 @@ func site(t *testing.T, dir string) {
 	}
 }
 
-func (ts *testServer) bundleIndex(t *testing.T, page string) (bundleIndex, *http.Response) {
+func (ts *testServer) bundleIndex(t *testing.T, page string) (contract.BundleIndex, *http.Response) {
 	t.Helper()
-	res, body := ts.do(t, "GET", BundleIndexPrefix+page)
+	res, body := ts.do(t, "GET", contract.BundleIndexPrefix+page)
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("bundle index of %s: %s %q: %s", page, res.Status, res.Header.Get("Content-Type"), body)
 	}
-	var idx bundleIndex
+	var idx contract.BundleIndex
 	if err := json.Unmarshal(body, &idx); err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +61,14 @@ func TestBundle(t *testing.T) {
 	// The page links its bundle, on GET and HEAD.
 	for _, method := range []string{"GET", "HEAD"} {
 		res, _ := ts.do(t, method, "/index.html")
-		if got := httphdr.LinkTarget(res.Header.Values("Link"), BundleRel); got != BundlePrefix+"/index.html" {
+		if got := httphdr.LinkTarget(res.Header.Values("Link"), contract.BundleRel); got != contract.BundlePrefix+"/index.html" {
 			t.Errorf("%s /index.html: bundle link %q in %q", method, got, res.Header.Values("Link"))
 		}
 		if httphdr.LinkTarget(res.Header.Values("Link"), "stampede-manifest") == "" {
 			t.Errorf("%s /index.html: no manifest link", method)
 		}
 	}
-	if res, _ := ts.do(t, "GET", "/css/site.css"); httphdr.LinkTarget(res.Header.Values("Link"), BundleRel) != "" {
+	if res, _ := ts.do(t, "GET", "/css/site.css"); httphdr.LinkTarget(res.Header.Values("Link"), contract.BundleRel) != "" {
 		t.Error("a stylesheet links a bundle")
 	}
 
@@ -80,7 +81,7 @@ func TestBundle(t *testing.T) {
 	if strings.Join(paths, " ") != strings.Join(wantPaths, " ") {
 		t.Fatalf("members %q, want %q (missing files, directories, links out of DIR and other origins left out)", paths, wantPaths)
 	}
-	if idx.Version != 1 || idx.Bundle != BundlePrefix+"/index.html" {
+	if idx.Version != 1 || idx.Bundle != contract.BundlePrefix+"/index.html" {
 		t.Errorf("index %+v", idx)
 	}
 
@@ -125,10 +126,10 @@ func TestBundle(t *testing.T) {
 
 	// Its manifest is linked, served like any other and describes it.
 	link := httphdr.LinkTarget(res.Header.Values("Link"), "stampede-manifest")
-	if link != ManifestPrefix+BundlePrefix+"/index.html" {
+	if link != contract.ManifestPrefix+contract.BundlePrefix+"/index.html" {
 		t.Fatalf("bundle manifest link %q", link)
 	}
-	m := ts.manifest(t, strings.TrimPrefix(link, ManifestPrefix))
+	m := ts.manifest(t, strings.TrimPrefix(link, contract.ManifestPrefix))
 	verify(t, m, want.Bytes())
 	if m.ETag != etag {
 		t.Errorf("manifest ETag %q, bundle %q", m.ETag, etag)
@@ -141,7 +142,7 @@ func TestBundle(t *testing.T) {
 	if res.Header.Get("Etag") == etag || bytes.Equal(body, want.Bytes()) {
 		t.Errorf("after an asset changed: ETag %q (was %q)", res.Header.Get("Etag"), etag)
 	}
-	m2 := ts.manifest(t, BundlePrefix+"/index.html")
+	m2 := ts.manifest(t, contract.BundlePrefix+"/index.html")
 	verify(t, m2, body)
 	if m2.Root == m.Root || m2.ETag != res.Header.Get("Etag") {
 		t.Errorf("after an asset changed: manifest root %s ETag %q (was %s)", m2.Root, m2.ETag, m.Root)
@@ -149,10 +150,10 @@ func TestBundle(t *testing.T) {
 
 	// Not a page, not there, a bad path.
 	for path, code := range map[string]int{
-		BundlePrefix + "/css/site.css":               404,
-		BundleIndexPrefix + "/missing.html":          404,
-		BundleIndexPrefix + "/blob":                  404,
-		ManifestPrefix + BundlePrefix + "/js/app.js": 404,
+		contract.BundlePrefix + "/css/site.css":                        404,
+		contract.BundleIndexPrefix + "/missing.html":                   404,
+		contract.BundleIndexPrefix + "/blob":                           404,
+		contract.ManifestPrefix + contract.BundlePrefix + "/js/app.js": 404,
 	} {
 		if res, _ := ts.do(t, "GET", path); res.StatusCode != code {
 			t.Errorf("GET %s: %s, want %d", path, res.Status, code)
@@ -204,12 +205,12 @@ func TestBundleOverloadAnswer(t *testing.T) {
 	dir := t.TempDir()
 	site(t, dir)
 	ts := start(t, Config{Dir: dir, MaxTransfers: 1})
-	m := ts.manifest(t, BundlePrefix+"/index.html")
-	_, want := ts.do(t, "GET", BundlePrefix+"/index.html")
+	m := ts.manifest(t, contract.BundlePrefix+"/index.html")
+	_, want := ts.do(t, "GET", contract.BundlePrefix+"/index.html")
 	holdHog(t, ts, dir)
-	res, body := ts.do(t, "GET", BundlePrefix+"/index.html", CapabilitiesHeader, CapabilityOverload, "Range", "bytes=16384-32767")
-	if res.StatusCode != http.StatusPartialContent || res.Header.Get(PieceHeader) != "1" {
-		t.Fatalf("capable GET of a bundle past the limit: %s, piece %q", res.Status, res.Header.Get(PieceHeader))
+	res, body := ts.do(t, "GET", contract.BundlePrefix+"/index.html", contract.CapabilitiesHeader, contract.CapabilityOverload, "Range", "bytes=16384-32767")
+	if res.StatusCode != http.StatusPartialContent || res.Header.Get(contract.PieceHeader) != "1" {
+		t.Fatalf("capable GET of a bundle past the limit: %s, piece %q", res.Status, res.Header.Get(contract.PieceHeader))
 	}
 	if err := m.VerifyPiece(1, body); err != nil || !bytes.Equal(body, want[16384:32768]) {
 		t.Errorf("piece 1 of the bundle: %v", err)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/contract"
 )
 
 // fakeInfo is a file as planSweep sees it.
@@ -117,7 +119,7 @@ func TestSweepRemovesManifestsOfFilesGoneOrChanged(t *testing.T) {
 		writeFile(t, dir, name, randomBytes(5000, 3), t0)
 	}
 	ts := start(t, Config{Dir: dir, CacheDir: cacheDir})
-	for _, name := range []string{"/keep", "/delete", "/change", "/become-dir", BundlePrefix + "/index.html"} {
+	for _, name := range []string{"/keep", "/delete", "/change", "/become-dir", contract.BundlePrefix + "/index.html"} {
 		ts.manifest(t, name)
 	}
 	if n := len(cacheFiles(t, cacheDir)); n != 5 {
@@ -358,7 +360,7 @@ func TestSharedCacheDirStaysConsistent(t *testing.T) {
 	for round := range 30 {
 		for i, ts := range servers {
 			// A 500 is allowed: the file changed each time it was hashed.
-			ts.do(t, "GET", ManifestPrefix+"/"+fmt.Sprint((round+i)%nfiles))
+			ts.do(t, "GET", contract.ManifestPrefix+"/"+fmt.Sprint((round+i)%nfiles))
 		}
 	}
 	cancel()

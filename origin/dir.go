@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 	v := fileValidators(fi)
 	h := w.Header()
 	h.Set("Etag", v.etag)
-	h.Add("Link", linkHeader((&url.URL{Path: ManifestPrefix + "/" + name}).EscapedPath()))
+	h.Add("Link", linkHeader(contract.ManifestPath("/"+name)))
 	if isPage(name) {
 		h.Add("Link", bundleLinkHeader(name))
 	}
@@ -124,8 +125,9 @@ func (s *Server) addDigest(ctx context.Context, h http.Header, key string, v val
 	}
 }
 
-func linkHeader(manifestPath string) string {
-	return "<" + manifestPath + `>; rel="stampede-manifest"`
+// linkHeader is the Link to the manifest at target (an escaped URL path).
+func linkHeader(target string) string {
+	return contract.Link(target, contract.ManifestRel)
 }
 
 func (s *Server) openError(w *respWriter, r *http.Request, name string, err error) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/promtext"
 )
 
@@ -13,11 +14,11 @@ type kind int
 
 const (
 	kindFile        kind = iota // a file, from Dir or proxied to Upstream
-	kindManifest                // under ManifestPrefix
+	kindManifest                // under contract.ManifestPrefix
 	kindMetrics                 // /metrics
 	kindOther                   // directory indexes, bad methods, bad paths
 	kindTracker                 // announces to the embedded tracker
-	kindBundleIndex             // under BundleIndexPrefix
+	kindBundleIndex             // under contract.BundleIndexPrefix
 	numKinds
 )
 
@@ -42,18 +43,19 @@ const (
 
 var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
 
-// ReasonHeader is the request header in which a stampede client says why it
-// asks the origin for a file's bytes (see fetch and swarm): the origin counts
-// its file requests by it.
-const ReasonHeader = "Stampede-Reason"
+// ReasonHeader is contract.ReasonHeader, for callers of this package.
+//
+// Deprecated: use contract.ReasonHeader.
+const ReasonHeader = contract.ReasonHeader
 
 // reasonNoPeers is the reason of a swarm peer that knows no other peer.
-const reasonNoPeers = "origin:no-peers"
+const reasonNoPeers = contract.ReasonOriginPrefix + "no-peers"
 
 // reasonNames are the reasons counted; anything else counts as "other" (a
 // header must not grow the metrics without bound).
-var reasonNames = [...]string{"none", "piece", "retry-late", "retry-error", "stream",
-	"origin:no-peer-has-it", reasonNoPeers, "origin:stalled", "origin:peers-failing", "other"}
+var reasonNames = [...]string{"none", contract.ReasonPiece, contract.ReasonRetryLate, contract.ReasonRetryError, contract.ReasonStream,
+	contract.ReasonOriginPrefix + "no-peer-has-it", reasonNoPeers, contract.ReasonOriginPrefix + "stalled",
+	contract.ReasonOriginPrefix + "peers-failing", "other"}
 
 func reasonIndex(h string) int {
 	if h == "" {
@@ -85,7 +87,7 @@ type metrics struct {
 	cacheRemoved      [numCacheRemoved]atomic.Int64 // files the cache sweeper removed, by why
 	cacheBytes        atomic.Int64                  // bytes of cache files after the last sweep
 	upstreamRequests  [numUpstream]atomic.Int64
-	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by ReasonHeader
+	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by contract.ReasonHeader
 
 	mu        sync.Mutex // guards responses
 	responses map[int]int64

@@ -76,17 +76,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
-	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
-// ManifestPrefix is the path under which a file's manifest is found: the
-// manifest of /dir/file.iso is at /.well-known/stampede/manifest/dir/file.iso.
-const ManifestPrefix = "/.well-known/stampede/manifest"
+// ManifestPrefix is contract.ManifestPrefix, for callers of this package.
+//
+// Deprecated: use contract.ManifestPrefix.
+const ManifestPrefix = contract.ManifestPrefix
 
 // ManifestContentType is the media type of a manifest response.
 const ManifestContentType = "application/vnd.stampede.manifest+json"
@@ -130,7 +131,7 @@ type Config struct {
 	RetryAfter time.Duration
 
 	// Overload mode (overload.go). Past MaxTransfers, a GET from a client
-	// that sends CapabilitiesHeader with "overload" is answered 206 with one
+	// that sends contract.CapabilitiesHeader with "overload" is answered 206 with one
 	// piece of the origin's choosing, the swarm's peers and the manifest's
 	// Link, instead of 503. OverloadTransfers is the most such answers sent
 	// at once, on top of MaxTransfers: default DefaultOverloadTransfers;
@@ -405,11 +406,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.route(kindMetrics, s.serveMetrics))
-	mux.Handle("GET "+ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
+	mux.Handle("GET "+contract.ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
 	if s.root != nil {
 		mux.Handle("GET /", s.route(kindFile, s.serveDir))
-		mux.Handle("GET "+BundlePrefix+"/", s.route(kindFile, s.serveBundle))
-		mux.Handle("GET "+BundleIndexPrefix+"/", s.route(kindBundleIndex, s.serveBundleIndex))
+		mux.Handle("GET "+contract.BundlePrefix+"/", s.route(kindFile, s.serveBundle))
+		mux.Handle("GET "+contract.BundleIndexPrefix+"/", s.route(kindBundleIndex, s.serveBundleIndex))
 		mux.Handle("/", s.route(kindOther, func(w *respWriter, r *http.Request) {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed: this origin serves files with GET and HEAD", http.StatusMethodNotAllowed)
@@ -453,8 +454,8 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		e   *entry
 		err error
 	)
-	p := strings.TrimPrefix(r.URL.Path, ManifestPrefix)
-	if page, ok := strings.CutPrefix(p, BundlePrefix+"/"); ok && s.root != nil {
+	p := strings.TrimPrefix(r.URL.Path, contract.ManifestPrefix)
+	if page, ok := strings.CutPrefix(p, contract.BundlePrefix+"/"); ok && s.root != nil {
 		e, err = s.bundleManifest(r.Context(), page)
 	} else if s.root != nil {
 		e, err = s.dirManifest(r.Context(), p)
@@ -473,11 +474,11 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 	body := pub.body
 	h := w.Header()
 	h.Set("Content-Type", ManifestContentType)
-	h.Set("Stampede-Root", e.m.Root.String())
+	h.Set(contract.RootHeader, e.m.Root.String())
 	// The file may change at any time: clients and caches must revalidate.
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Vary", "Accept-Encoding")
-	if r.URL.Query().Get(manifest.HeadQuery) == "0" {
+	if r.URL.Query().Get(contract.ManifestHeadQuery) == "0" {
 		// The head: a few hundred bytes, never worth compressing.
 		body = pub.head
 	} else if httphdr.AcceptsGzip(r.Header.Values("Accept-Encoding")) {
@@ -520,7 +521,7 @@ func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
 		level = slog.LevelDebug
 	}
 	s.log.Log(r.Context(), level, "no manifest", "path", r.URL.Path, "status", code, "err", err)
-	http.Error(w, fmt.Sprintf("stampede: no manifest for %s: %v", strings.TrimPrefix(r.URL.Path, ManifestPrefix), err), code)
+	http.Error(w, fmt.Sprintf("stampede: no manifest for %s: %v", strings.TrimPrefix(r.URL.Path, contract.ManifestPrefix), err), code)
 }
 
 func (s *Server) serveMetrics(w *respWriter, r *http.Request) {

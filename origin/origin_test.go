@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
@@ -134,7 +135,7 @@ func (ts *testServer) metric(t *testing.T, series string) int64 {
 
 func (ts *testServer) manifest(t *testing.T, path string) *manifest.Manifest {
 	t.Helper()
-	res, body := ts.do(t, "GET", ManifestPrefix+path)
+	res, body := ts.do(t, "GET", contract.ManifestPrefix+path)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("manifest %s: %s: %s", path, res.Status, body)
 	}
@@ -325,7 +326,7 @@ func TestManifest(t *testing.T) {
 		t.Fatalf("Link %q, want %q", link, want)
 	}
 	// Found the way the downloader finds it.
-	mpath := strings.TrimPrefix(httphdr.LinkTarget(res.Header.Values("Link"), "stampede-manifest"), ManifestPrefix)
+	mpath := strings.TrimPrefix(httphdr.LinkTarget(res.Header.Values("Link"), "stampede-manifest"), contract.ManifestPrefix)
 	if sum, err := httphdr.ReprDigestSHA256(res.Header.Values("Repr-Digest")); err != nil || len(sum) != sha256.Size || [sha256.Size]byte(sum) != sha256.Sum256(data) {
 		t.Errorf("Repr-Digest %q does not parse to the file's SHA-256 (%v)", res.Header.Get("Repr-Digest"), err)
 	}
@@ -344,12 +345,12 @@ func TestManifest(t *testing.T) {
 
 	verify(t, ts.manifest(t, "/empty"), nil)
 
-	head, body := ts.do(t, "HEAD", ManifestPrefix+mpath)
+	head, body := ts.do(t, "HEAD", contract.ManifestPrefix+mpath)
 	if head.StatusCode != 200 || len(body) != 0 || head.ContentLength <= 0 {
 		t.Errorf("HEAD manifest: %s, %d bytes, Content-Length %d", head.Status, len(body), head.ContentLength)
 	}
 	for _, p := range []string{"/missing", "/dir", "/dir/", "/dir/a%20b%25.iso/x"} {
-		if res, body := ts.do(t, "GET", ManifestPrefix+p); res.StatusCode != http.StatusNotFound {
+		if res, body := ts.do(t, "GET", contract.ManifestPrefix+p); res.StatusCode != http.StatusNotFound {
 			t.Errorf("manifest of %q: %s: %s", p, res.Status, body)
 		}
 	}
@@ -364,8 +365,8 @@ func TestManifestGzip(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0) // 512 pieces: hashes make most of the manifest
 	ts := start(t, Config{Dir: dir})
-	plainRes, plain := ts.do(t, "GET", ManifestPrefix+"/f", "Accept-Encoding", "identity")
-	zipRes, zipped := ts.do(t, "GET", ManifestPrefix+"/f", "Accept-Encoding", "br, gzip;q=0.5")
+	plainRes, plain := ts.do(t, "GET", contract.ManifestPrefix+"/f", "Accept-Encoding", "identity")
+	zipRes, zipped := ts.do(t, "GET", contract.ManifestPrefix+"/f", "Accept-Encoding", "br, gzip;q=0.5")
 	if ce := plainRes.Header.Get("Content-Encoding"); ce != "" {
 		t.Errorf("Content-Encoding %q for a client that does not accept gzip", ce)
 	}
@@ -391,7 +392,7 @@ func TestManifestGzip(t *testing.T) {
 	if !bytes.Equal(unzipped, plain) {
 		t.Error("the gzip manifest decompresses to other bytes than the plain one")
 	}
-	head, _ := ts.do(t, "HEAD", ManifestPrefix+"/f", "Accept-Encoding", "gzip")
+	head, _ := ts.do(t, "HEAD", contract.ManifestPrefix+"/f", "Accept-Encoding", "gzip")
 	if head.Header.Get("Content-Encoding") != "gzip" || head.ContentLength != int64(len(zipped)) {
 		t.Errorf("HEAD with gzip: Content-Encoding %q, Content-Length %d; GET sends %d bytes", head.Header.Get("Content-Encoding"), head.ContentLength, len(zipped))
 	}
@@ -405,7 +406,7 @@ func TestManifestHead(t *testing.T) {
 	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0) // 512 pieces
 	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Logger: testLogger(t)})})
 	full := ts.manifest(t, "/f")
-	res, body := ts.do(t, "GET", ManifestPrefix+"/f?"+manifest.HeadQuery+"=0", "Accept-Encoding", "gzip")
+	res, body := ts.do(t, "GET", contract.ManifestPrefix+"/f?"+contract.ManifestHeadQuery+"=0", "Accept-Encoding", "gzip")
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Encoding") != "" {
 		t.Fatalf("head: %s, Content-Encoding %q", res.Status, res.Header.Get("Content-Encoding"))
 	}
@@ -432,17 +433,17 @@ func TestInlineManifestHead(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "f", randomBytes(8<<20, 5), t0)
 	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Logger: testLogger(t)})})
-	want := []string{manifest.WantHeader, "other, " + manifest.WantHead}
+	want := []string{contract.WantHeader, "other, " + contract.WantManifestHead}
 	inline := func(method string, header ...string) string {
 		t.Helper()
 		res, _ := ts.do(t, method, "/f", header...)
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %s", method, res.Status)
 		}
-		return res.Header.Get(manifest.HeadHeader)
+		return res.Header.Get(contract.ManifestHeadHeader)
 	}
 	got := inline("HEAD", want...)
-	_, served := ts.do(t, "GET", ManifestPrefix+"/f?"+manifest.HeadQuery+"=0")
+	_, served := ts.do(t, "GET", contract.ManifestPrefix+"/f?"+contract.ManifestHeadQuery+"=0")
 	served1, err := manifest.UnmarshalHead(served)
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +453,7 @@ func TestInlineManifestHead(t *testing.T) {
 		t.Fatalf("HEAD carries %q (%v), decoding to %q; the head's URL serves %q", got, err, b, served)
 	}
 	if got := inline("HEAD"); got != "" {
-		t.Errorf("HEAD without %s carries a head", manifest.WantHeader)
+		t.Errorf("HEAD without %s carries a head", contract.WantHeader)
 	}
 	if got := inline("GET", want...); got != "" {
 		t.Errorf("GET carries a head")
@@ -465,7 +466,7 @@ func TestInlineManifestHead(t *testing.T) {
 	}
 }
 
-// TestInlineManifestHeadTooLong: a head longer than manifest.MaxInlineHead
+// TestInlineManifestHeadTooLong: a head longer than contract.MaxInlineHead
 // (many trackers) is left to the head's URL.
 func TestInlineManifestHeadTooLong(t *testing.T) {
 	dir := t.TempDir()
@@ -476,8 +477,8 @@ func TestInlineManifestHeadTooLong(t *testing.T) {
 	}
 	ts := start(t, Config{Dir: dir, Trackers: trackers})
 	ts.manifest(t, "/f")
-	res, _ := ts.do(t, "HEAD", "/f", manifest.WantHeader, manifest.WantHead)
-	if got := res.Header.Get(manifest.HeadHeader); res.StatusCode != http.StatusOK || got != "" {
+	res, _ := ts.do(t, "HEAD", "/f", contract.WantHeader, contract.WantManifestHead)
+	if got := res.Header.Get(contract.ManifestHeadHeader); res.StatusCode != http.StatusOK || got != "" {
 		t.Errorf("HEAD: %s, a head of %d bytes", res.Status, len(got))
 	}
 }
@@ -568,7 +569,7 @@ func TestManifestComputedOnceForConcurrentRequests(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Go(func() {
-			res, body := ts.do(t, "GET", ManifestPrefix+"/big")
+			res, body := ts.do(t, "GET", contract.ManifestPrefix+"/big")
 			if res.StatusCode != 200 {
 				t.Errorf("%s: %s", res.Status, body)
 			}
@@ -622,8 +623,8 @@ func TestPathTraversalRefused(t *testing.T) {
 
 	for _, p := range []string{
 		"/../secret", "/%2e%2e/secret", "/..%2fsecret", "/ok/../../secret", "/up", "/abs",
-		ManifestPrefix + "/../secret", ManifestPrefix + "/%2e%2e/secret", ManifestPrefix + "/..%2f..%2fsecret",
-		ManifestPrefix + "/up", ManifestPrefix + "/abs", "/./../secret", "//../secret",
+		contract.ManifestPrefix + "/../secret", contract.ManifestPrefix + "/%2e%2e/secret", contract.ManifestPrefix + "/..%2f..%2fsecret",
+		contract.ManifestPrefix + "/up", contract.ManifestPrefix + "/abs", "/./../secret", "//../secret",
 	} {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
 		if err != nil {

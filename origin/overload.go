@@ -13,7 +13,7 @@ import (
 // nothing useful. So the origin sends at most MaxTransfers file bodies at
 // once, and past that it answers at once instead of queueing:
 //
-//   - A client that says it speaks stampede (CapabilitiesHeader with the
+//   - A client that says it speaks stampede (contract.CapabilitiesHeader with the
 //     token "overload") gets overload mode, after Overhaul: 206 with ONE
 //     piece of the file chosen to spread the swarm (handout.go), the peers
 //     the embedded tracker knows for that file, and the manifest's Link; it

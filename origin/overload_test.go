@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -127,7 +128,7 @@ func TestOverloadAnswers503(t *testing.T) {
 	}{
 		{"HEAD", "/f", nil, 200},
 		{"GET", "/f", []string{"If-None-Match", etag}, 304},
-		{"GET", ManifestPrefix + "/f", nil, 200},
+		{"GET", contract.ManifestPrefix + "/f", nil, 200},
 		{"GET", "/missing", nil, 404},
 	} {
 		if res, _ := ts.do(t, c.method, c.path, c.header...); res.StatusCode != c.status {
@@ -205,7 +206,7 @@ func TestRateShapesEgress(t *testing.T) {
 // client in the swarm does.
 func (ts *testServer) capableGet(t *testing.T, m *manifest.Manifest, i int) (*http.Response, []byte) {
 	t.Helper()
-	h := []string{CapabilitiesHeader, "gzip-maybe, " + CapabilityOverload}
+	h := []string{contract.CapabilitiesHeader, "gzip-maybe, " + contract.CapabilityOverload}
 	if m.ETag != "" {
 		h = append(h, "If-Range", m.ETag)
 	}
@@ -284,8 +285,8 @@ func TestOverloadAnswerPiece(t *testing.T) {
 
 	// A legacy client gets 503, without peers.
 	res, _ := ts.do(t, "GET", "/f", "Range", "bytes=0-99")
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(PeersHeader) != "" {
-		t.Fatalf("legacy client past the limit: %s, peers %q", res.Status, res.Header.Get(PeersHeader))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.PeersHeader) != "" {
+		t.Fatalf("legacy client past the limit: %s, peers %q", res.Status, res.Header.Get(contract.PeersHeader))
 	}
 
 	check := func(res *http.Response, body []byte) int {
@@ -293,9 +294,9 @@ func TestOverloadAnswerPiece(t *testing.T) {
 		if res.StatusCode != http.StatusPartialContent {
 			t.Fatalf("capable client past the limit: %s", res.Status)
 		}
-		p, err := strconv.Atoi(res.Header.Get(PieceHeader))
+		p, err := strconv.Atoi(res.Header.Get(contract.PieceHeader))
 		if err != nil || p < 0 || p >= n {
-			t.Fatalf("%s %q", PieceHeader, res.Header.Get(PieceHeader))
+			t.Fatalf("%s %q", contract.PieceHeader, res.Header.Get(contract.PieceHeader))
 		}
 		off, ln := m.PieceOffset(p), m.PieceLen(p)
 		if cr := res.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", off, off+ln-1, m.Size) {
@@ -304,17 +305,17 @@ func TestOverloadAnswerPiece(t *testing.T) {
 		if err := m.VerifyPiece(p, body); err != nil || string(body) != string(data[off:off+ln]) {
 			t.Errorf("piece %d: body of %d bytes does not verify: %v", p, len(body), err)
 		}
-		if res.Header.Get(RootHeader) != m.Root.String() || res.Header.Get("Etag") != etag ||
+		if res.Header.Get(contract.RootHeader) != m.Root.String() || res.Header.Get("Etag") != etag ||
 			!strings.Contains(res.Header.Get("Link"), `rel="stampede-manifest"`) || res.Header.Get("Repr-Digest") != "" {
 			t.Errorf("piece %d: headers %v", p, res.Header)
 		}
 		if secs, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || secs < 1 {
 			t.Errorf("piece %d: Retry-After %q", p, res.Header.Get("Retry-After"))
 		}
-		peers := strings.Split(res.Header.Get(PeersHeader), ", ")
+		peers := strings.Split(res.Header.Get(contract.PeersHeader), ", ")
 		slices.Sort(peers)
 		if !slices.Equal(peers, []string{"192.0.2.7:7000", "[2001:db8::5]:7001"}) {
-			t.Errorf("piece %d: peers %q", p, res.Header.Get(PeersHeader))
+			t.Errorf("piece %d: peers %q", p, res.Header.Get(contract.PeersHeader))
 		}
 		return p
 	}
@@ -334,8 +335,8 @@ func TestOverloadAnswerPiece(t *testing.T) {
 	}
 	// All given: 503 for capable clients too, still naming peers.
 	res, _ = ts.capableGet(t, m, -1)
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(PeersHeader) == "" || res.Header.Get("Retry-After") == "" {
-		t.Errorf("every piece given: %s, peers %q, Retry-After %q", res.Status, res.Header.Get(PeersHeader), res.Header.Get("Retry-After"))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.PeersHeader) == "" || res.Header.Get("Retry-After") == "" {
+		t.Errorf("every piece given: %s, peers %q, Retry-After %q", res.Status, res.Header.Get(contract.PeersHeader), res.Header.Get("Retry-After"))
 	}
 
 	for series, want := range map[string]int64{
@@ -359,7 +360,7 @@ func TestOverloadAnswerNeedsAManifest(t *testing.T) {
 	holdHog(t, ts, dir)
 	// f's manifest was never asked for: a capable client gets 503 rather
 	// than the origin hashing under overload.
-	res, _ := ts.do(t, "GET", "/f", CapabilitiesHeader, CapabilityOverload)
+	res, _ := ts.do(t, "GET", "/f", contract.CapabilitiesHeader, contract.CapabilityOverload)
 	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("capable client, no manifest yet: %s", res.Status)
 	}

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
 )
@@ -32,24 +33,6 @@ import (
 // (handout.go), which may differ from the range asked. Stampede-Peers is
 // absent when the origin runs no tracker or the tracker knows no peers.
 
-// Header names of overload mode.
-const (
-	// CapabilitiesHeader is the request header in which a client lists, as
-	// comma-separated tokens, what it can take beyond plain HTTP. The token
-	// "overload" says: past its limits, answer me with a piece of your
-	// choosing and peers; I fetch the rest from the swarm.
-	CapabilitiesHeader = "Stampede-Capabilities"
-	// CapabilityOverload is the token of overload mode.
-	CapabilityOverload = "overload"
-	// PieceHeader marks an overload answer and names the piece it carries.
-	PieceHeader = "Stampede-Piece"
-	// PeersHeader lists peers of the file's swarm ("ip:port", comma
-	// separated), in overload answers and in the 503s capable clients get.
-	PeersHeader = "Stampede-Peers"
-	// RootHeader is the root of the manifest the piece belongs to.
-	RootHeader = "Stampede-Root"
-)
-
 // overloadPeers is how many peers an overload answer names.
 const overloadPeers = 10
 
@@ -69,7 +52,7 @@ var outcomeNames = [numOutcomes]string{"piece", "legacy", "off", "full", "no-man
 
 // capable reports whether r asks for overload mode.
 func capable(r *http.Request) bool {
-	return httphdr.HasToken(r.Header.Values(CapabilitiesHeader), CapabilityOverload)
+	return httphdr.HasToken(r.Header.Values(contract.CapabilitiesHeader), contract.CapabilityOverload)
 }
 
 // pieceSource is what an overload answer is cut from: the bytes of the
@@ -102,7 +85,7 @@ func (w *respWriter) answerPiece() bool {
 		w.outcome = outcomeExhausted
 		w.retry = max(w.retry, min(time.Until(retry), maxRetryAfter))
 		if peers != "" {
-			w.Header().Set(PeersHeader, peers) // reject keeps it
+			w.Header().Set(contract.PeersHeader, peers) // reject keeps it
 		}
 		return false
 	}
@@ -112,10 +95,10 @@ func (w *respWriter) answerPiece() bool {
 	h.Del("Repr-Digest") // describes the whole representation, never a 206
 	h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, m.Size))
 	h.Set("Content-Length", strconv.FormatInt(n, 10))
-	h.Set(PieceHeader, strconv.Itoa(piece))
-	h.Set(RootHeader, m.Root.String())
+	h.Set(contract.PieceHeader, strconv.Itoa(piece))
+	h.Set(contract.RootHeader, m.Root.String())
 	if peers != "" {
-		h.Set(PeersHeader, peers)
+		h.Set(contract.PeersHeader, peers)
 	}
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
@@ -152,18 +135,15 @@ func askedPiece(r *http.Request, m *manifest.Manifest) int {
 	return int(rs[0].Start / m.PieceSize)
 }
 
-// peersHeader is the value of PeersHeader for m's swarm: the peers the
-// embedded tracker knows, "" if none (or no tracker runs here).
+// peersHeader is the value of contract.PeersHeader for m's swarm: the
+// peers the embedded tracker knows, "" if none (or no tracker runs here).
 func (s *Server) peersHeader(m *manifest.Manifest) string {
 	if s.cfg.Tracker == nil {
 		return ""
 	}
-	var b strings.Builder
+	var addrs []netip.AddrPort
 	for _, p := range s.cfg.Tracker.Peers(m.Root, m.Size, overloadPeers) {
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(p.Addr.String())
+		addrs = append(addrs, p.Addr)
 	}
-	return b.String()
+	return contract.FormatPeers(addrs)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/sockopt"
 )
 
@@ -173,7 +174,7 @@ func (w *respWriter) queueFull(code int) time.Duration {
 	// from the reverse proxy, which cannot turn its answer into a 503
 	// cleanly (the client would see the connection end): those fetches
 	// wait for their turn as before.
-	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) || w.s.upstream != nil {
+	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(contract.ReasonHeader)) || w.s.upstream != nil {
 		return 0
 	}
 	if d := w.s.pacer.backlog(); d > paceMaxQueue {
@@ -186,7 +187,7 @@ func (w *respWriter) queueFull(code int) time.Duration {
 // finish gives the turn back, if the hold limit has not already. The
 // response keeps its transfer slot (gate) while it waits.
 func (w *respWriter) pace(code int) {
-	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(ReasonHeader)) {
+	if code != http.StatusPartialContent || !swarmFetch(w.req.Header.Get(contract.ReasonHeader)) {
 		return
 	}
 	c, _ := w.req.Context().Value(connKey{}).(net.Conn)

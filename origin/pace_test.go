@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stampede-dev/stampede/contract"
 )
 
 // TestPacerOrder: turns go to the waiters in the order they came.
@@ -96,23 +98,23 @@ func TestPiecesPaced(t *testing.T) {
 	m := ts.manifest(t, "/f")
 	turns := func() int64 { return ts.metric(t, `stampede_origin_paced_total{outcome="turn"}`) }
 	for i := range 3 {
-		if _, p := ts.pieceGet(t, m, data, i, "", ReasonHeader, "origin:no-peer-has-it"); p != i {
+		if _, p := ts.pieceGet(t, m, data, i, "", contract.ReasonHeader, "origin:no-peer-has-it"); p != i {
 			t.Fatalf("piece %d: got %d", i, p)
 		}
 	}
 	if n := turns(); n != 3 {
 		t.Errorf("%d paced answers after 3 piece requests of a stampede client, want 3", n)
 	}
-	ts.pieceGet(t, m, data, 3, "")                        // curl asking for a range
-	ts.pieceGet(t, m, data, 4, "", ReasonHeader, "piece") // a download without the swarm
-	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream"); res.StatusCode != 200 {
+	ts.pieceGet(t, m, data, 3, "")                                 // curl asking for a range
+	ts.pieceGet(t, m, data, 4, "", contract.ReasonHeader, "piece") // a download without the swarm
+	if res, _ := ts.do(t, "GET", "/f", contract.ReasonHeader, "stream"); res.StatusCode != 200 {
 		t.Fatalf("full GET: %s", res.Status)
 	}
-	if res, _ := ts.do(t, "GET", "/f", ReasonHeader, "stream", "Range", "bytes=1000-"); res.StatusCode != 206 {
+	if res, _ := ts.do(t, "GET", "/f", contract.ReasonHeader, "stream", "Range", "bytes=1000-"); res.StatusCode != 206 {
 		t.Fatalf("resumed stream: %s", res.Status)
 	}
 	if n := turns(); n != 3 {
-		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, ReasonHeader)
+		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, contract.ReasonHeader)
 	}
 }
 
@@ -196,7 +198,7 @@ func TestPieceQueueFull(t *testing.T) {
 	ts.pacer.mu.Unlock()
 
 	asked := time.Now()
-	res, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it")
+	res, p := ts.pieceGet(t, m, data, 1, "", contract.ReasonHeader, "origin:no-peer-has-it")
 	if res.StatusCode != http.StatusServiceUnavailable || p != -1 {
 		t.Fatalf("origin fetch behind 2.5 s of answers: %s, want 503", res.Status)
 	}
@@ -210,12 +212,12 @@ func TestPieceQueueFull(t *testing.T) {
 		t.Errorf("queue_full counted %d times, want 1", n)
 	}
 	if _, p := ts.pieceGet(t, m, data, 2, ""); p != 2 {
-		t.Errorf("a range request without %s: got piece %d, want 2 (not paced)", ReasonHeader, p)
+		t.Errorf("a range request without %s: got piece %d, want 2 (not paced)", contract.ReasonHeader, p)
 	}
 	for _, done := range held {
 		done()
 	}
-	if _, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it"); p != 1 {
+	if _, p := ts.pieceGet(t, m, data, 1, "", contract.ReasonHeader, "origin:no-peer-has-it"); p != 1 {
 		t.Errorf("origin fetch with every turn free: got piece %d, want 1", p)
 	}
 }
@@ -240,7 +242,7 @@ func TestPieceQueueFullUpstream(t *testing.T) {
 	ts.pacer.mu.Lock()
 	ts.pacer.hold = 2500 * time.Millisecond
 	ts.pacer.mu.Unlock()
-	if _, p := ts.pieceGet(t, m, data, 1, "", ReasonHeader, "origin:no-peer-has-it"); p != 1 {
+	if _, p := ts.pieceGet(t, m, data, 1, "", contract.ReasonHeader, "origin:no-peer-has-it"); p != 1 {
 		t.Errorf("upstream mode, origin fetch behind 2.5 s of answers: got piece %d, want 1", p)
 	}
 	if n := ts.metric(t, `stampede_origin_paced_total{outcome="queue_full"}`); n != 0 {

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
-	"github.com/stampede-dev/stampede/pieceset"
 )
 
 // Piece picks: the origin chooses which piece a swarm peer gets.
@@ -63,14 +63,6 @@ import (
 //
 // Only files served from a directory pick; in upstream mode the range
 // asked is forwarded as it is.
-
-// CandidatesHeader lists the pieces a request would take instead of the
-// one its Range asks for.
-const CandidatesHeader = "Stampede-Candidates"
-
-// InSwarmHeader marks a 503 that says "the pieces you would take were all
-// sent just now: get them from the swarm".
-const InSwarmHeader = "Stampede-In-Swarm"
 
 // maxPickCandidates bounds the candidates read from one request.
 const maxPickCandidates = 256
@@ -183,7 +175,7 @@ func (l *sentLedger) delivered(piece int, swarm bool, now time.Time) {
 
 // pickPiece records the piece r asks for in the file's ledger and, when r
 // offers candidates and the origin prefers another of them, rewrites r's
-// Range to that piece and marks the response with PieceHeader; or, when
+// Range to that piece and marks the response with contract.PieceHeader; or, when
 // every piece r would take was sent just now, answers 503 "in swarm" and
 // reports true: the handler is done. It does nothing unless r's Range asks
 // for exactly one piece of e's manifest.
@@ -197,7 +189,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		return false
 	}
 	// Malformed candidates are ignored: the piece asked is served.
-	cands, _ := pieceset.ParseList(r.Header.Get(CandidatesHeader), m.NumPieces(), maxPickCandidates)
+	cands, _ := contract.ParseCandidates(r.Header.Get(contract.CandidatesHeader), m.NumPieces(), maxPickCandidates)
 	now := time.Now()
 	var (
 		got   int
@@ -211,7 +203,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 	case ir != "" && ir != w.Header().Get("Etag"):
 		// Likely a stale manifest: the 200 it gets tells the peer so.
 		resend = 0
-	case r.Header.Get(ReasonHeader) == reasonNoPeers:
+	case r.Header.Get(contract.ReasonHeader) == reasonNoPeers:
 		// A peer that knows no other has no swarm to leave a piece to: the
 		// peer that had it may have left (one download of a file after
 		// another, each alone, waited ResendAfter for its pieces).
@@ -230,7 +222,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 	if swapped {
 		off, n := m.PieceOffset(got), m.PieceLen(got)
 		r.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
-		w.Header().Set(PieceHeader, strconv.Itoa(got))
+		w.Header().Set(contract.PieceHeader, strconv.Itoa(got))
 	}
 	w.picked = func(sent bool) {
 		if !sent {
@@ -239,7 +231,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 			// The request is the client's again (an overload answer
 			// prefers the piece it asked for).
 			s.picks.with(m, time.Now(), fresh, func(*sentLedger) { undo() })
-			w.Header().Del(PieceHeader)
+			w.Header().Del(contract.PieceHeader)
 			r.Header.Set("Range", asking)
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -145,8 +146,8 @@ func TestPickInSwarm(t *testing.T) {
 		t.Fatalf("second request: got piece %d, want the unsent candidate 1", p)
 	}
 	res, p := ts.pieceGet(t, m, data, 1, "0")
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(InSwarmHeader) != "1" || p != -1 {
-		t.Fatalf("all sent just now: %s, %s %q", res.Status, InSwarmHeader, res.Header.Get(InSwarmHeader))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) != "1" || p != -1 {
+		t.Fatalf("all sent just now: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
 	}
 	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 59 || ra > 60 {
 		t.Errorf("Retry-After %q, want about 60 (ResendAfter)", res.Header.Get("Retry-After"))
@@ -158,8 +159,8 @@ func TestPickInSwarm(t *testing.T) {
 		t.Errorf("no candidates: got piece %d, want 1", p)
 	}
 	// A peer that knows no other peer has no swarm to leave them to.
-	if res, p := ts.pieceGet(t, m, data, 1, "0", ReasonHeader, reasonNoPeers); p < 0 {
-		t.Errorf("a peer without peers: %s, %s %q", res.Status, InSwarmHeader, res.Header.Get(InSwarmHeader))
+	if res, p := ts.pieceGet(t, m, data, 1, "0", contract.ReasonHeader, reasonNoPeers); p < 0 {
+		t.Errorf("a peer without peers: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
 	}
 	for series, want := range map[string]int64{
 		`stampede_origin_piece_sends_total{copy="first"}`:   2,
@@ -193,7 +194,7 @@ func TestPickInSwarmCountsFromDelivery(t *testing.T) {
 	if took := time.Since(begin); took < 2*window {
 		t.Fatalf("piece 0 took %v to send; the test needs over %v", took, 2*window)
 	}
-	if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(InSwarmHeader) == "" {
+	if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) == "" {
 		t.Errorf("right after a slow send: %s, want 503 in swarm (the window counts from the end of the body)", res.Status)
 	}
 }
@@ -215,7 +216,7 @@ func TestPickInSwarmCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", m.PieceLen(0)-1))
-	req.Header.Set(CandidatesHeader, "0")
+	req.Header.Set(contract.CandidatesHeader, "0")
 	res, err := ts.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -236,8 +237,8 @@ func TestPickInSwarmCutShort(t *testing.T) {
 		if p == 0 {
 			break
 		}
-		if res.Header.Get(InSwarmHeader) == "" || time.Now().After(deadline) {
-			t.Fatalf("after the first body was cut short: %s (in swarm %q), want piece 0", res.Status, res.Header.Get(InSwarmHeader))
+		if res.Header.Get(contract.InSwarmHeader) == "" || time.Now().After(deadline) {
+			t.Fatalf("after the first body was cut short: %s (in swarm %q), want piece 0", res.Status, res.Header.Get(contract.InSwarmHeader))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -250,20 +251,20 @@ func (ts *testServer) pieceGet(t *testing.T, m *manifest.Manifest, data []byte, 
 	off := m.PieceOffset(i)
 	h := append([]string{"Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(i)-1)}, extra...)
 	if cands != "" {
-		h = append(h, CandidatesHeader, cands)
+		h = append(h, contract.CandidatesHeader, cands)
 	}
 	res, body := ts.do(t, "GET", "/f", h...)
 	if res.StatusCode != http.StatusPartialContent {
 		return res, -1
 	}
 	p := i
-	if v := res.Header.Get(PieceHeader); v != "" {
+	if v := res.Header.Get(contract.PieceHeader); v != "" {
 		var err error
 		if p, err = strconv.Atoi(v); err != nil {
-			t.Fatalf("%s %q", PieceHeader, v)
+			t.Fatalf("%s %q", contract.PieceHeader, v)
 		}
 		if p == i {
-			t.Errorf("%s names the piece asked", PieceHeader)
+			t.Errorf("%s names the piece asked", contract.PieceHeader)
 		}
 	}
 	off, n := m.PieceOffset(p), m.PieceLen(p)
@@ -322,12 +323,12 @@ func TestPickPiece(t *testing.T) {
 	if _, p := ts.pieceGet(t, m, data, 4, "1,zz"); p != 4 {
 		t.Errorf("malformed candidates: got %d, want 4", p)
 	}
-	// A stale If-Range gets the whole file (200), without PieceHeader,
+	// A stale If-Range gets the whole file (200), without contract.PieceHeader,
 	// and the piece does not count as sent.
 	before := ts.metric(t, `stampede_origin_piece_sends_total{copy="again"}`)
 	res, _ := ts.pieceGet(t, m, data, 5, all, "If-Range", `"stale"`)
-	if res.StatusCode != http.StatusOK || res.Header.Get(PieceHeader) != "" {
-		t.Errorf("stale If-Range: %s, %s %q", res.Status, PieceHeader, res.Header.Get(PieceHeader))
+	if res.StatusCode != http.StatusOK || res.Header.Get(contract.PieceHeader) != "" {
+		t.Errorf("stale If-Range: %s, %s %q", res.Status, contract.PieceHeader, res.Header.Get(contract.PieceHeader))
 	}
 	if after := ts.metric(t, `stampede_origin_piece_sends_total{copy="again"}`); after != before {
 		t.Errorf("a 200 counted as a piece sent again (%d -> %d)", before, after)
@@ -361,11 +362,11 @@ func TestPickThenOverloadAnswer(t *testing.T) {
 	holdHog(t, ts, dir)
 	off := m.PieceOffset(0)
 	res, _ := ts.do(t, "GET", "/f", "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(0)-1),
-		CandidatesHeader, "1-3", CapabilitiesHeader, CapabilityOverload)
+		contract.CandidatesHeader, "1-3", contract.CapabilitiesHeader, contract.CapabilityOverload)
 	if res.StatusCode != http.StatusPartialContent || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("capable client past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
 	}
-	if got := res.Header.Get(PieceHeader); got != "0" {
+	if got := res.Header.Get(contract.PieceHeader); got != "0" {
 		t.Errorf("overload answer carries piece %s, want 0, the piece asked", got)
 	}
 	// The pick's choice was taken back: piece 1 is still unsent.

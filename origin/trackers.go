@@ -3,15 +3,14 @@ package origin
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
-	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -93,13 +92,13 @@ func (e *entry) bodyWith(trackers []string) (*publishedBody, error) {
 }
 
 // addManifestHead answers a full response to a HEAD that asks for it
-// (manifest.WantHeader) with the head of the manifest entry looks up, as its
-// manifest URL serves it to r, in manifest.HeadHeader. entry returns the
+// (contract.WantHeader) with the head of the manifest entry looks up, as its
+// manifest URL serves it to r, in contract.ManifestHeadHeader. entry returns the
 // manifest of the version being answered if it is known (cached), else nil:
 // the head is never computed for this, and without it the client asks the
 // manifest URL as before. Piece answers never carry it.
 func (s *Server) addManifestHead(h http.Header, r *http.Request, entry func() *entry) {
-	if r.Method != http.MethodHead || !httphdr.HasToken(r.Header.Values(manifest.WantHeader), manifest.WantHead) {
+	if r.Method != http.MethodHead || !httphdr.HasToken(r.Header.Values(contract.WantHeader), contract.WantManifestHead) {
 		return
 	}
 	e := entry()
@@ -111,8 +110,8 @@ func (s *Server) addManifestHead(h http.Header, r *http.Request, entry func() *e
 		s.log.Warn("answering without the manifest's head", "err", err)
 		return
 	}
-	if enc := base64.StdEncoding.EncodeToString(pub.head); len(enc) <= manifest.MaxInlineHead {
-		h.Set(manifest.HeadHeader, enc)
+	if v, ok := contract.EncodeManifestHead(pub.head); ok {
+		h.Set(contract.ManifestHeadHeader, v)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -30,7 +31,7 @@ func TestManifestNamesEmbeddedTracker(t *testing.T) {
 		t.Errorf("trackers %q, want %q", m.Trackers, want)
 	}
 	// The tracker is named by the Host the client used.
-	req, err := http.NewRequest("GET", ts.url+ManifestPrefix+"/f.bin", nil)
+	req, err := http.NewRequest("GET", ts.url+contract.ManifestPrefix+"/f.bin", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestManifestNamesEmbeddedTracker(t *testing.T) {
 		t.Errorf("manifest for another Host names trackers %q", m2.Trackers)
 	}
 	// and by https when it came over TLS.
-	req = httptest.NewRequest("GET", ManifestPrefix+"/f.bin", nil)
+	req = httptest.NewRequest("GET", contract.ManifestPrefix+"/f.bin", nil)
 	req.TLS = &tls.ConnectionState{}
 	rec := httptest.NewRecorder()
 	ts.Handler().ServeHTTP(rec, req)
@@ -117,7 +118,7 @@ func TestManifestWithoutTrackers(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "f.bin", randomBytes(5000, 42), t0)
 	ts := start(t, Config{Dir: dir})
-	if _, body := ts.do(t, "GET", ManifestPrefix+"/f.bin"); strings.Contains(string(body), "trackers") {
+	if _, body := ts.do(t, "GET", contract.ManifestPrefix+"/f.bin"); strings.Contains(string(body), "trackers") {
 		t.Errorf("manifest names trackers: %s", body)
 	}
 }

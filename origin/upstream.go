@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) initUpstream() error {
 			// The manifest's head is ours to give (addManifestHead): an
 			// upstream that is a stampede origin too would give its own,
 			// naming its trackers.
-			pr.Out.Header.Del(manifest.WantHeader)
+			pr.Out.Header.Del(contract.WantHeader)
 		},
 		Transport:      tr,
 		ModifyResponse: s.modifyResponse,
@@ -106,7 +107,7 @@ func (s *Server) serveProxy(w *respWriter, r *http.Request) {
 // sent to the client: the moment to ask the gate, as the status and the
 // length are known.
 func (s *Server) modifyResponse(res *http.Response) error {
-	res.Header.Del(manifest.HeadHeader) // only ours goes out (see Rewrite)
+	res.Header.Del(contract.ManifestHeadHeader) // only ours goes out (see Rewrite)
 	w := res.Request.Context().Value(rwKey{}).(*respWriter)
 	if !w.admit(res.StatusCode, res.ContentLength) {
 		return errOverloaded
@@ -123,7 +124,7 @@ func (s *Server) modifyResponse(res *http.Response) error {
 	if !v.known() || !identity(res.Header) || (res.StatusCode == http.StatusOK && res.ContentLength < 0) {
 		return nil // no manifest we could build to point at
 	}
-	mp := ManifestPrefix + w.req.URL.EscapedPath()
+	mp := contract.ManifestPrefix + w.req.URL.EscapedPath()
 	if q := w.req.URL.RawQuery; q != "" {
 		mp += "?" + q
 	}
@@ -158,7 +159,7 @@ func (s *Server) proxyError(rw http.ResponseWriter, r *http.Request, err error) 
 // upstreamManifest returns the manifest of the upstream resource that the
 // manifest request r names.
 func (s *Server) upstreamManifest(ctx context.Context, r *http.Request) (*entry, error) {
-	esc := strings.TrimPrefix(r.URL.EscapedPath(), ManifestPrefix)
+	esc := strings.TrimPrefix(r.URL.EscapedPath(), contract.ManifestPrefix)
 	p, err := url.PathUnescape(esc)
 	if err != nil {
 		return nil, statusErrorf(http.StatusBadRequest, "%w", err)
@@ -330,12 +331,12 @@ func hashStream(r io.Reader, size int64, name string) (*manifest.Manifest, [sha2
 	return m, sum, nil
 }
 
-// withoutHeadQuery is raw, a query, without manifest.HeadQuery's
+// withoutHeadQuery is raw, a query, without contract.ManifestHeadQuery's
 // parameters; the others stay as they were sent.
 func withoutHeadQuery(raw string) string {
 	var kept []string
 	for kv := range strings.SplitSeq(raw, "&") {
-		if k, _, _ := strings.Cut(kv, "="); k != manifest.HeadQuery && kv != "" {
+		if k, _, _ := strings.Cut(kv, "="); k != contract.ManifestHeadQuery && kv != "" {
 			kept = append(kept, kv)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/contract"
 )
 
 func mustParse(t *testing.T, s string) *url.URL {
@@ -68,9 +68,9 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 				r.Header.Del("If-Range")
 			}
 			if f.head != "" {
-				w.Header().Set(manifest.HeadHeader, f.head)
+				w.Header().Set(contract.ManifestHeadHeader, f.head)
 			}
-			if r.Header.Get(manifest.WantHeader) != "" {
+			if r.Header.Get(contract.WantHeader) != "" {
 				u.mu.Lock()
 				u.count["asked for a head"]++
 				u.mu.Unlock()
@@ -158,17 +158,17 @@ func TestUpstreamInlineManifestHead(t *testing.T) {
 	ts := start(t, Config{Upstream: mustParse(t, up.URL+"/")})
 	head := func() string {
 		t.Helper()
-		res, _ := ts.do(t, "HEAD", "/pub/f.iso", manifest.WantHeader, manifest.WantHead)
+		res, _ := ts.do(t, "HEAD", "/pub/f.iso", contract.WantHeader, contract.WantManifestHead)
 		if res.StatusCode != http.StatusOK || res.Header.Get("Link") == "" {
 			t.Fatalf("HEAD: %s, Link %q", res.Status, res.Header.Get("Link"))
 		}
-		return res.Header.Get(manifest.HeadHeader)
+		return res.Header.Get(contract.ManifestHeadHeader)
 	}
 	if got := head(); got != "" {
 		t.Errorf("a head before the manifest was computed: %q", got)
 	}
 	ts.manifest(t, "/pub/f.iso")
-	_, served := ts.do(t, "GET", ManifestPrefix+"/pub/f.iso?"+manifest.HeadQuery+"=0")
+	_, served := ts.do(t, "GET", contract.ManifestPrefix+"/pub/f.iso?"+contract.ManifestHeadQuery+"=0")
 	if b, err := base64.StdEncoding.DecodeString(head()); err != nil || !bytes.Equal(b, served) {
 		t.Errorf("HEAD carries a head decoding to %q (%v); the head's URL serves %q", b, err, served)
 	}
@@ -255,7 +255,7 @@ func TestUpstreamWithoutValidatorsGetsNoManifest(t *testing.T) {
 	if res.StatusCode != 200 || string(body) != "no validators here" || res.Header.Get("Link") != "" {
 		t.Errorf("GET: %s %q, Link %q", res.Status, body, res.Header.Get("Link"))
 	}
-	res, body = ts.do(t, "GET", ManifestPrefix+"/plain")
+	res, body = ts.do(t, "GET", contract.ManifestPrefix+"/plain")
 	if res.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "neither ETag nor Last-Modified") {
 		t.Errorf("manifest: %s %q", res.Status, body)
 	}
@@ -271,7 +271,7 @@ func TestUpstreamErrors(t *testing.T) {
 	up.set("/broken", upstreamFile{status: http.StatusInternalServerError})
 	ts := start(t, Config{Upstream: mustParse(t, up.URL)})
 	for path, want := range map[string]int{"/missing": 404, "/gone": 410, "/broken": 502} {
-		if res, body := ts.do(t, "GET", ManifestPrefix+path); res.StatusCode != want {
+		if res, body := ts.do(t, "GET", contract.ManifestPrefix+path); res.StatusCode != want {
 			t.Errorf("manifest of %s: %s %q, want %d", path, res.Status, body, want)
 		}
 	}
@@ -287,7 +287,7 @@ func TestUpstreamErrors(t *testing.T) {
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
 	ts = start(t, Config{Upstream: mustParse(t, dead)})
-	for _, p := range []string{"/f", ManifestPrefix + "/f"} {
+	for _, p := range []string{"/f", contract.ManifestPrefix + "/f"} {
 		if res, _ := ts.do(t, "GET", p); res.StatusCode != http.StatusBadGateway {
 			t.Errorf("GET %s from a dead upstream: %s", p, res.Status)
 		}

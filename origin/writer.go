@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stampede-dev/stampede/contract"
 )
 
 // errOverloaded ends the body of a response that was turned into a 503.
@@ -225,10 +227,10 @@ func (w *respWriter) overloaded() {
 func (w *respWriter) reject() {
 	secs := retrySeconds(w.retry)
 	h := w.Header()
-	peers := h.Get(PeersHeader) // set by answerPiece when it found no piece to give
+	peers := h.Get(contract.PeersHeader) // set by answerPiece when it found no piece to give
 	clear(h)
 	if peers != "" {
-		h.Set(PeersHeader, peers)
+		h.Set(contract.PeersHeader, peers)
 	}
 	w.write503(secs, fmt.Sprintf("stampede: this origin is sending as many files as it may (%d); retry in %d s\n",
 		w.s.cfg.MaxTransfers, secs))
@@ -268,7 +270,7 @@ func (w *respWriter) queueIsFull(wait time.Duration) {
 func (w *respWriter) inSwarm(wait time.Duration) {
 	secs := retrySeconds(wait)
 	clear(w.Header())
-	w.Header().Set(InSwarmHeader, "1")
+	w.Header().Set(contract.InSwarmHeader, "1")
 	w.decided = true // not a file body: the transfer gate has no say
 	w.write503(secs, fmt.Sprintf("stampede: the pieces asked were all sent in the last %v; get them from the swarm, or ask again in %d s\n",
 		w.s.cfg.ResendAfter, secs))
@@ -329,7 +331,7 @@ func (w *respWriter) finish() {
 	}
 	w.s.metrics.requests[w.kind].Add(1)
 	if w.kind == kindFile && w.req.Method == http.MethodGet {
-		w.s.metrics.fileReasons[reasonIndex(w.req.Header.Get(ReasonHeader))].Add(1)
+		w.s.metrics.fileReasons[reasonIndex(w.req.Header.Get(contract.ReasonHeader))].Add(1)
 	}
 	w.s.metrics.countResponse(status)
 	if w.s.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -339,7 +341,7 @@ func (w *respWriter) finish() {
 		if rg := w.req.Header.Get("Range"); rg != "" {
 			attrs = append(attrs, slog.String("range", rg))
 		}
-		if r := w.req.Header.Get(ReasonHeader); r != "" {
+		if r := w.req.Header.Get(contract.ReasonHeader); r != "" {
 			attrs = append(attrs, slog.String("reason", r))
 		}
 		w.s.log.LogAttrs(context.Background(), slog.LevelDebug, "request", attrs...)
