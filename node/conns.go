@@ -3,12 +3,15 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
 	"github.com/stampede-dev/stampede/wire"
@@ -123,6 +126,76 @@ func (n *Node) leave() {
 	}
 }
 
+// Host is what a node needs of the process that carries the connections
+// of many swarms (Config.Host; package host implements it).
+type Host interface {
+	// Addr is where peers reach the host; its port goes in handshakes and
+	// announces.
+	Addr() net.Addr
+	// Dial connects to a peer.
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+	// UploadLimit and Turns are shared by every node of the host.
+	UploadLimit() *ratelimit.Limiter
+	Turns() *Turns
+	// Attach routes the connections that ask for n's swarm to n.Adopt
+	// until detach is called. It fails when another node of the host is
+	// in that swarm.
+	Attach(n *Node) (detach func(), err error)
+}
+
+// Swarm is the swarm's identity: the manifest's root and the file size, as
+// handshakes carry them.
+func (n *Node) Swarm() (root manifest.Hash, size int64) { return n.m.Root, n.m.Size }
+
+// accepting starts taking peers for ctx's lifetime: from the listener, or
+// through Adopt when a host routes them. detach stops it; connections
+// adopted until then are the node's, and Run waits for them.
+func (n *Node) accepting(ctx context.Context) (detach func(), err error) {
+	n.adoptMu.Lock()
+	n.adoptCtx = ctx
+	n.adoptMu.Unlock()
+	stop := func() {
+		n.adoptMu.Lock()
+		n.adoptCtx = nil
+		n.adoptMu.Unlock()
+	}
+	if n.cfg.Host == nil {
+		n.wg.Go(func() { n.acceptLoop(ctx) })
+		return func() { n.ln.Close(); stop() }, nil
+	}
+	d, err := n.cfg.Host.Attach(n)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return func() { d(); stop() }, nil
+}
+
+// Adopt takes an accepted connection whose handshake, theirs, the caller
+// has read and found to name this node's swarm (a host routing by root,
+// Config.Host): the node answers with its own handshake and the peer joins
+// as any other. It returns at once, and c is the node's from then on. A
+// node not running (yet, or any more) answers GOODBYE shutdown.
+func (n *Node) Adopt(c net.Conn, theirs wire.Handshake) {
+	n.adoptMu.Lock()
+	defer n.adoptMu.Unlock()
+	ctx := n.adoptCtx
+	if ctx == nil {
+		go func() {
+			defer c.Close()
+			bye := &wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "not running"}
+			wire.Decline(context.Background(), c, n.hello(), bye)
+		}()
+		return
+	}
+	n.wg.Go(func() {
+		hctx, cancel := context.WithTimeout(ctx, wire.HandshakeTimeout)
+		err := wire.Answer(hctx, c, theirs, n.hello())
+		cancel()
+		n.handshaken(ctx, c, theirs, err, false, "")
+	})
+}
+
 func (n *Node) acceptLoop(ctx context.Context) {
 	for {
 		c, err := n.ln.Accept()
@@ -153,20 +226,35 @@ func (n *Node) connect(ctx context.Context, addr string) {
 // handshake exchanges handshakes and, when they agree, registers the peer
 // with the loop through a peerUp message.
 func (n *Node) handshake(ctx context.Context, c net.Conn, outbound bool, addr string) bool {
-	port := 0
-	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
-		port = ta.Port
+	hctx, cancel := context.WithTimeout(ctx, wire.HandshakeTimeout)
+	theirs, err := wire.Exchange(hctx, c, n.hello())
+	cancel()
+	return n.handshaken(ctx, c, theirs, err, outbound, addr)
+}
+
+// listenPort is the port peers reach us on, 0 if none (a listener or a
+// host that is not TCP).
+func (n *Node) listenPort() int {
+	if ta, ok := n.Addr().(*net.TCPAddr); ok {
+		return ta.Port
 	}
+	return 0
+}
+
+// hello is our handshake.
+func (n *Node) hello() wire.Handshake {
 	caps := wire.CapLayer
 	if n.cfg.Store.Count() == n.m.NumPieces() {
 		caps |= wire.CapSeed
 	} else if n.cfg.Swarm.StrictTFT {
 		caps |= wire.CapStrictTFT // strict only while downloading
 	}
-	mine := wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(port)}
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	theirs, err := wire.Exchange(hctx, c, mine)
-	cancel()
+	return wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(n.listenPort())}
+}
+
+// handshaken registers the peer of a connection whose handshake is done
+// (err is its outcome) with the loop, through a join, when it agreed.
+func (n *Node) handshaken(ctx context.Context, c net.Conn, theirs wire.Handshake, err error, outbound bool, addr string) bool {
 	if err == nil && theirs.PeerID == n.id {
 		// We dialed ourselves: an address of ours came back to us.
 		n.sayGoodbye(c, wire.GoodbyeSelf, "self")

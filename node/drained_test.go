@@ -38,7 +38,7 @@ func TestDrainedOnTCP(t *testing.T) {
 		t.Fatalf("%d bytes unacknowledged with the peer not reading, want over %d", u, turnLowat)
 	}
 	p := &peerConn{n: &Node{}, c: c, done: make(chan struct{})}
-	ts := newTurns(1)
+	ts := NewTurns(1)
 	take := func() *turn {
 		<-ts.enter(0)
 		return newTurn(ts, p)

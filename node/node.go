@@ -66,6 +66,13 @@ type Config struct {
 	ListenAddr string // default ":0"
 	// Dial connects to a peer (default: net.Dialer with a 5s timeout).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Host, when set, carries the node's connections instead: a process
+	// holding many swarms on one peer port (package host) accepts them,
+	// reads each handshake and hands this swarm's to Adopt, dials for the
+	// node, and shares one upload budget and one set of upload turns among
+	// its swarms. Listener, ListenAddr, Dial, UploadLimit and UploadTurns
+	// are then ignored.
+	Host Host
 	// HTTPClient talks to the tracker (default: a client with 10s timeout).
 	HTTPClient *http.Client
 	// DownloadLimit and UploadLimit shape peer traffic (nil: unlimited).
@@ -146,11 +153,16 @@ type Node struct {
 	upAt       time.Time
 	upLast     int64
 
+	// adoptCtx is Run's context while the node takes peers (accepting),
+	// nil before and after: Adopt starts no goroutine past Run's wait.
+	adoptMu  sync.Mutex
+	adoptCtx context.Context
+
 	nextID    atomic.Uint64
 	wg        sync.WaitGroup // connection and helper goroutines
 	pieceBufs sync.Pool      // *[]byte of PieceSize capacity (pieceBuf)
 	recent    *recentPieces  // the last pieces received, for uploads
-	turns     *turns         // upload turns (turns.go); nil: none
+	turns     *Turns         // upload turns (turns.go); nil: none
 	layer     layerState     // the piece layer, for a node that joined with the head (layer.go)
 
 	// Owned by the loop goroutine.
@@ -189,6 +201,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = ":0"
+	}
+	if cfg.Host != nil {
+		cfg.Listener, cfg.ListenAddr = nil, ""
+		cfg.Dial = cfg.Host.Dial
+		cfg.UploadLimit = cfg.Host.UploadLimit()
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout}
@@ -230,12 +247,19 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.recent = newRecentPieces(cfg.Manifest.PieceSize, keep, n.putPieceBuf)
 	n.layer.init(cfg.Manifest.HasLayer())
-	n.turns = newTurns(cfg.UploadTurns)
+	n.turns = NewTurns(cfg.UploadTurns)
+	if cfg.Host != nil {
+		n.turns = cfg.Host.Turns()
+	}
 	return n, nil
 }
 
-// Addr is the listening address once Run has started listening.
+// Addr is the listening address once Run has started listening, or the
+// host's (Config.Host).
 func (n *Node) Addr() net.Addr {
+	if n.cfg.Host != nil {
+		return n.cfg.Host.Addr()
+	}
 	if n.ln == nil {
 		return nil
 	}
@@ -274,9 +298,11 @@ func (n *Node) have() *pieceset.Set {
 // passed, or ctx ends. It returns nil once complete (the store is committed
 // by the caller) and ctx's error if cancelled before.
 func (n *Node) Run(ctx context.Context) error {
-	if n.cfg.Listener != nil {
+	switch {
+	case n.cfg.Host != nil:
+	case n.cfg.Listener != nil:
 		n.ln = n.cfg.Listener
-	} else {
+	default:
 		ln, err := net.Listen("tcp", n.cfg.ListenAddr)
 		if err != nil {
 			return fmt.Errorf("node: listen: %w", err)
@@ -284,9 +310,14 @@ func (n *Node) Run(ctx context.Context) error {
 		n.ln = ln
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	detach, err := n.accepting(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
 	defer func() {
 		cancel()
-		n.ln.Close()
+		detach()
 		for _, p := range n.peers {
 			p.close()
 		}
@@ -294,7 +325,6 @@ func (n *Node) Run(ctx context.Context) error {
 		hits, misses := n.recent.counts()
 		n.log.Debug("uploads read", "from_memory", hits, "from_store", misses)
 	}()
-	n.wg.Go(func() { n.acceptLoop(ctx) })
 
 	scfg := n.cfg.Swarm
 	if scfg.LayerPending = !n.layer.known.Load(); scfg.LayerPending {

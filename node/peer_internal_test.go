@@ -176,7 +176,7 @@ func testConn(t *testing.T, size int, seed byte) *connFixture {
 // connection waits ends its wait, unwritten, and the turn goes on to the
 // next in line.
 func TestTurns(t *testing.T) {
-	n := &Node{turns: newTurns(1)}
+	n := &Node{turns: NewTurns(1)}
 	conn := func(id swarm.PeerID) *peerConn {
 		c1, c2 := net.Pipe()
 		t.Cleanup(func() { c1.Close(); c2.Close() })
@@ -262,7 +262,7 @@ func TestTurns(t *testing.T) {
 // lowest rank, the first that came among equals; one that left the line
 // is skipped; one that has waited rankAge counts as rank 0.
 func TestTurnsByRank(t *testing.T) {
-	ts := newTurns(1)
+	ts := NewTurns(1)
 	<-ts.enter(0) // the only turn, held
 	ranks := []int{2, 0, 1, 0, 0}
 	ws := make([]chan struct{}, len(ranks))

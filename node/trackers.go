@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net"
 	"time"
 
 	"github.com/stampede-dev/stampede/swarm"
@@ -33,10 +32,7 @@ func (n *Node) askTracker(ctx context.Context, why string) {
 	if n.complete {
 		left = 0
 	}
-	port := 0
-	if ta, ok := n.ln.Addr().(*net.TCPAddr); ok {
-		port = ta.Port
-	}
+	port := n.listenPort()
 	// Joining, refilling and repairing want addresses; the periodic
 	// announces of a peer with neighbours enough, and a completion, only
 	// keep it counted (and bring the swarm size): each peer listed is

@@ -63,8 +63,8 @@ import (
 // connection still sends its own queue in order: a rare piece queued
 // behind a common one on the same connection waits for it.
 //
-// The turns are a Node's: a process running several (the gateway, one per
-// file) has that many sets on one uplink.
+// The turns are a Node's, or shared by every node of a host (Config.Host):
+// a process holding many swarms has one uplink, and one set of turns for it.
 const (
 	defaultUploadTurns = 3
 	turnStall          = 500 * time.Millisecond
@@ -76,9 +76,10 @@ const (
 	rankAge     = time.Second
 )
 
-// turns hands out the upload turns of a node, lowest rank first, then
-// first come, first served; nil means uploads do not take turns.
-type turns struct {
+// Turns hands out upload turns, lowest rank first, then first come, first
+// served: a node's own, or one set shared by the nodes of a host (Host).
+// A nil *Turns means uploads do not take turns.
+type Turns struct {
 	mu      sync.Mutex // guards the following
 	free    int
 	waiting []waiter // in the order they came
@@ -99,21 +100,22 @@ func (w waiter) rankAt(now time.Time) int {
 	return w.rank
 }
 
-// newTurns returns n turns (0: defaultUploadTurns), or nil (n < 0).
-func newTurns(n int) *turns {
+// NewTurns returns n turns (0: the default, 3), or nil (n < 0): uploads
+// then do not take turns.
+func NewTurns(n int) *Turns {
 	if n < 0 {
 		return nil
 	}
 	if n == 0 {
 		n = defaultUploadTurns
 	}
-	return &turns{free: n}
+	return &Turns{free: n}
 }
 
 // enter joins the queue for a turn for a piece of the given rank; the
 // channel is closed when one is given (at once if one is free and nobody
 // waits).
-func (ts *turns) enter(rank int) chan struct{} {
+func (ts *Turns) enter(rank int) chan struct{} {
 	w := make(chan struct{})
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -128,7 +130,7 @@ func (ts *turns) enter(rank int) chan struct{} {
 
 // leave withdraws w from the queue; if it was given a turn meanwhile, the
 // turn goes back.
-func (ts *turns) leave(w chan struct{}) {
+func (ts *Turns) leave(w chan struct{}) {
 	ts.mu.Lock()
 	i := slices.IndexFunc(ts.waiting, func(x waiter) bool { return x.ch == w })
 	if i >= 0 {
@@ -141,12 +143,12 @@ func (ts *turns) leave(w chan struct{}) {
 }
 
 // give hands a turn back: to the first waiting of the lowest rank, if any.
-func (ts *turns) give() {
+func (ts *Turns) give() {
 	ts.giveAt(time.Now())
 }
 
 // giveAt is give with the clock read by the caller (tests age waiters).
-func (ts *turns) giveAt(now time.Time) {
+func (ts *Turns) giveAt(now time.Time) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if len(ts.waiting) == 0 {
@@ -167,7 +169,7 @@ func (ts *turns) giveAt(now time.Time) {
 // write that went through, pause stops it; done gives the turn back (more
 // than once is fine).
 type turn struct {
-	ts    *turns
+	ts    *Turns
 	p     *peerConn
 	stall *time.Timer
 	mu    sync.Mutex // held while the turn is given back
@@ -252,7 +254,7 @@ func (t *turn) drained(ctx context.Context, drain func() (done bool, err error))
 // newTurn makes the turn p was given: its connection's unsent data is
 // held to turnLowat, and the turn goes back after turnStall without
 // progress.
-func newTurn(ts *turns, p *peerConn) *turn {
+func newTurn(ts *Turns, p *peerConn) *turn {
 	t := &turn{ts: ts, p: p}
 	sockopt.NotSentLowat(p.c, turnLowat)
 	t.stall = time.AfterFunc(turnStall, t.giveBack)

@@ -145,27 +145,85 @@ type deadliner interface {
 // rw cannot set deadlines (net.Conn can), a cancelled or timed-out Exchange
 // returns at once and leaves its I/O blocked until the caller closes rw.
 func Exchange(ctx context.Context, rw io.ReadWriter, mine Handshake) (Handshake, error) {
-	deadline := time.Now().Add(HandshakeTimeout)
+	dl, deadline, stop, err := bound(ctx, rw)
+	if err != nil {
+		return Handshake{}, err
+	}
+	defer stop()
+	theirs, err := exchange(ctx, rw, dl, deadline, mine)
+	return theirs, settle(ctx, rw, dl, stop, deadline, theirs, mine, err)
+}
+
+// Answer completes the handshake of an accepted connection whose peer's
+// handshake the caller has read already (ReadHandshake): a host that holds
+// many swarms on one port reads it first to pick the swarm by its root,
+// then answers with that swarm's handshake. The dialer sent its own
+// without waiting for ours (section 3 of docs/protocol.md), so nothing
+// changes on its side. The checks and the GOODBYE on a mismatch are
+// Exchange's, and so are the deadlines and the caller's duties.
+func Answer(ctx context.Context, rw io.ReadWriter, theirs, mine Handshake) error {
+	dl, deadline, stop, err := bound(ctx, rw)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	out, _ := mine.MarshalBinary()
+	if _, err := rw.Write(out); err != nil {
+		err = fmt.Errorf("wire: sending the handshake: %w", err)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
+		}
+		return err
+	}
+	return settle(ctx, rw, dl, stop, deadline, theirs, mine, nil)
+}
+
+// Decline answers an accepted connection whose handshake (already read)
+// names a swarm the receiver does not hold: it sends mine (a handshake of
+// no swarm: zero root and size) and bye, reads the peer's GOODBYE if one
+// comes at once, and returns. The caller closes rw.
+func Decline(ctx context.Context, rw io.ReadWriter, mine Handshake, bye *Goodbye) error {
+	dl, deadline, stop, err := bound(ctx, rw)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	out, _ := mine.MarshalBinary()
+	if _, err := rw.Write(out); err != nil {
+		return fmt.Errorf("wire: sending the handshake: %w", err)
+	}
+	sayGoodbye(ctx, rw, dl, deadline, bye)
+	return nil
+}
+
+// bound sets rw's deadline for a handshake (HandshakeTimeout, or ctx's
+// deadline if sooner) and makes ctx's end cut its I/O short, until stop.
+func bound(ctx context.Context, rw io.ReadWriter) (dl deadliner, deadline time.Time, stop func() bool, err error) {
+	deadline = time.Now().Add(HandshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	dl, _ := rw.(deadliner)
-	stop := func() bool { return ctx.Err() == nil }
+	dl, _ = rw.(deadliner)
+	stop = func() bool { return ctx.Err() == nil }
 	if dl != nil {
 		if err := dl.SetDeadline(deadline); err != nil {
-			return Handshake{}, fmt.Errorf("wire: handshake: %w", err)
+			return nil, deadline, nil, fmt.Errorf("wire: handshake: %w", err)
 		}
 		stop = context.AfterFunc(ctx, func() { dl.SetDeadline(longAgo) })
-		defer stop()
 	}
+	return dl, deadline, stop, nil
+}
 
-	theirs, err := exchange(ctx, rw, dl, deadline, mine)
+// settle checks theirs against mine once both are across (err is the
+// exchange's), says GOODBYE on a mismatch, and on success stops ctx from
+// cutting rw short and clears its deadline.
+func settle(ctx context.Context, rw io.ReadWriter, dl deadliner, stop func() bool, deadline time.Time, theirs, mine Handshake, err error) error {
 	bye := &Goodbye{}
 	switch {
 	case errors.Is(err, ErrVersion):
 		bye.Reason, bye.Text = GoodbyeVersion, fmt.Sprintf("I speak versions 1 to %d", Version)
 	case err != nil:
-		return theirs, err
+		return err
 	case theirs.Root != mine.Root || theirs.Size != mine.Size:
 		bye.Reason, bye.Text = GoodbyeWrongSwarm, fmt.Sprintf("I am in the swarm of root %x… size %d", mine.Root[:8], mine.Size)
 		err = fmt.Errorf("%w: the peer has root %x… size %d, we have root %x… size %d",
@@ -174,22 +232,24 @@ func Exchange(ctx context.Context, rw io.ReadWriter, mine Handshake) (Handshake,
 		bye.Reason, bye.Text = GoodbyeSelf, "you are me"
 		err = fmt.Errorf("%w (peer ID %v)", ErrSelf, mine.PeerID)
 	default:
+		// Once stopped, ctx's end can no longer cut the connection short
+		// behind our back; if it has already, the connection is dead.
 		if !stop() {
-			return theirs, fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
+			return fmt.Errorf("wire: handshake: %w", context.Cause(ctx))
 		}
 		if dl != nil {
 			if err := dl.SetDeadline(time.Time{}); err != nil {
-				return theirs, fmt.Errorf("wire: handshake: %w", err)
+				return fmt.Errorf("wire: handshake: %w", err)
 			}
 		}
-		return theirs, nil
+		return nil
 	}
 	if ctx.Err() == nil {
 		if said := sayGoodbye(ctx, rw, dl, deadline, bye); said != nil {
 			err = fmt.Errorf("%w; the peer said %v: %q", err, said.Reason, said.Text)
 		}
 	}
-	return theirs, err
+	return err
 }
 
 // longAgo is a deadline in the past: it cuts blocked I/O short.

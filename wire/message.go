@@ -153,6 +153,7 @@ const (
 	GoodbyeCorrupt      GoodbyeReason = 8  // the receiver sent a piece that failed verification
 	GoodbyeTooManyPeers GoodbyeReason = 9  // the sender has enough connections
 	GoodbyeDone         GoodbyeReason = 10 // nothing left to trade (both have the whole file)
+	GoodbyeNoSwarm      GoodbyeReason = 11 // the sender holds no swarm of the root the receiver asked for
 )
 
 var goodbyeNames = [...]string{
@@ -167,6 +168,7 @@ var goodbyeNames = [...]string{
 	GoodbyeCorrupt:      "corrupt data",
 	GoodbyeTooManyPeers: "too many peers",
 	GoodbyeDone:         "done",
+	GoodbyeNoSwarm:      "no such swarm",
 }
 
 func (r GoodbyeReason) String() string {

@@ -1,0 +1,287 @@
+// Package host carries the peer connections of many swarms in one process:
+// the daemon's nodes (package node) share its listeners, its dialers, one
+// upload budget and one set of upload turns.
+//
+// Peers reach every swarm of a host on the same address. The dialer's
+// handshake names the swarm it wants (its root and size, docs/protocol.md
+// section 3); the host reads it first, then hands the connection to the
+// node of that swarm (node.Node.Adopt), which answers with its own. A
+// handshake for a swarm the host does not hold gets a handshake of no swarm
+// and GOODBYE reason 11, "no such swarm". Dialing needs nothing of the
+// kind: the dialer already knows the swarm it wants.
+//
+// Connections come from Transports: TCP today. A transport is a listener
+// of byte streams and a dialer, so WebRTC data channels and NAT-traversed
+// streams fit behind the same interface; the host picks the transport of
+// an address by its scheme ("webrtc://..."), TCP's addresses having none.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+// Transport is one way peers' byte streams come and go: a listener of
+// inbound streams and a dialer of outbound ones. Streams are reliable and
+// ordered (net.Conn); deadlines must work.
+type Transport interface {
+	net.Listener
+	// Scheme names the transport in peer addresses ("webrtc" for
+	// "webrtc://..."); "" for TCP, whose addresses are plain HOST:PORT.
+	Scheme() string
+	// Dial opens a stream to addr (without its scheme).
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// TCP is the TCP transport on ln (net.Listen's, or any listener of TCP
+// connections), dialing with a net.Dialer.
+func TCP(ln net.Listener) Transport {
+	return &tcpTransport{Listener: ln}
+}
+
+type tcpTransport struct {
+	net.Listener
+	d net.Dialer
+}
+
+func (*tcpTransport) Scheme() string { return "" }
+
+func (t *tcpTransport) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	return t.d.DialContext(ctx, "tcp", addr)
+}
+
+// Config configures a Host. Zero values take the documented defaults.
+type Config struct {
+	// Transports carry the connections; at least one. The first one's
+	// address is the one peers are told (handshakes, announces).
+	Transports []Transport
+	// UploadRate caps the bytes per second sent to peers, all swarms
+	// together (0: unlimited).
+	UploadRate int64
+	// UploadTurns is how many pieces go to peers at once, all swarms
+	// together (0: the node's default, 3; negative: no bound).
+	UploadTurns int
+	// MaxPending bounds the accepted connections whose handshake is still
+	// awaited (default 256); past it new ones are closed at once, so a
+	// flood of silent connections costs a bounded number of goroutines.
+	MaxPending int
+	Logger     *slog.Logger
+}
+
+// Default of Config.MaxPending.
+const DefaultMaxPending = 256
+
+// Host carries the connections of many swarms. Create it with New, run
+// it with Run, and give its nodes node.Config.Host = the host.
+type Host struct {
+	cfg     Config
+	log     *slog.Logger
+	limit   *ratelimit.Limiter
+	turns   *node.Turns
+	pending chan struct{} // a slot per handshake awaited
+
+	mu     sync.Mutex // guards the following
+	swarms map[swarmKey]*node.Node
+
+	routed, noSwarm, refused, dropped atomic.Int64
+}
+
+type swarmKey struct {
+	root manifest.Hash
+	size int64
+}
+
+// New checks cfg and returns a Host.
+func New(cfg Config) (*Host, error) {
+	if len(cfg.Transports) == 0 {
+		return nil, errors.New("host: no transport")
+	}
+	if cfg.UploadRate < 0 {
+		return nil, errors.New("host: UploadRate must not be negative")
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Host{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		limit:   ratelimit.New(cfg.UploadRate),
+		turns:   node.NewTurns(cfg.UploadTurns),
+		pending: make(chan struct{}, cfg.MaxPending),
+		swarms:  map[swarmKey]*node.Node{},
+	}, nil
+}
+
+// Run accepts connections on every transport and routes them until ctx
+// ends, then closes the transports and returns nil once the handshakes it
+// was reading are done. It returns early with an error if a transport's
+// listener fails.
+func (h *Host) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(h.cfg.Transports))
+	for _, t := range h.cfg.Transports {
+		wg.Go(func() {
+			if err := h.acceptLoop(ctx, t, &wg); err != nil && ctx.Err() == nil {
+				errc <- err
+				cancel()
+			}
+		})
+	}
+	<-ctx.Done()
+	for _, t := range h.cfg.Transports {
+		t.Close()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (h *Host) acceptLoop(ctx context.Context, t Transport, wg *sync.WaitGroup) error {
+	for {
+		c, err := t.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("host: accept on %v: %w", t.Addr(), err)
+		}
+		select {
+		case h.pending <- struct{}{}:
+		default:
+			h.dropped.Add(1)
+			c.Close()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-h.pending }()
+			h.route(ctx, c)
+		})
+	}
+}
+
+// route reads c's handshake and hands c to the node of its swarm, or says
+// there is none.
+func (h *Host) route(ctx context.Context, c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(wire.HandshakeTimeout))
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	theirs, err := wire.ReadHandshake(c)
+	if !stop() {
+		c.Close()
+		return
+	}
+	if err != nil {
+		h.refused.Add(1)
+		h.log.Debug("handshake refused", "from", c.RemoteAddr(), "err", err)
+		if errors.Is(err, wire.ErrVersion) {
+			bye := &wire.Goodbye{Reason: wire.GoodbyeVersion, Text: fmt.Sprintf("I speak versions 1 to %d", wire.Version)}
+			wire.Decline(ctx, c, wire.Handshake{PeerID: theirs.PeerID}, bye)
+		}
+		c.Close()
+		return
+	}
+	h.mu.Lock()
+	n := h.swarms[swarmKey{theirs.Root, int64(theirs.Size)}]
+	h.mu.Unlock()
+	if n == nil {
+		h.noSwarm.Add(1)
+		h.log.Debug("no such swarm", "from", c.RemoteAddr(), "root", manifest.Hash(theirs.Root), "size", theirs.Size)
+		// A handshake of no swarm (zero root and size) under a peer ID
+		// that is not the dialer's, so it reads as a wrong swarm.
+		none := wire.Handshake{PeerID: wire.NewPeerID()}
+		bye := &wire.Goodbye{Reason: wire.GoodbyeNoSwarm, Text: fmt.Sprintf("no swarm of root %x… size %d here", theirs.Root[:8], theirs.Size)}
+		wire.Decline(ctx, c, none, bye)
+		c.Close()
+		return
+	}
+	h.routed.Add(1)
+	n.Adopt(c, theirs)
+}
+
+// Addr is the first transport's address: the one peers are told.
+func (h *Host) Addr() net.Addr { return h.cfg.Transports[0].Addr() }
+
+// Dial connects to a peer through the transport its address names.
+func (h *Host) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		scheme, rest = "", addr
+	}
+	for _, t := range h.cfg.Transports {
+		if t.Scheme() == scheme {
+			return t.Dial(ctx, rest)
+		}
+	}
+	return nil, fmt.Errorf("host: no transport for %q", addr)
+}
+
+// UploadLimit is the upload budget every swarm of the host shares.
+func (h *Host) UploadLimit() *ratelimit.Limiter { return h.limit }
+
+// Turns are the upload turns every swarm of the host shares.
+func (h *Host) Turns() *node.Turns { return h.turns }
+
+// ErrSwarmTaken: another node of the host is in that swarm.
+var ErrSwarmTaken = errors.New("host: another node is in this swarm")
+
+// Attach routes the connections for n's swarm to n until detach is called
+// (node.Node.Run does both).
+func (h *Host) Attach(n *node.Node) (detach func(), err error) {
+	root, size := n.Swarm()
+	k := swarmKey{root, size}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.swarms[k] != nil {
+		return nil, fmt.Errorf("%w (root %s)", ErrSwarmTaken, root)
+	}
+	h.swarms[k] = n
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.swarms[k] == n {
+			delete(h.swarms, k)
+		}
+	}, nil
+}
+
+// Stats count what the host did with the connections it accepted.
+type Stats struct {
+	// Swarms is how many nodes are attached now.
+	Swarms int `json:"swarms"`
+	// Routed counts connections handed to a node; NoSwarm, those that
+	// asked for a swarm the host does not hold (GOODBYE 11); Refused, those
+	// whose handshake was not a stampede one or did not come in time;
+	// Dropped, those closed unread past MaxPending.
+	Routed  int64 `json:"routed"`
+	NoSwarm int64 `json:"no_swarm"`
+	Refused int64 `json:"refused"`
+	Dropped int64 `json:"dropped"`
+}
+
+// Stats returns a snapshot of the counters.
+func (h *Host) Stats() Stats {
+	h.mu.Lock()
+	n := len(h.swarms)
+	h.mu.Unlock()
+	return Stats{Swarms: n, Routed: h.routed.Load(), NoSwarm: h.noSwarm.Load(), Refused: h.refused.Load(), Dropped: h.dropped.Load()}
+}

@@ -1,0 +1,354 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stampede-dev/stampede/host"
+	"github.com/stampede-dev/stampede/internal/memnet"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/store"
+	"github.com/stampede-dev/stampede/wire"
+)
+
+const KiB = 1 << 10
+
+// memTransport is a host.Transport on a memnet host.
+type memTransport struct {
+	*memnet.Listener
+	h *memnet.Host
+}
+
+func (memTransport) Scheme() string { return "" }
+func (t memTransport) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	return t.h.Dial(ctx, addr)
+}
+
+// testFile is a file of random bytes and its manifest.
+type testFile struct {
+	data []byte
+	m    *manifest.Manifest
+}
+
+func newFile(t *testing.T, size int, pieceSize int64, seed uint64) testFile {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	b, err := manifest.NewBuilder(int64(size), pieceSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Write(data)
+	m, err := b.Manifest(fmt.Sprintf("f%d", seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testFile{data, m}
+}
+
+// open returns a store of f in dir, complete or empty.
+func (f testFile) open(t *testing.T, dir string, complete bool) *store.File {
+	t.Helper()
+	path := filepath.Join(dir, f.m.Name)
+	if complete {
+		if err := os.WriteFile(path, f.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.OpenComplete(path, f.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	st, err := store.Open(path, f.m, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// startHost runs a host on its own memnet host, listening on port 7000.
+func startHost(t *testing.T, ctx context.Context, nw *memnet.Network, cfg host.Config) *host.Host {
+	t.Helper()
+	mh := nw.Host(memnet.HostConfig{Latency: 5 * time.Millisecond})
+	ln, err := mh.Listen(7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Transports = []host.Transport{memTransport{ln, mh}}
+	cfg.Logger = testLogger(t)
+	h, err := host.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Errorf("host: %v", err)
+		}
+	})
+	return h
+}
+
+// run starts a node of cfg until ctx ends and returns a channel that gets
+// Run's error.
+func run(t *testing.T, ctx context.Context, cfg node.Config) (*node.Node, <-chan error) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	nd, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- nd.Run(ctx) }()
+	return nd, done
+}
+
+// fetcher runs a downloading node of f on a memnet host of its own that
+// knows only the host's address, and returns a channel closed when its
+// store is complete.
+func fetcher(t *testing.T, ctx context.Context, nw *memnet.Network, h *host.Host, f testFile, link memnet.HostConfig) (<-chan struct{}, *store.File) {
+	t.Helper()
+	mh := nw.Host(link)
+	ln, err := mh.Listen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.open(t, t.TempDir(), false)
+	done := make(chan struct{})
+	nd, _ := run(t, ctx, node.Config{
+		Manifest: f.m, Store: st, Listener: ln, Dial: mh.Dial, SeedTime: -1,
+		OnComplete: func() error { close(done); return nil },
+	})
+	nd.AddPeers(ctx, []string{h.Addr().String()})
+	return done, st
+}
+
+func checkStore(t *testing.T, st *store.File, f testFile) {
+	t.Helper()
+	got := make([]byte, 0, len(f.data))
+	buf := make([]byte, f.m.PieceSize)
+	for i := range f.m.NumPieces() {
+		b, err := st.ReadPiece(i, buf)
+		if err != nil {
+			t.Fatalf("piece %d: %v", i, err)
+		}
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, f.data) {
+		t.Fatalf("%s: the bytes differ", f.m.Name)
+	}
+}
+
+// TestTwoSwarmsOnePort: one host seeds two files on one address, and a
+// peer of each swarm gets its file from it.
+func TestTwoSwarmsOnePort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		files := []testFile{newFile(t, 200*KiB, 16*KiB, 1), newFile(t, 130*KiB, 32*KiB, 2)}
+		var seeds []<-chan error
+		for _, f := range files {
+			_, done := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+			seeds = append(seeds, done)
+		}
+		synctest.Wait() // both attached
+		if got := h.Stats().Swarms; got != 2 {
+			t.Fatalf("Swarms = %d, want 2", got)
+		}
+		for _, f := range files {
+			done, st := fetcher(t, ctx, nw, h, f, memnet.HostConfig{Latency: 5 * time.Millisecond})
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: not complete after a minute", f.m.Name)
+			}
+			checkStore(t, st, f)
+		}
+		if s := h.Stats(); s.Routed < 2 || s.NoSwarm != 0 {
+			t.Errorf("stats %+v: want 2 routed or more, none refused", s)
+		}
+		cancel()
+		for _, done := range seeds {
+			if err := <-done; err != nil {
+				t.Errorf("seed: %v", err)
+			}
+		}
+		if got := h.Stats().Swarms; got != 0 {
+			t.Errorf("after the nodes ended Swarms = %d, want 0", got)
+		}
+	})
+}
+
+// TestNoSuchSwarm: a handshake for a root the host does not hold gets a
+// handshake of no swarm and GOODBYE 11; a second node of a swarm already
+// held does not run.
+func TestNoSuchSwarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		f := newFile(t, 64*KiB, 16*KiB, 3)
+		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+		synctest.Wait()
+
+		other := newFile(t, 64*KiB, 16*KiB, 4)
+		c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mine := wire.Handshake{Root: other.m.Root, Size: uint64(other.m.Size), PeerID: wire.NewPeerID()}
+		b, _ := mine.MarshalBinary()
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := wire.ReadHandshake(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if theirs.Root != ([32]byte{}) || theirs.Size != 0 {
+			t.Errorf("answer names root %x size %d, want no swarm", theirs.Root[:8], theirs.Size)
+		}
+		m, err := wire.NewReader(c, wire.Geometry{}).Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bye, ok := m.(*wire.Goodbye); !ok || bye.Reason != wire.GoodbyeNoSwarm {
+			t.Fatalf("got %#v, want GOODBYE %d", m, wire.GoodbyeNoSwarm)
+		}
+		if s := h.Stats(); s.NoSwarm != 1 || s.Routed != 0 {
+			t.Errorf("stats %+v, want 1 no-swarm and none routed", s)
+		}
+
+		// The dialer's side of the same, through Exchange: a wrong swarm,
+		// with the host's reason in the error.
+		c2, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		if _, err := wire.Exchange(ctx, c2, mine); !errors.Is(err, wire.ErrWrongSwarm) {
+			t.Errorf("Exchange: %v, want ErrWrongSwarm", err)
+		}
+
+		_, dup := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+		if err := <-dup; !errors.Is(err, host.ErrSwarmTaken) {
+			t.Errorf("second node of the swarm: %v, want ErrSwarmTaken", err)
+		}
+		cancel()
+		if err := <-seedDone; err != nil {
+			t.Errorf("seed: %v", err)
+		}
+	})
+}
+
+// TestTwentySwarms: one host holds 20 swarms with 5 peers each on the
+// in-memory network; every peer gets its file, every connection reaches
+// its own swarm.
+func TestTwentySwarms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		const swarms, peers = 20, 5
+		type fetch struct {
+			f    testFile
+			done <-chan struct{}
+			st   *store.File
+		}
+		var all []fetch
+		for i := range swarms {
+			f := newFile(t, 48*KiB+i*KiB, 16*KiB, uint64(100+i))
+			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+			synctest.Wait()
+			for range peers {
+				done, st := fetcher(t, ctx, nw, h, f, memnet.HostConfig{Latency: 2 * time.Millisecond})
+				all = append(all, fetch{f, done, st})
+			}
+		}
+		for _, x := range all {
+			select {
+			case <-x.done:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: a peer is not complete after a minute", x.f.m.Name)
+			}
+			checkStore(t, x.st, x.f)
+		}
+		s := h.Stats()
+		if s.Swarms != swarms || s.Routed < swarms*peers || s.NoSwarm != 0 || s.Refused != 0 {
+			t.Errorf("stats %+v: want %d swarms, at least %d routed, none refused", s, swarms, swarms*peers)
+		}
+	})
+}
+
+// TestSharedUploadBudget: two swarms of one host share its upload cap:
+// their peers together get no more than the cap allows (its burst aside),
+// and each swarm gets some of it meanwhile.
+func TestSharedUploadBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		const rate = 256 * KiB
+		h := startHost(t, ctx, nw, host.Config{UploadRate: rate})
+		files := []testFile{newFile(t, 1024*KiB, 64*KiB, 5), newFile(t, 1024*KiB, 64*KiB, 6)}
+		for _, f := range files {
+			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+		}
+		synctest.Wait()
+		start := time.Now()
+		var wg sync.WaitGroup
+		var took [2]time.Duration
+		for i, f := range files {
+			done, st := fetcher(t, ctx, nw, h, f, memnet.HostConfig{Latency: time.Millisecond})
+			wg.Go(func() {
+				<-done
+				took[i] = time.Since(start)
+				checkStore(t, st, f)
+			})
+		}
+		wg.Wait()
+		total := len(files[0].data) + len(files[1].data)
+		// The bucket holds a tenth of a second's worth at the start.
+		least := time.Duration(float64(total-rate/10) / rate * float64(time.Second))
+		last := max(took[0], took[1])
+		t.Logf("%d bytes at most %d B/s: took %v and %v (at least %v)", total, rate, took[0], took[1], least)
+		if last < least {
+			t.Errorf("both files in %v: faster than the shared cap allows (%v)", last, least)
+		}
+		// Shared, not one after the other: the first done is past half
+		// of the time both needed.
+		if first := min(took[0], took[1]); first < last/2 {
+			t.Errorf("one swarm done at %v, the other at %v: not sharing the budget", first, last)
+		}
+	})
+}
