@@ -118,19 +118,6 @@ func (m *MemoryStore) Stats(_ context.Context, now time.Time) (StoreStats, error
 	return st, nil
 }
 
-// tableLen returns the size of the table of a swarm, for the tests.
-func (m *MemoryStore) tableLen(root manifest.Hash, size int64) int {
-	m.mu.Lock()
-	s := m.swarms[swarmKey{root, size}]
-	m.mu.Unlock()
-	if s == nil {
-		return 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sw.peers.len()
-}
-
 // slotFor returns the slot of key, creating it if need be, and marks it
 // announced at now. It also says which swarms it dropped.
 func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {

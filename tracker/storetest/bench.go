@@ -1,0 +1,141 @@
+package storetest
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+// The benchmarks' crowd: benchPeers peers over benchSwarms swarms, each
+// peer announcing once an interval of a synthetic clock, so that every
+// announce is acted on (none is rate limited) and every swarm has four
+// times more peers than its table holds: the worst case, where every
+// announce is a newcomer pushing the oldest out and feeding the
+// estimator.
+const (
+	benchSwarms = 16
+	benchPeers  = 16 * 1024
+)
+
+// benchClock hands out times that advance by one interval every
+// benchPeers calls.
+type benchClock struct {
+	n        atomic.Int64
+	start    time.Time
+	interval time.Duration
+}
+
+func (c *benchClock) Now() time.Time {
+	i := c.n.Add(1)
+	return c.start.Add(time.Duration(i) * c.interval / benchPeers)
+}
+
+func benchRequest(i int) (tracker.AnnounceRequest, netip.AddrPort) {
+	p := peer(i % benchPeers)
+	root := manifest.Hash{0xbe, byte(i % benchSwarms)}
+	return tracker.AnnounceRequest{Root: root, Size: testSize, ID: p.id, Port: p.port, Left: 1000, NumWant: tracker.DefaultNumWant}, p.addr()
+}
+
+// latencies collects the time of each operation, per goroutine.
+type latencies struct {
+	mu  sync.Mutex // guards all
+	all []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d...)
+	l.mu.Unlock()
+}
+
+// report reports the rate and the p99 latency over elapsed.
+func (l *latencies) report(b *testing.B, elapsed time.Duration) {
+	if len(l.all) == 0 || elapsed <= 0 {
+		return
+	}
+	slices.Sort(l.all)
+	p99 := l.all[min(len(l.all)-1, len(l.all)*99/100)]
+	b.ReportMetric(float64(len(l.all))/elapsed.Seconds(), "announces/s")
+	b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
+}
+
+// BenchmarkStore measures announces per second and their p99 latency at
+// the Store interface, from GOMAXPROCS×parallelism goroutines (a remote
+// store needs several calls in flight).
+func BenchmarkStore(b *testing.B, st tracker.Store, parallelism int) {
+	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval}
+	var next atomic.Int64
+	var lat latencies
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		var mine []time.Duration
+		for pb.Next() {
+			req, addr := benchRequest(int(next.Add(1)))
+			t0 := time.Now()
+			if _, err := st.Announce(ctx, req, addr, clock.Now()); err != nil {
+				b.Error(err)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		lat.add(mine)
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	lat.report(b, elapsed)
+}
+
+// BenchmarkHTTP measures announces per second and their p99 latency over
+// HTTP: a tracker on st serving on a loopback listener, and the load
+// generator, GOMAXPROCS×parallelism clients with keep-alive connections,
+// in this process.
+func BenchmarkHTTP(b *testing.B, st tracker.Store, parallelism int) {
+	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval}
+	tr := tracker.New(tracker.Config{Store: st, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: tr, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	defer client.CloseIdleConnections()
+	base := "http://" + ln.Addr().String() + tracker.WellKnownPath
+
+	var next atomic.Int64
+	var lat latencies
+	b.SetParallelism(parallelism)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		var mine []time.Duration
+		for pb.Next() {
+			req, _ := benchRequest(int(next.Add(1)))
+			t0 := time.Now()
+			if _, err := tracker.Announce(ctx, client, base, req); err != nil {
+				b.Error(err)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		lat.add(mine)
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	lat.report(b, elapsed)
+}

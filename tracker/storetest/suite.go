@@ -1,0 +1,506 @@
+package storetest
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+// testSwarmSizeEstimate runs crowds through a tracker whose table holds
+// 256: the table never grows past it, and swarm_size stays within 30 % of
+// the truth as they arrive, while they stay, and after half of them leave
+// without a word. (It calls Announce rather than ServeHTTP: the JSON would
+// take most of the time.)
+func testSwarmSizeEstimate(t *testing.T, newStore NewStore, crowds []int) {
+	const interval = 15 * time.Second
+	for _, n := range crowds {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			h := newHarness(t, newStore, tracker.Config{Interval: interval, Logger: slog.New(slog.DiscardHandler)})
+			worst := 0.0
+			// Every peer announces once an interval, at its own phase.
+			// truth(i) is the swarm's size at peer i's announce; lo and hi
+			// bound the answer allowed.
+			round := func(live int, event tracker.Event, truth func(i int) (lo, hi int), what string) {
+				t.Helper()
+				for i := range n {
+					h.clock.Advance(interval / time.Duration(n))
+					if i >= live {
+						continue
+					}
+					p := peer(i)
+					res, err := h.tr.Announce(tracker.AnnounceRequest{Root: testRoot, Size: testSize, ID: p.id, Port: p.port, Left: 1000, Event: event, NumWant: 1}, p.addr())
+					if err != nil {
+						t.Fatal(err)
+					}
+					lo, hi := truth(i)
+					if lo == hi {
+						worst = max(worst, math.Abs(float64(res.SwarmSize-lo))/float64(lo))
+					}
+					if float64(res.SwarmSize) < 0.7*float64(lo) || float64(res.SwarmSize) > 1.3*float64(hi) {
+						t.Fatalf("%s, peer %d: swarm_size %d, truth in [%d, %d]", what, i, res.SwarmSize, lo, hi)
+					}
+					if len(res.Peers) > 0 && res.Peers[0].ID == p.id {
+						t.Fatalf("%s, peer %d: handed itself", what, i)
+					}
+				}
+				if l := h.metrics()["stampede_tracker_peers"]; l > tracker.DefaultMaxPeersPerSwarm {
+					t.Fatalf("%s: table of %d peers, capacity %d", what, l, tracker.DefaultMaxPeersPerSwarm)
+				}
+			}
+			exactly := func(k int) func(int) (int, int) { return func(int) (int, int) { return k, k } }
+			round(n, tracker.EventStarted, func(i int) (int, int) { return i + 1, i + 1 }, "arriving")
+			for r := range 2 {
+				round(n, tracker.EventNone, exactly(n), fmt.Sprintf("staying, round %d", r))
+			}
+			// Half go silent. They count until they expire from the table
+			// (3 intervals), or, in a swarm larger than the table, until
+			// they drop out of the estimator's window (2 intervals).
+			for r := range 3 {
+				round(n/2, tracker.EventNone, func(int) (int, int) { return n / 2, n }, fmt.Sprintf("half gone, round %d", r))
+			}
+			round(n/2, tracker.EventNone, exactly(n/2), "half gone for 3 intervals")
+			t.Logf("n=%d: worst error %.1f%%", n, 100*worst)
+
+			// All gone: a newcomer is alone.
+			h.clock.Advance(3 * interval)
+			if res := h.announce(peer(n), tracker.EventStarted, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+				t.Errorf("alone after everyone left: swarm_size %d, peers %d", res.SwarmSize, len(res.Peers))
+			}
+		})
+	}
+}
+
+func testCompletedFirst(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	for i := range 20 {
+		h.announce(peer(i), tracker.EventStarted, 1000, 0)
+	}
+	for i := 100; i < 103; i++ {
+		h.announce(peer(i), tracker.EventStarted, 0, 0)
+	}
+	asker := peer(999)
+	res := h.announce(asker, tracker.EventStarted, testSize, 10)
+	if res.SwarmSize != 24 || res.Complete != 3 || res.Interval != tracker.DefaultInterval {
+		t.Errorf("swarm_size %d, complete %d, interval %v; want 24, 3, %v", res.SwarmSize, res.Complete, res.Interval, tracker.DefaultInterval)
+	}
+	got := ids(res.Peers)
+	if len(got) != 10 {
+		t.Fatalf("%d peers, want 10", len(got))
+	}
+	seeds := []tracker.PeerID{peer(100).id, peer(101).id, peer(102).id}
+	if !sameSet(got[:3], seeds) {
+		t.Errorf("first three %v, want the seeds %v", got[:3], seeds)
+	}
+	for i, p := range res.Peers {
+		if p.Complete != (i < 3) {
+			t.Errorf("peer %d complete=%v", i, p.Complete)
+		}
+	}
+	// Then the latest arrivals, newest first.
+	for k, id := range got[3:] {
+		if want := peer(19 - k).id; id != want {
+			t.Errorf("peer %d is %s, want the arrival %s", 3+k, id, want)
+		}
+	}
+	if res.Peers[3].Addr != peer(19).addr() {
+		t.Errorf("addr %v, want %v", res.Peers[3].Addr, peer(19).addr())
+	}
+
+	// Asking for everyone: each other peer once, never the asker.
+	h.clock.Advance(time.Second)
+	res = h.announce(asker, tracker.EventNone, testSize, 100)
+	if len(res.Peers) != 23 {
+		t.Fatalf("%d peers, want all 23 others", len(res.Peers))
+	}
+}
+
+func testSeedsTakenAtRandom(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	for i := range 30 {
+		h.announce(peer(i), tracker.EventStarted, 0, 0)
+	}
+	handed := make(map[tracker.PeerID]int)
+	for i := range 30 {
+		for _, p := range h.announce(peer(1000+i), tracker.EventStarted, 1000, 5).Peers {
+			if !p.Complete {
+				t.Fatalf("a leecher %s before the seeds", p.ID)
+			}
+			handed[p.ID]++
+		}
+	}
+	if len(handed) < 20 {
+		t.Errorf("150 picks among 30 seeds reached only %d of them", len(handed))
+	}
+}
+
+func testUnreachable(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	hidden := peer(1)
+	hidden.port = 0
+	h.announce(hidden, tracker.EventStarted, 0, 0)
+	res := h.announce(peer(2), tracker.EventStarted, 1000, 0)
+	if res.SwarmSize != 2 || res.Complete != 1 || len(res.Peers) != 0 {
+		t.Errorf("swarm_size %d, complete %d, peers %v; want 2, 1, none", res.SwarmSize, res.Complete, res.Peers)
+	}
+	// The hidden peer still gets the others.
+	h.clock.Advance(time.Second)
+	if res := h.announce(hidden, tracker.EventNone, 0, 0); len(res.Peers) != 1 || res.Peers[0].ID != peer(2).id {
+		t.Errorf("the unreachable peer got %v, want peer 2", res.Peers)
+	}
+	// A peer that becomes reachable is handed out; one that stops being
+	// so is not.
+	h.clock.Advance(time.Second)
+	hidden.port = 7001
+	h.announce(hidden, tracker.EventNone, 0, 0)
+	h.clock.Advance(time.Second)
+	if res := h.announce(peer(2), tracker.EventNone, 1000, 0); len(res.Peers) != 1 || res.Peers[0].Addr.Port() != 7001 || !res.Peers[0].Complete {
+		t.Errorf("after it became reachable: %v", res.Peers)
+	}
+	h.clock.Advance(time.Second)
+	hidden.port = 0
+	h.announce(hidden, tracker.EventNone, 0, 0)
+	h.clock.Advance(time.Second)
+	if res := h.announce(peer(2), tracker.EventNone, 1000, 0); len(res.Peers) != 0 || res.Complete != 1 {
+		t.Errorf("after it became unreachable again: %v, complete %d", res.Peers, res.Complete)
+	}
+}
+
+func testExpiry(t *testing.T, newStore NewStore) {
+	const interval = 10 * time.Second
+	h := newHarness(t, newStore, tracker.Config{Interval: interval})
+	h.announce(peer(1), tracker.EventStarted, 1000, 0)
+	h.clock.Advance(3*interval - time.Nanosecond)
+	if res := h.announce(peer(2), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 || len(res.Peers) != 1 {
+		t.Errorf("just before 3 intervals: swarm_size %d, peers %v; want 2 and peer 1", res.SwarmSize, res.Peers)
+	}
+	h.clock.Advance(time.Nanosecond)
+	if res := h.announce(peer(3), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 || len(res.Peers) != 1 || res.Peers[0].ID != peer(2).id {
+		t.Errorf("at 3 intervals: swarm_size %d, peers %v; want 2 and peer 2 only", res.SwarmSize, res.Peers)
+	}
+	if m := h.metrics(); m[`stampede_tracker_peers_removed_total{reason="expired"}`] != 1 || m["stampede_tracker_peers"] != 2 {
+		t.Errorf("metrics %v", m)
+	}
+	// The swarm itself goes once idle for 3 intervals.
+	h.clock.Advance(3 * interval)
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 0 || m[`stampede_tracker_swarms_removed_total{reason="idle"}`] != 1 || m["stampede_tracker_peers"] != 0 {
+		t.Errorf("after 3 idle intervals: metrics %v", m)
+	}
+	// And comes back empty.
+	if res := h.announce(peer(4), tracker.EventStarted, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+		t.Errorf("a new swarm: swarm_size %d, peers %v", res.SwarmSize, res.Peers)
+	}
+}
+
+func testStopped(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	h.announce(peer(1), tracker.EventStarted, 1000, 0)
+	h.announce(peer(2), tracker.EventStarted, 1000, 0)
+	// Peer 3 learnt peer 1's id, but cannot take it out from elsewhere.
+	impostor := peer(1)
+	impostor.ip = peer(3).ip
+	if res := h.announce(impostor, tracker.EventStopped, 1000, 0); res.SwarmSize != 2 {
+		t.Errorf("stopped from another IP: swarm_size %d, want 2", res.SwarmSize)
+	}
+	res := h.announce(peer(1), tracker.EventStopped, 1000, 0)
+	if res.SwarmSize != 1 || len(res.Peers) != 0 {
+		t.Errorf("answer to stopped: swarm_size %d, peers %v; want 1, none", res.SwarmSize, res.Peers)
+	}
+	h.clock.Advance(time.Second)
+	if res := h.announce(peer(2), tracker.EventNone, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+		t.Errorf("after peer 1 stopped: swarm_size %d, peers %v", res.SwarmSize, res.Peers)
+	}
+	if m := h.metrics(); m[`stampede_tracker_peers_removed_total{reason="stopped"}`] != 1 || m[`stampede_tracker_announces_total{event="stopped"}`] != 2 {
+		t.Errorf("metrics %v", m)
+	}
+}
+
+// testLateAfterStopped: a peer's "completed", sent just before it left,
+// overtaken by its "stopped": it does not put the peer back (it would be
+// handed out first, as a seed, to everyone for three intervals). A
+// "started" from it does: it came back.
+func testLateAfterStopped(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	h.announce(peer(1), tracker.EventStarted, 1000, 0)
+	h.announce(peer(2), tracker.EventStarted, 1000, 0)
+	h.clock.Advance(2 * time.Second)
+	h.announce(peer(1), tracker.EventStopped, 0, 0)
+	h.clock.Advance(100 * time.Millisecond)
+	h.announce(peer(1), tracker.EventCompleted, 0, 0)
+	h.clock.Advance(2 * time.Second)
+	if res := h.announce(peer(2), tracker.EventNone, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+		t.Errorf("a late completed put the stopped peer back: swarm_size %d, peers %v", res.SwarmSize, res.Peers)
+	}
+	if m := h.metrics(); m[`stampede_tracker_announces_late_total`] != 1 {
+		t.Errorf("late announces counted %d, want 1", m[`stampede_tracker_announces_late_total`])
+	}
+	h.announce(peer(1), tracker.EventStarted, 1000, 0)
+	h.clock.Advance(2 * time.Second)
+	if res := h.announce(peer(2), tracker.EventNone, 1000, 0); res.SwarmSize != 2 || len(res.Peers) != 1 {
+		t.Errorf("peer 1 rejoined: swarm_size %d, peers %v; want 2, one", res.SwarmSize, res.Peers)
+	}
+}
+
+func testRateLimit(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	a, b, c := peer(1), peer(2), peer(3)
+	h.announce(b, tracker.EventStarted, 1000, 0)
+	h.announce(c, tracker.EventStarted, 1000, 0)
+	h.announce(a, tracker.EventStarted, 1000, 0)
+
+	// Again within the second, claiming to be done and reachable elsewhere:
+	// answered from the cache, nothing changes.
+	h.clock.Advance(500 * time.Millisecond)
+	moved := a
+	moved.port = 9999
+	res := h.announce(moved, tracker.EventNone, 0, 0)
+	if !sameSet(ids(res.Peers), []tracker.PeerID{b.id, c.id}) || res.SwarmSize != 3 || res.Complete != 0 {
+		t.Errorf("rate-limited answer: %+v", res)
+	}
+	// The cache is shared, and never hands anyone itself.
+	res = h.announce(b, tracker.EventNone, 1000, 0)
+	if !sameSet(ids(res.Peers), []tracker.PeerID{a.id, c.id}) || res.Peers[0].Addr.Port() != 7000 && res.Peers[1].Addr.Port() != 7000 {
+		t.Errorf("rate-limited answer to b: %+v", res.Peers)
+	}
+	if m := h.metrics(); m["stampede_tracker_announces_rate_limited_total"] != 2 || m[`stampede_tracker_announces_total{event="periodic"}`] != 2 {
+		t.Errorf("metrics %v", m)
+	}
+
+	// A completion is never held back.
+	res = h.announce(a, tracker.EventCompleted, 0, 0)
+	if res.Complete != 1 {
+		t.Errorf("completed within the second: complete %d, want 1", res.Complete)
+	}
+	// A second later, the move counts.
+	h.clock.Advance(time.Second)
+	h.announce(moved, tracker.EventNone, 0, 0)
+	h.clock.Advance(time.Second)
+	for _, p := range h.announce(c, tracker.EventNone, 1000, 0).Peers {
+		if p.ID == a.id && (p.Addr.Port() != 9999 || !p.Complete) {
+			t.Errorf("a after it moved: %+v", p)
+		}
+	}
+}
+
+func testIPv6(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	serve(h.tr, query(testRoot, peer(1), tracker.EventStarted, 1000, 0), "[::ffff:192.0.2.9]:4000")
+	serve(h.tr, query(testRoot, peer(2), tracker.EventStarted, 1000, 0), "[2001:db8::1]:4000")
+	res := h.announce(peer(3), tracker.EventStarted, 1000, 0)
+	want := map[string]bool{"192.0.2.9:7000": true, "[2001:db8::1]:7000": true}
+	for _, p := range res.Peers {
+		if !want[p.Addr.String()] {
+			t.Errorf("unexpected addr %s", p.Addr)
+		}
+	}
+	if len(res.Peers) != 2 {
+		t.Errorf("peers %v", res.Peers)
+	}
+}
+
+func testSwarmsBounded(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{MaxSwarms: 3})
+	for i := range 5 {
+		h.announceTo(manifest.Hash{byte(i)}, peer(i), tracker.EventStarted, 1000, 0)
+		h.clock.Advance(time.Second)
+	}
+	m := h.metrics()
+	if m["stampede_tracker_swarms"] != 3 || m[`stampede_tracker_swarms_removed_total{reason="limit"}`] != 2 {
+		t.Errorf("metrics %v", m)
+	}
+	// The oldest swarms went: a peer of swarm 0 finds itself alone.
+	if res := h.announceTo(manifest.Hash{0}, peer(10), tracker.EventStarted, 1000, 0); res.SwarmSize != 1 {
+		t.Errorf("swarm 0 still has %d peers", res.SwarmSize)
+	}
+	if res := h.announceTo(manifest.Hash{4}, peer(11), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 {
+		t.Errorf("swarm 4 has %d peers, want 2", res.SwarmSize)
+	}
+	// An attacker announcing to many swarms keeps the store at its bound.
+	for i := range 50 {
+		h.announceTo(manifest.Hash{0xee, byte(i)}, peer(100+i), tracker.EventStarted, 1000, 0)
+	}
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 3 {
+		t.Errorf("after 50 more swarms: %d swarms, want 3", m["stampede_tracker_swarms"])
+	}
+}
+
+// testTableBounded: a newcomer to a full table pushes out the peer seen
+// longest ago, and the table never grows past its capacity.
+func testTableBounded(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{MaxPeersPerSwarm: 4})
+	for i := range 6 {
+		h.announce(peer(i), tracker.EventStarted, 1000, 0)
+		h.clock.Advance(time.Millisecond)
+	}
+	m := h.metrics()
+	if m["stampede_tracker_peers"] != 4 || m[`stampede_tracker_peers_removed_total{reason="table_full"}`] != 2 {
+		t.Errorf("metrics %v", m)
+	}
+	h.clock.Advance(time.Second)
+	res := h.announce(peer(5), tracker.EventNone, 1000, 50)
+	if !sameSet(ids(res.Peers), []tracker.PeerID{peer(2).id, peer(3).id, peer(4).id}) {
+		t.Errorf("peers %v, want 2, 3 and 4: the first two were pushed out", ids(res.Peers))
+	}
+	if res.SwarmSize != 6 {
+		t.Errorf("swarm_size %d, want 6 (the estimate counts beyond the table)", res.SwarmSize)
+	}
+}
+
+func testMetricsCount(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	h.announce(peer(1), tracker.EventStarted, 1000, 0)
+	h.announce(peer(2), tracker.EventStarted, 1000, 0)
+	h.clock.Advance(time.Second)
+	h.announce(peer(1), tracker.EventNone, 1000, 0)
+	h.announce(peer(1), tracker.EventCompleted, 0, 0)
+	m := h.metrics()
+	for series, want := range map[string]int64{
+		`stampede_tracker_announces_total{event="started"}`:   2,
+		`stampede_tracker_announces_total{event="periodic"}`:  1,
+		`stampede_tracker_announces_total{event="completed"}`: 1,
+		`stampede_tracker_announces_total{event="stopped"}`:   0,
+		`stampede_tracker_store_failures_total`:               0,
+		`stampede_tracker_swarms`:                             1,
+		`stampede_tracker_peers`:                              2,
+		`stampede_tracker_peers_estimated`:                    2,
+	} {
+		if got := m[series]; got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
+	}
+}
+
+func testPeersLooks(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	tr := h.tr
+	root := manifest.Hash{1}
+	if got := tr.Peers(root, 100, 10); got != nil {
+		t.Fatalf("unknown swarm: %v", got)
+	}
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 0 {
+		t.Fatalf("Peers created a swarm: %v", m)
+	}
+	for i, addr := range []string{"192.0.2.1:7000", "192.0.2.2:0", "192.0.2.3:7002"} {
+		ap := netip.MustParseAddrPort(addr)
+		req := tracker.AnnounceRequest{Root: root, Size: 100, Port: ap.Port(), Left: 100, Event: tracker.EventStarted}
+		req.ID[0] = byte(i + 1)
+		if _, err := tr.Announce(req, ap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := tr.Peers(root, 100, 10)
+	var addrs []string
+	for _, p := range got {
+		addrs = append(addrs, p.Addr.String())
+	}
+	slices.Sort(addrs)
+	if !slices.Equal(addrs, []string{"192.0.2.1:7000", "192.0.2.3:7002"}) {
+		t.Errorf("peers %v, want the two that accept connections", addrs)
+	}
+	if got := tr.Peers(root, 100, 1); len(got) != 1 {
+		t.Errorf("want 1: %v", got)
+	}
+	if got := tr.Peers(root, 101, 10); got != nil {
+		t.Errorf("another size is another swarm: %v", got)
+	}
+	// Peers does not keep a swarm alive: it goes when idle.
+	h.clock.Advance(2 * tracker.DefaultInterval)
+	tr.Peers(root, 100, 10)
+	h.clock.Advance(tracker.DefaultInterval)
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 0 {
+		t.Errorf("a swarm only looked at was kept: %v", m)
+	}
+}
+
+// testShared: two trackers on one store are one tracker to the peers.
+func testShared(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{})
+	other := h.another()
+	h.announceVia(h.tr, testRoot, peer(1), tracker.EventStarted, 0, 0)
+	res := h.announceVia(other, testRoot, peer(2), tracker.EventStarted, 1000, 0)
+	if res.SwarmSize != 2 || res.Complete != 1 || len(res.Peers) != 1 || res.Peers[0].ID != peer(1).id {
+		t.Errorf("the other tracker's answer: %+v", res)
+	}
+	h.clock.Advance(time.Second)
+	res = h.announceVia(h.tr, testRoot, peer(1), tracker.EventNone, 0, 0)
+	if len(res.Peers) != 1 || res.Peers[0].ID != peer(2).id {
+		t.Errorf("the first tracker's answer: %+v", res)
+	}
+	if got := other.Peers(testRoot, testSize, 10); len(got) != 2 {
+		t.Errorf("the other tracker's Peers: %v", got)
+	}
+}
+
+// testRandomAnnounces drives one swarm with random announces of a
+// population larger than its table and checks every answer.
+func testRandomAnnounces(t *testing.T, newStore NewStore) {
+	const interval = 10 * time.Second
+	const capacity = 16
+	h := newHarness(t, newStore, tracker.Config{Interval: interval, MaxPeersPerSwarm: capacity, Logger: slog.New(slog.DiscardHandler)})
+	rng := rand.New(rand.NewPCG(3, 4))
+	events := []tracker.Event{tracker.EventNone, tracker.EventNone, tracker.EventNone, tracker.EventStarted, tracker.EventCompleted, tracker.EventStopped}
+	for step := range 2000 {
+		h.clock.Advance(time.Duration(rng.IntN(int(300 * time.Millisecond))))
+		p := peer(rng.IntN(40))
+		p.port = uint16(rng.IntN(3))
+		req := tracker.AnnounceRequest{Root: testRoot, Size: testSize, ID: p.id, Port: p.port, Left: int64(rng.IntN(2)),
+			Event: events[rng.IntN(len(events))], NumWant: 1 + rng.IntN(tracker.MaxNumWant)}
+		if req.Event == tracker.EventCompleted {
+			req.Left = 0
+		}
+		res, err := h.tr.Announce(req, p.addr())
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		checkPeers(t, p.id, req.NumWant, res)
+		if req.Event == tracker.EventStopped && len(res.Peers) != 0 {
+			t.Fatalf("step %d: peers for stopped: %v", step, res.Peers)
+		}
+		if step%100 == 0 {
+			if m := h.metrics(); m["stampede_tracker_peers"] > capacity || m["stampede_tracker_peers"] > m["stampede_tracker_peers_estimated"] {
+				t.Fatalf("step %d: metrics %v", step, m)
+			}
+		}
+		if rng.IntN(500) == 0 {
+			h.clock.Advance(tracker.ExpiryIntervals * interval)
+		}
+	}
+}
+
+// testConcurrent lets the race detector watch announces to a few swarms at
+// once, and checks the bounds hold under them.
+func testConcurrent(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{MaxPeersPerSwarm: 32, MaxSwarms: 2})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 150 {
+				p := peer(g*1000 + i)
+				root := manifest.Hash{byte(i % 3)}
+				rec := serve(h.tr, query(root, p, tracker.EventStarted, 1000, 5), netip.AddrPortFrom(p.ip, 1).String())
+				if rec.Code != http.StatusOK {
+					t.Errorf("announce: %d %s", rec.Code, rec.Body)
+					return
+				}
+				if i%50 == 0 {
+					h.tr.WriteMetrics(&strings.Builder{})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if m := h.metrics(); m["stampede_tracker_swarms"] > 2 || m["stampede_tracker_peers"] > 64 {
+		t.Errorf("bounds exceeded: %v", m)
+	}
+}
