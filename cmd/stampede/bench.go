@@ -284,12 +284,6 @@ func spliceDoc(path, name, section string) error {
 	return writeFileAtomic(path, func(w io.Writer) error { _, err := io.WriteString(w, doc); return err })
 }
 
-// installBaselines installs nothing: the binary never installs packages
-// (scripts/install-bench-deps.sh does), and bench.Run names what a system
-// lacks. demo.go still calls it; the call can go when demo.go is next
-// edited.
-func installBaselines(context.Context, *env, []string) {}
-
 // checkScenarios says, before any scenario runs, which of them this
 // machine cannot run and why: a netns backend without root, or a system
 // whose programs are not installed. Without skip that is one error naming

@@ -57,7 +57,6 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return withCode(exitIO, err)
 	}
-	installBaselines(ctx, e, sc.Systems)
 	c := bench.CrowdOf(sc)
 	fmt.Fprintf(e.stderr, "stampede demo: %s\nbounds: T_KR %.1f s, plain HTTP at least %.1f s\n\n", sc.Summary(), c.TKR(), c.HTTP())
 	rep, err := runScenario(ctx, e, bench.Config{Scenario: sc, Bin: *bin, Command: "stampede demo " + strings.Join(args, " ")},
