@@ -1,0 +1,333 @@
+// Package redisstore keeps a tracker's swarms in Redis (a tracker.Store),
+// so that several trackers (replicas of "stampede tracker" or "stampede
+// serve" behind one name) share them: a peer announcing to any replica
+// finds the peers that announced to the others, and a replica restarting
+// loses nothing. It takes the decisions package tracker's MemoryStore takes,
+// as Lua scripts that Redis runs atomically (announce.lua, peers.lua and
+// stats.lua after swarm.lua), and is held to the same behaviour by the
+// conformance suite in package storetest.
+//
+// # Key layout
+//
+// Under a prefix (Config.Prefix, default "stampede:tracker:"), with S the
+// swarm's name "<root hex>:<size>":
+//
+//	swarms           ZSET  S -> last announce (ms): the swarms, for the idle
+//	                       and MaxSwarms drops
+//	secret           STRING the key of the id hash the estimator counts
+//	{S}:p            ZSET  peer id (hex) -> last seen (ms): the table
+//	{S}:i            HASH  peer id -> "complete|ip|port"
+//	{S}:s            SET   seeds
+//	{S}:rs           SET   seeds that accept connections (port not 0)
+//	{S}:r            SET   peers that accept connections
+//	{S}:a            LIST  the 16 latest arrivals, newest first
+//	{S}:d            ZSET  "id|ip" -> when it said stopped (the 64 latest)
+//	{S}:m            HASH  overflow time, cached peer list, estimate cache
+//	{S}:h:<bucket>   HLL   keyed hashes of the ids heard from in one half
+//	                       interval
+//	{S}:x:<bucket>   STRING peers that said stopped in that half interval
+//
+// # Bounds
+//
+// Nothing an announce carries grows Redis without bound: a swarm holds at
+// most MaxPeersPerSwarm peers (a newcomer to a full table pushes out the
+// one seen longest ago), 16 arrivals, 64 departures, a cached list of 51
+// peers and the HyperLogLogs of the last seven half intervals (at most
+// 12 KiB each); at most MaxSwarms swarms are kept (a new one pushes out
+// the one idle longest). Values have fixed forms (hex ids, IP addresses,
+// ports). Every key of a swarm carries a TTL of four intervals, renewed
+// when its state changes, so what a crashed tracker leaves behind goes
+// away; the decisions themselves use only the times in the keys, passed in
+// by the tracker.
+//
+// # Failures
+//
+// An error from Redis (unreachable, timed out, out of memory) comes back
+// wrapping tracker.ErrStore; the tracker answers the announce 503 with a
+// tracker failure and goes on. Scripts are sent by SHA and again in full
+// when Redis has lost them (a restart). The scripts need one Redis, not a
+// Cluster: they touch the swarms' registry and a swarm's keys together.
+package redisstore
+
+import (
+	"context"
+	crand "crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
+)
+
+var (
+	//go:embed swarm.lua
+	swarmLua string
+	//go:embed announce.lua
+	announceLua string
+	//go:embed peers.lua
+	peersLua string
+	//go:embed stats.lua
+	statsLua string
+
+	announceScript = redis.NewScript(swarmLua + announceLua)
+	peersScript    = redis.NewScript(swarmLua + peersLua)
+	statsScript    = redis.NewScript(swarmLua + statsLua)
+)
+
+// DefaultPrefix is Config.Prefix's default.
+const DefaultPrefix = "stampede:tracker:"
+
+// Config configures a Store.
+type Config struct {
+	// Limits must be the tracker's (tracker.Config.Limits), the same for
+	// every tracker sharing the Redis.
+	Limits tracker.Limits
+	// Prefix starts every key the store uses, so that several trackers
+	// of different deployments can share one Redis. Default DefaultPrefix.
+	Prefix string
+}
+
+// Store is a tracker.Store in Redis. Create it with New or Open.
+type Store struct {
+	rdb    *redis.Client
+	limits tracker.Limits
+	prefix string
+	owned  bool   // Close closes rdb
+	secret string // the estimator's key, should Redis have none yet
+}
+
+// New returns a Store using rdb, which stays the caller's to close.
+func New(rdb *redis.Client, cfg Config) *Store {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	var secret [16]byte
+	crand.Read(secret[:]) // never fails
+	return &Store{rdb: rdb, limits: cfg.Limits.WithDefaults(), prefix: cfg.Prefix, secret: hex.EncodeToString(secret[:])}
+}
+
+// ParseURL reads a --store URL: redis://[user:password@]HOST:PORT[/DB],
+// rediss:// for TLS, or unix://[user:password@]/PATH[?db=DB], with the
+// options go-redis takes in the query. The errors say what is wrong.
+func ParseURL(s string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(s)
+	if err != nil {
+		return nil, fmt.Errorf("redis store URL: %w (want redis://HOST:PORT/DB)", err)
+	}
+	// A tracker answers within a second or not at all: a peer announces
+	// again soon, and a slow answer holds its connection and a goroutine.
+	opt.DialTimeout = min(opt.DialTimeout, 2*time.Second)
+	if opt.DialTimeout <= 0 {
+		opt.DialTimeout = 2 * time.Second
+	}
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = time.Second
+	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = time.Second
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opt, nil
+}
+
+// Open connects to the Redis at url (see ParseURL), checks that it
+// answers, and returns a Store that closes the connection on Close.
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	opt, err := ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("%w: redis at %s: %w", tracker.ErrStore, opt.Addr, err)
+	}
+	s := New(rdb, cfg)
+	s.owned = true
+	return s, nil
+}
+
+// Close closes the connection to Redis if Open made it.
+func (s *Store) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.rdb.Close()
+}
+
+// args returns the arguments every script takes first (swarm.lua).
+func (s *Store) args(now time.Time, more ...any) []any {
+	interval := s.limits.Interval.Milliseconds()
+	return append([]any{
+		now.UnixMilli(),
+		interval,
+		s.prefix,
+		(tracker.ExpiryIntervals + 1) * interval, // the TTL
+		1 + rand.IntN(1<<31-2),
+	}, more...)
+}
+
+func swarmName(root manifest.Hash, size int64) string {
+	return root.String() + ":" + strconv.FormatInt(size, 10)
+}
+
+// Announce implements tracker.Store.
+func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr netip.AddrPort, now time.Time) (tracker.Outcome, error) {
+	var out tracker.Outcome
+	seeding := "0"
+	if req.Left == 0 {
+		seeding = "1"
+	}
+	res, err := announceScript.Run(ctx, s.rdb, nil, s.args(now,
+		swarmName(req.Root, req.Size),
+		s.limits.MaxSwarms,
+		s.limits.MaxPeersPerSwarm,
+		req.ID.String(),
+		addr.Addr().String(),
+		strconv.Itoa(int(addr.Port())),
+		seeding,
+		string(req.Event),
+		req.NumWant,
+		s.secret,
+	)...).Slice()
+	if err != nil {
+		return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
+	}
+	var nums [8]int64
+	if len(res) != 9 {
+		return out, fmt.Errorf("%w: announce: %d values from the script, want 9", tracker.ErrStore, len(res))
+	}
+	for i := range 8 {
+		if nums[i], err = toInt(res[i]); err != nil {
+			return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
+		}
+	}
+	out.SwarmSize, out.Complete = int(nums[1]), int(nums[2])
+	out.Removed = tracker.Removals{
+		PeersStopped:   int(nums[3]),
+		PeersExpired:   int(nums[4]),
+		PeersTableFull: int(nums[5]),
+		SwarmsIdle:     int(nums[6]),
+		SwarmsLimit:    int(nums[7]),
+	}
+	list, _ := res[8].(string)
+	switch nums[0] {
+	case 0:
+		out.Peers, err = parsePeers(list, req.ID, req.NumWant)
+	case 1, 2:
+		out.RateLimited, out.Late = nums[0] == 1, nums[0] == 2
+		out.Peers, err = parsePeers(list, req.ID, req.NumWant)
+	case 3:
+		out.Peers = []tracker.Peer{}
+	}
+	if err != nil {
+		return tracker.Outcome{}, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
+	}
+	return out, nil
+}
+
+// Peers implements tracker.Store.
+func (s *Store) Peers(ctx context.Context, root manifest.Hash, size int64, want int, now time.Time) (tracker.Outcome, error) {
+	var out tracker.Outcome
+	res, err := peersScript.Run(ctx, s.rdb, nil, s.args(now, swarmName(root, size))...).Slice()
+	if err != nil {
+		return out, fmt.Errorf("%w: peers: %w", tracker.ErrStore, err)
+	}
+	if len(res) == 0 {
+		return out, nil
+	}
+	if len(res) != 4 {
+		return out, fmt.Errorf("%w: peers: %d values from the script, want 4", tracker.ErrStore, len(res))
+	}
+	var nums [3]int64
+	for i := range nums {
+		if nums[i], err = toInt(res[i]); err != nil {
+			return out, fmt.Errorf("%w: peers: %w", tracker.ErrStore, err)
+		}
+	}
+	out.SwarmSize, out.Complete, out.Removed.PeersExpired = int(nums[0]), int(nums[1]), int(nums[2])
+	list, _ := res[3].(string)
+	if out.Peers, err = parsePeers(list, tracker.PeerID{}, want); err != nil {
+		return tracker.Outcome{}, fmt.Errorf("%w: peers: %w", tracker.ErrStore, err)
+	}
+	return out, nil
+}
+
+// Stats implements tracker.Store. It runs one script over every swarm
+// kept (MaxSwarms bounds them), for a metrics scrape.
+func (s *Store) Stats(ctx context.Context, now time.Time) (tracker.StoreStats, error) {
+	var st tracker.StoreStats
+	res, err := statsScript.Run(ctx, s.rdb, nil, s.args(now)...).Slice()
+	if err != nil {
+		return st, fmt.Errorf("%w: stats: %w", tracker.ErrStore, err)
+	}
+	if len(res) != 5 {
+		return st, fmt.Errorf("%w: stats: %d values from the script, want 5", tracker.ErrStore, len(res))
+	}
+	var nums [5]int64
+	for i := range nums {
+		if nums[i], err = toInt(res[i]); err != nil {
+			return st, fmt.Errorf("%w: stats: %w", tracker.ErrStore, err)
+		}
+	}
+	st.Swarms, st.Peers, st.Estimated = nums[0], nums[1], nums[2]
+	st.Removed.PeersExpired, st.Removed.SwarmsIdle = int(nums[3]), int(nums[4])
+	return st, nil
+}
+
+func toInt(v any) (int64, error) {
+	if n, ok := v.(int64); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%v (%T) from the script, want an integer", v, v)
+}
+
+// errBadList is wrapped by parsePeers' errors: what the script returned is
+// not a peer list (another program's keys under our prefix, say).
+var errBadList = errors.New("bad peer list")
+
+// parsePeers reads the lines "id|complete|ip|port" a script returns, and
+// keeps up to want peers other than skip.
+func parsePeers(list string, skip tracker.PeerID, want int) ([]tracker.Peer, error) {
+	out := make([]tracker.Peer, 0, min(want, strings.Count(list, "\n")+1))
+	for line := range strings.SplitSeq(list, "\n") {
+		if len(out) == want {
+			break
+		}
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "|")
+		if len(f) != 4 {
+			return nil, fmt.Errorf("%w: line %q", errBadList, line)
+		}
+		id, err := tracker.ParsePeerID(f[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadList, err)
+		}
+		if id == skip {
+			continue
+		}
+		ip, err := netip.ParseAddr(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadList, err)
+		}
+		port, err := strconv.ParseUint(f[3], 10, 16)
+		if err != nil || port == 0 {
+			return nil, fmt.Errorf("%w: port %q", errBadList, f[3])
+		}
+		out = append(out, tracker.Peer{Addr: netip.AddrPortFrom(ip, uint16(port)), ID: id, Complete: f[1] == "1"})
+	}
+	return out, nil
+}

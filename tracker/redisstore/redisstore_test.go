@@ -1,0 +1,321 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/tracker/storetest"
+)
+
+// client returns a client of the Redis at url, closed when the test ends.
+func client(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opt, err := ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ReadTimeout, opt.WriteTimeout = 10*time.Second, 10*time.Second // the race detector slows miniredis
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// miniRedis starts an in-process Redis for the test and returns its URL.
+func miniRedis(t testing.TB) (*miniredis.Miniredis, string) {
+	m := miniredis.RunT(t)
+	return m, "redis://" + m.Addr() + "/0"
+}
+
+// prefixes hands each store of a test run a prefix of its own, so that
+// stores on one server start empty.
+var prefixes atomic.Int64
+
+func newStoreOn(url string) storetest.NewStore {
+	return func(t *testing.T, l tracker.Limits) tracker.Store {
+		return New(client(t, url), Config{Limits: l, Prefix: fmt.Sprintf("test%d:", prefixes.Add(1))})
+	}
+}
+
+// TestStoreMiniredis runs the conformance suite on an in-process Redis.
+func TestStoreMiniredis(t *testing.T) {
+	_, url := miniRedis(t)
+	storetest.Run(t, newStoreOn(url), storetest.Options{})
+}
+
+// TestStoreRedisServer runs the conformance suite on a real redis-server,
+// which it starts itself; it skips when there is none, unless
+// STAMPEDE_REQUIRE_REDIS=1 (scripts/test.sh installs one).
+func TestStoreRedisServer(t *testing.T) {
+	url := redisServer(t)
+	storetest.Run(t, newStoreOn(url), storetest.Options{Crowds: []int{10, 100, 1000, 10000}})
+}
+
+// redisServer starts a redis-server for the test, on a unix socket in a
+// temporary directory (redis cannot take a listener, and port 0 means no
+// TCP port to it), and returns its URL. The server is killed when the
+// test ends. It skips the test when redis-server is not installed, unless
+// STAMPEDE_REQUIRE_REDIS=1.
+func redisServer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("STAMPEDE_REQUIRE_REDIS") == "1" {
+			t.Fatalf("STAMPEDE_REQUIRE_REDIS=1 and no redis-server: %v", err)
+		}
+		t.Skipf("no redis-server (set STAMPEDE_REQUIRE_REDIS=1 to fail instead): %v", err)
+	}
+	// A unix socket path must fit in 108 bytes: t.TempDir can be long.
+	dir, err := os.MkdirTemp("", "redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // by its PID: ours alone
+		<-exited
+	})
+	url := "unix://" + sock
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, DisableIdentity: true})
+	defer rdb.Close()
+	// Wait for the socket to answer: redis-server says nothing on a pipe
+	// when ready, so ask it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return url
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("redis-server exited: %v\n%s", err, log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer: %v", sock, err)
+		}
+	}
+}
+
+func announce(t *testing.T, st tracker.Store, i int, event tracker.Event, now time.Time) tracker.Outcome {
+	t.Helper()
+	id := tracker.PeerID{byte(i >> 8), byte(i), 0x5a}
+	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 7000)
+	out, err := st.Announce(t.Context(), tracker.AnnounceRequest{Root: manifest.Hash{7}, Size: 100, ID: id, Port: 7000,
+		Left: 100, Event: event, NumWant: 50}, addr, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRestartLosesNothing: a store made anew on the same Redis (a tracker
+// restarted) has every swarm, and keeps counting peers in them once.
+func TestRestartLosesNothing(t *testing.T) {
+	_, url := miniRedis(t)
+	l := tracker.Limits{}
+	now := time.Unix(1e9, 0)
+	before := New(client(t, url), Config{Limits: l})
+	for i := range 5 {
+		announce(t, before, i, tracker.EventStarted, now)
+	}
+	after := New(client(t, url), Config{Limits: l})
+	out := announce(t, after, 5, tracker.EventStarted, now.Add(time.Second))
+	if out.SwarmSize != 6 || len(out.Peers) != 5 {
+		t.Errorf("after the restart: swarm_size %d, %d peers; want 6, 5", out.SwarmSize, len(out.Peers))
+	}
+}
+
+// TestKeysBounded plays an attacker: many ids into one swarm, many
+// swarms, ids that stop and start: the keys and their sizes stay within
+// the bounds, and every key of a swarm carries a TTL.
+func TestKeysBounded(t *testing.T) {
+	m, url := miniRedis(t)
+	const maxPeers, maxSwarms = 8, 4
+	st := New(client(t, url), Config{Limits: tracker.Limits{MaxPeersPerSwarm: maxPeers, MaxSwarms: maxSwarms}})
+	now := time.Unix(1e9, 0)
+	ctx := t.Context()
+	for i := range 2000 {
+		now = now.Add(10 * time.Millisecond)
+		id := tracker.PeerID{byte(i >> 8), byte(i)}
+		ev := []tracker.Event{tracker.EventStarted, tracker.EventStopped, tracker.EventNone, tracker.EventCompleted}[i%4]
+		left := int64(1)
+		if ev == tracker.EventCompleted {
+			left = 0
+		}
+		root := manifest.Hash{byte(i % 40)} // ten times the swarms allowed
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), uint16(i%3))
+		if _, err := st.Announce(ctx, tracker.AnnounceRequest{Root: root, Size: 100, ID: id, Port: addr.Port(), Left: left, Event: ev, NumWant: 50}, addr, now); err != nil {
+			t.Fatal(err)
+		}
+		if i%40 == 0 {
+			st.Peers(ctx, root, 100, 50, now)
+		}
+	}
+	rdb := client(t, url)
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	swarms := make(map[string]bool)
+	for _, k := range keys {
+		if k == DefaultPrefix+"swarms" || k == DefaultPrefix+"secret" {
+			continue
+		}
+		name, _, ok := strings.Cut(strings.TrimPrefix(k, DefaultPrefix+"{"), "}")
+		if !ok {
+			t.Errorf("key %q outside the layout", k)
+			continue
+		}
+		swarms[name] = true
+		if ttl := m.TTL(k); ttl <= 0 || ttl > (tracker.ExpiryIntervals+1)*tracker.DefaultInterval {
+			t.Errorf("key %q: TTL %v", k, ttl)
+		}
+		switch typ := rdb.Type(ctx, k).Val(); typ {
+		case "zset":
+			if n := rdb.ZCard(ctx, k).Val(); n > 64 {
+				t.Errorf("%s: %d members", k, n)
+			}
+		case "hash":
+			if n := rdb.HLen(ctx, k).Val(); n > max(maxPeers, 8) {
+				t.Errorf("%s: %d fields", k, n)
+			}
+		case "set":
+			if n := rdb.SCard(ctx, k).Val(); n > maxPeers {
+				t.Errorf("%s: %d members", k, n)
+			}
+		case "list":
+			if n := rdb.LLen(ctx, k).Val(); n > 16 {
+				t.Errorf("%s: %d items", k, n)
+			}
+		}
+		if n := rdb.MemoryUsage(ctx, k).Val(); n > 16<<10 {
+			t.Errorf("%s: %d bytes", k, n)
+		}
+	}
+	if len(swarms) > maxSwarms {
+		t.Errorf("keys of %d swarms, at most %d allowed: %v", len(swarms), maxSwarms, swarms)
+	}
+	if n := rdb.ZCard(ctx, DefaultPrefix+"swarms").Val(); n > maxSwarms {
+		t.Errorf("%d swarms registered", n)
+	}
+	if n := rdb.ZCard(ctx, DefaultPrefix+"{"+swarmName(manifest.Hash{39}, 100)+"}:p").Val(); n > maxPeers {
+		t.Errorf("table of %d peers", n)
+	}
+}
+
+// TestRedisDown: with Redis gone, calls fail with an error wrapping
+// tracker.ErrStore, within the context's time; once it is back, the
+// store works again.
+func TestRedisDown(t *testing.T) {
+	m, url := miniRedis(t)
+	st := New(client(t, url), Config{})
+	now := time.Unix(1e9, 0)
+	announce(t, st, 1, tracker.EventStarted, now)
+	m.SetError("LOADING Redis is loading the dataset in memory")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err := st.Announce(ctx, tracker.AnnounceRequest{Root: manifest.Hash{7}, Size: 100, Left: 1, NumWant: 1}, netip.MustParseAddrPort("10.0.0.1:1"), now)
+	if !errors.Is(err, tracker.ErrStore) {
+		t.Errorf("announce with Redis failing: %v", err)
+	}
+	if _, err := st.Stats(ctx, now); !errors.Is(err, tracker.ErrStore) {
+		t.Errorf("stats with Redis failing: %v", err)
+	}
+	m.SetError("")
+	m.Close()
+	start := time.Now()
+	if _, err := st.Peers(ctx, manifest.Hash{7}, 100, 5, now); !errors.Is(err, tracker.ErrStore) || time.Since(start) > 4*time.Second {
+		t.Errorf("peers with Redis gone: %v after %v", err, time.Since(start))
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	announce(t, st, 2, tracker.EventStarted, now)
+}
+
+func TestParseURL(t *testing.T) {
+	for _, bad := range []string{"", "memory", "http://localhost:6379", "redis://localhost:6379/x", "redis://localhost:port", "unix://"} {
+		if _, err := ParseURL(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	for _, good := range []string{"redis://localhost:6379/0", "redis://127.0.0.1:6380/3", "rediss://user:pw@host:6379/1", "unix:///run/redis.sock?db=2"} {
+		if _, err := ParseURL(good); err != nil {
+			t.Errorf("%q: %v", good, err)
+		}
+	}
+}
+
+// TestOpenFailsClearly: Open names the address it could not reach.
+func TestOpenFailsClearly(t *testing.T) {
+	m, url := miniRedis(t)
+	addr := m.Addr()
+	m.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err := Open(ctx, url, Config{})
+	if !errors.Is(err, tracker.ErrStore) || !strings.Contains(err.Error(), addr) {
+		t.Errorf("Open with no Redis: %v", err)
+	}
+}
+
+func benchStore(b *testing.B, url string) {
+	st := New(client(b, url), Config{Prefix: "bench" + strconv.Itoa(int(prefixes.Add(1))) + ":"})
+	storetest.BenchmarkStore(b, st, 8)
+}
+
+// BenchmarkRedisStore: announces per second and p99 at the Store
+// interface, on a real redis-server (skipped without one).
+func BenchmarkRedisStore(b *testing.B) { benchStore(b, redisServer(b)) }
+
+// BenchmarkRedisStoreHTTP: the same over HTTP on loopback, with the load
+// generator in this process.
+func BenchmarkRedisStoreHTTP(b *testing.B) {
+	url := redisServer(b)
+	st := New(client(b, url), Config{Prefix: "bench" + strconv.Itoa(int(prefixes.Add(1))) + ":"})
+	storetest.BenchmarkHTTP(b, st, 8)
+}
+
+// BenchmarkMiniredisStore: the in-process Redis, for CI's compile check;
+// its figures say nothing of a real server.
+func BenchmarkMiniredisStore(b *testing.B) {
+	_, url := miniRedis(b)
+	benchStore(b, url)
+}

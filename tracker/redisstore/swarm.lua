@@ -1,0 +1,216 @@
+-- The tracker's swarms in Redis: the common part of the three scripts
+-- (announce.lua, peers.lua, stats.lua are appended to it). Each script runs
+-- atomically, so replicas sharing a Redis never see half an announce.
+-- redisstore.go documents the key layout; package tracker's swarm.go is
+-- the in-memory version of the same decisions, and the conformance suite
+-- (package storetest) holds both to the same behaviour.
+--
+-- Times are milliseconds since the epoch, passed in by the tracker (no
+-- script reads Redis's clock, so tests can drive the time). Key TTLs are
+-- only there to collect what a crash left: every decision uses the times
+-- stored in scores and fields.
+--
+-- ARGV[1] now, ARGV[2] the interval (ms), ARGV[3] the key prefix,
+-- ARGV[4] the keys' TTL (ms), ARGV[5] a random seed in [1, 2^31-2].
+
+local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local prefix = ARGV[3]
+local ttl = tonumber(ARGV[4])
+local seed = tonumber(ARGV[5])
+
+local EXPIRY = 3 * interval -- a peer, or a swarm, silent this long is gone
+local GAP = 1000            -- minAnnounceGap
+local ARRIVALS = 16         -- arrivalRing
+local DEPARTURES = 64       -- stoppedRing
+local CACHED = 51           -- MaxNumWant+1: the cached list, for anyone
+local WIDTH = math.floor(interval / 2) -- of an estimator bucket
+local KEPT_BUCKETS = 7      -- buckets a key's TTL may still keep alive
+
+local reg = prefix .. 'swarms'
+
+-- Park-Miller: exact in Lua's doubles, and seeded by the caller (Redis
+-- seeds math.random the same way for every script).
+local function rnd(n)
+	seed = (seed * 16807) % 2147483647
+	return 1 + (seed % n)
+end
+
+local function shuffle(t)
+	for j = 1, #t - 1 do
+		local r = j + rnd(#t - j + 1) - 1
+		t[j], t[r] = t[r], t[j]
+	end
+end
+
+-- num reads a number Redis returned. Scores come back as "1e+12" when
+-- that is shorter, which not every Lua's tonumber reads.
+local function num(s)
+	if not s then return nil end
+	local n = tonumber(s)
+	if n then return n end
+	local m, e = string.match(s, '^(-?[%d.]+)[eE]%+?(%d+)$')
+	if m then return tonumber(m) * 10 ^ tonumber(e) end
+	return nil
+end
+
+local function bucket(t) return math.floor(t / WIDTH) end
+
+-- keys returns the keys of the swarm named name ("<root hex>:<size>").
+local function keys(name)
+	local b = prefix .. '{' .. name .. '}'
+	return {
+		name = name, base = b,
+		p = b .. ':p',   -- ZSET id -> last seen: the table
+		i = b .. ':i',   -- HASH id -> "complete|ip|port"
+		s = b .. ':s',   -- SET ids of seeds
+		rs = b .. ':rs', -- SET ids of seeds that accept connections
+		r = b .. ':r',   -- SET ids of peers that accept connections
+		a = b .. ':a',   -- LIST latest arrivals, newest first
+		d = b .. ':d',   -- ZSET "id|ip" -> when it said stopped
+		m = b .. ':m',   -- HASH ovf, cache, cat, est, estb, esta, dn
+	}
+end
+
+local function hll(sw, b) return sw.base .. ':h:' .. string.format('%d', b) end
+local function stops(sw, b) return sw.base .. ':x:' .. string.format('%d', b) end
+
+local function drop(sw)
+	local cur = bucket(now)
+	local ks = { sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d, sw.m }
+	for j = 0, KEPT_BUCKETS - 1 do
+		ks[#ks + 1] = hll(sw, cur - j)
+		ks[#ks + 1] = stops(sw, cur - j)
+	end
+	redis.call('DEL', unpack(ks))
+end
+
+local function touch(sw)
+	for _, k in ipairs({ sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d, sw.m }) do
+		redis.call('PEXPIRE', k, ttl)
+	end
+end
+
+-- dropIdle drops up to max swarms no one announced to for EXPIRY.
+local function dropIdle(max)
+	local idle = redis.call('ZRANGEBYSCORE', reg, '-inf', now - EXPIRY, 'LIMIT', 0, max)
+	for _, name in ipairs(idle) do
+		drop(keys(name))
+		redis.call('ZREM', reg, name)
+	end
+	return #idle
+end
+
+local function info(v)
+	local c, ip, port = string.match(v, '^(%d)|(.*)|(%d+)$')
+	return c, ip, port
+end
+
+local function removePeer(sw, id)
+	redis.call('ZREM', sw.p, id)
+	redis.call('HDEL', sw.i, id)
+	redis.call('SREM', sw.s, id)
+	redis.call('SREM', sw.rs, id)
+	redis.call('SREM', sw.r, id)
+end
+
+-- expire removes the peers not heard from for EXPIRY and returns how many.
+local function expire(sw)
+	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
+	for _, id in ipairs(gone) do removePeer(sw, id) end
+	return #gone
+end
+
+-- estimate returns the distinct peers heard from over the last 1.5 to 2
+-- intervals, less those that said stopped. It is recomputed when the
+-- window moved, or its registers changed by more than 1/32 of the last
+-- estimate or a second ago: merging the buckets is the costliest call.
+local function estimate(sw)
+	local cur = bucket(now)
+	local m = redis.call('HMGET', sw.m, 'est', 'estb', 'esta', 'dn')
+	local est, estb, esta, dn = num(m[1]), num(m[2]), num(m[3]), num(m[4]) or 0
+	if est and estb == cur and (dn == 0 or (dn * 32 < est and now >= esta and now - esta < GAP)) then
+		return est
+	end
+	local hs, xs = {}, {}
+	for j = 0, 3 do
+		hs[#hs + 1] = hll(sw, cur - j)
+		xs[#xs + 1] = stops(sw, cur - j)
+	end
+	-- Merged into a scratch key and counted, rather than counted at once
+	-- (PFCOUNT of several keys): in-process Redises for tests add up
+	-- the counts of the keys instead of counting their union.
+	local w = sw.base .. ':w'
+	redis.call('DEL', w)
+	redis.call('PFMERGE', w, unpack(hs))
+	est = redis.call('PFCOUNT', w)
+	redis.call('DEL', w)
+	for _, v in ipairs(redis.call('MGET', unpack(xs))) do
+		if v then est = est - num(v) end
+	end
+	est = math.max(0, est)
+	redis.call('HSET', sw.m, 'est', est, 'estb', string.format('%d', cur), 'esta', now, 'dn', 0)
+	return est
+end
+
+-- size estimates the peers in the swarm and the seeds among them: the
+-- table's counts while it holds everyone, the estimator's once it
+-- overflowed (within EXPIRY).
+local function size(sw)
+	local n = redis.call('ZCARD', sw.p)
+	local c = redis.call('SCARD', sw.s)
+	if n == 0 then return 0, 0 end
+	local ovf = num(redis.call('HGET', sw.m, 'ovf'))
+	if not ovf or now - ovf >= EXPIRY then return n, c end
+	local est = math.max(n, math.floor(estimate(sw) + 0.5))
+	return est, math.floor(est * c / n + 0.5)
+end
+
+-- pick chooses up to want peers that accept connections, never asker:
+-- seeds first (at random), then the latest arrivals, then others at
+-- random. It returns them as lines "id|complete|ip|port".
+local function pick(sw, asker, want)
+	local out, chosen = {}, {}
+	local function take(id)
+		chosen[id] = true
+		out[#out + 1] = id
+	end
+	local function takeRandom(set)
+		local n = redis.call('SCARD', set)
+		if n == 0 then return end
+		-- want+1 distinct members leave want once the asker is out;
+		-- those already taken come back too, so ask for them as well.
+		local cand = redis.call('SRANDMEMBER', set, math.min(n, want + 1 + #out))
+		shuffle(cand)
+		for _, id in ipairs(cand) do
+			if #out >= want then return end
+			if not chosen[id] and id ~= asker then take(id) end
+		end
+	end
+	takeRandom(sw.rs)
+	if #out < want then
+		for _, id in ipairs(redis.call('LRANGE', sw.a, 0, ARRIVALS - 1)) do
+			if #out >= want then break end
+			if not chosen[id] and id ~= asker and redis.call('SISMEMBER', sw.r, id) == 1 then take(id) end
+		end
+	end
+	if #out < want then takeRandom(sw.r) end
+	if #out == 0 then return '' end
+	local infos = redis.call('HMGET', sw.i, unpack(out))
+	local lines = {}
+	for j, id in ipairs(out) do
+		if infos[j] then lines[#lines + 1] = id .. '|' .. infos[j] end
+	end
+	return table.concat(lines, '\n')
+end
+
+-- cached returns the list picked for nobody in particular, refreshed at
+-- most once per GAP; the tracker leaves the asker out.
+local function cached(sw)
+	local m = redis.call('HMGET', sw.m, 'cache', 'cat')
+	local cat = num(m[2])
+	if m[1] and cat and now >= cat and now - cat < GAP then return m[1] end
+	local list = pick(sw, '', CACHED)
+	redis.call('HSET', sw.m, 'cache', list, 'cat', now)
+	return list
+end
