@@ -1,0 +1,15 @@
+package fetch
+
+import "github.com/stampede-dev/stampede/node"
+
+// SwarmStats returns the counters of the download's swarm node (bytes from
+// and to peers, peers seen...), from any goroutine: nil before the node
+// started or for a download outside a swarm.
+func (d *Download) SwarmStats() *node.Stats {
+	nd := d.peer.Load()
+	if nd == nil {
+		return nil
+	}
+	st := nd.Stats()
+	return &st
+}
