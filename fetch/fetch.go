@@ -14,58 +14,45 @@
 package fetch
 
 import (
-	"compress/gzip"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"log/slog"
-	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 )
 
-// Error classes. Every error Run returns wraps at most one of them, or a
-// network error from net/http, or none (generic failure).
+// Error classes (package originclient's, the same values). Every error
+// Run returns wraps at most one of them, or a network error from net/http,
+// or none (generic failure).
 var (
 	// ErrVerify: data failed verification (a piece hash after retries, or
 	// the whole-file SHA-256).
-	ErrVerify = errors.New("verification failed")
+	ErrVerify = originclient.ErrVerify
 	// ErrChanged: the file's validators changed during the download.
-	ErrChanged = errors.New("file changed on the server during the download")
+	ErrChanged = originclient.ErrChanged
 	// ErrProtocol: the server broke the protocol (bad manifest, wrong
 	// Content-Range, truncated body).
-	ErrProtocol = errors.New("protocol error")
+	ErrProtocol = originclient.ErrProtocol
 	// ErrLocal: reading or writing local files failed (disk full, permissions).
-	ErrLocal = errors.New("local I/O error")
+	ErrLocal = originclient.ErrLocal
 	// ErrUsage: the configuration is invalid (bad URL, bad digest).
-	ErrUsage = errors.New("invalid request")
+	ErrUsage = originclient.ErrUsage
 )
 
 // StatusError is an HTTP error status from the server.
-type StatusError struct {
-	URL    string
-	Code   int
-	Status string
-}
-
-func (e *StatusError) Error() string { return fmt.Sprintf("%s: server answered %s", e.URL, e.Status) }
+type StatusError = originclient.StatusError
 
 // Config describes one download. Zero values take the documented defaults.
 type Config struct {
@@ -135,14 +122,8 @@ func (c *Config) setDefaults() {
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = 5 * time.Minute
 	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 60 * time.Second
-	}
-	if c.Swarm.OriginIdleTimeout <= 0 {
-		c.Swarm.OriginIdleTimeout = 5 * time.Second
-	}
 	if c.Client == nil {
-		c.Client = NewClient(c.MaxParallel)
+		c.Client = originclient.NewHTTPClient(c.MaxParallel)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -150,15 +131,8 @@ func (c *Config) setDefaults() {
 }
 
 // NewClient returns an HTTP client suited to parallel Range requests to one
-// host: enough idle connections to reuse one per request in flight, and no
-// transparent decompression (bytes must arrive exactly as hashed).
-func NewClient(parallel int) *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 2*parallel + 2
-	t.DisableCompression = true
-	t.ResponseHeaderTimeout = 60 * time.Second
-	return &http.Client{Transport: t}
-}
+// host (originclient.NewHTTPClient).
+func NewClient(parallel int) *http.Client { return originclient.NewHTTPClient(parallel) }
 
 // Result summarises a finished download; it is what --json prints.
 type Result struct {
@@ -196,6 +170,7 @@ type Progress struct {
 type Download struct {
 	cfg Config
 	lim *ratelimit.Limiter
+	oc  *originclient.Client // every request to the origin
 
 	phase    atomic.Value // string
 	size     atomic.Int64
@@ -209,9 +184,6 @@ type Download struct {
 	// streamSum is the SHA-256 of the bytes written to stdout, kept when
 	// --sha256 must be checked without a file to read back.
 	streamSum hash.Hash
-
-	mu       sync.Mutex // guards the following
-	requests map[string]int
 }
 
 func (d *Download) outputName() string {
@@ -235,7 +207,11 @@ func New(cfg Config) (*Download, error) {
 	if cfg.Output == "-" && cfg.Stdout == nil {
 		return nil, fmt.Errorf("%w: output is stdout but no writer given", ErrUsage)
 	}
-	d := &Download{cfg: cfg, lim: ratelimit.New(cfg.LimitRate), requests: map[string]int{}}
+	d := &Download{cfg: cfg, lim: ratelimit.New(cfg.LimitRate)}
+	d.oc = originclient.New(originclient.Config{
+		Client: cfg.Client, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
+		MaxRetryAfter: cfg.MaxRetryAfter, IdleTimeout: cfg.IdleTimeout, OriginIdleTimeout: cfg.Swarm.OriginIdleTimeout,
+	})
 	d.phase.Store("connecting")
 	d.size.Store(-1)
 	return d, nil
@@ -275,24 +251,6 @@ func (d *Download) Progress() Progress {
 	return p
 }
 
-func (d *Download) count(reason string) {
-	d.mu.Lock()
-	d.requests[reason]++
-	d.mu.Unlock()
-}
-
-// info is what the probe learned about the resource.
-type info struct {
-	url          *url.URL // after redirects
-	size         int64    // -1 if unknown
-	etag         string
-	lastModified string
-	acceptRanges bool
-	manifestURL  *url.URL
-	reprDigest   []byte
-	head         *manifest.Manifest // the manifest's head, if the answer carried it
-}
-
 // Run performs the download.
 func (d *Download) Run(ctx context.Context) (*Result, error) {
 	start := time.Now()
@@ -308,18 +266,20 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	// first, which takes the layer.
 	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-"
 	headOnly := swarm && !d.cfg.Continue
-	in, err := d.probe(ctx, u, headOnly)
+	in, err := d.oc.Probe(ctx, u, headOnly)
 	if err != nil {
 		return nil, err
 	}
-	d.cfg.Logger.Debug("probe answered", "took", time.Since(start), "with_head", in.head != nil)
-	res := &Result{URL: in.url.String(), Path: d.cfg.Output}
+	d.storeSize(in)
+	d.cfg.Logger.Debug("probe answered", "took", time.Since(start), "with_head", in.Head != nil)
+	res := &Result{URL: in.URL.String(), Path: d.cfg.Output}
 	var m *manifest.Manifest
-	if in.manifestURL != nil {
-		m, err = d.fetchManifest(ctx, in, headOnly)
+	if in.ManifestURL != nil {
+		m, err = d.oc.Manifest(ctx, in, headOnly)
 		if err == nil && !m.HasLayer() && len(m.Trackers) == 0 {
-			m, err = d.fetchManifest(ctx, in, false) // no swarm to get the layer from
+			m, err = d.oc.Manifest(ctx, in, false) // no swarm to get the layer from
 		}
+		d.storeSize(in) // the manifest's check may have probed again
 		var se *StatusError
 		switch {
 		case errors.As(err, &se):
@@ -339,14 +299,14 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	switch {
 	case m != nil && len(m.Trackers) > 0 && swarm:
 		err = d.runSwarm(ctx, m, in, res)
-		if errors.Is(err, errNoRanges) {
-			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.url)
+		if errors.Is(err, originclient.ErrNoRanges) {
+			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.URL)
 			err = d.runStream(ctx, in, m, res)
 		}
-	case m != nil && in.acceptRanges:
+	case m != nil && in.AcceptRanges:
 		err = d.runPieces(ctx, m, in, res)
-		if errors.Is(err, errNoRanges) {
-			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.url)
+		if errors.Is(err, originclient.ErrNoRanges) {
+			d.cfg.Logger.Warn("server ignores Range requests; falling back to one stream", "url", in.URL)
 			err = d.runStream(ctx, in, m, res)
 		}
 	default:
@@ -364,370 +324,33 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	if res.Seconds > 0 {
 		res.RateBps = float64(res.Size) / res.Seconds
 	}
-	res.BytesReceived = d.received.Load()
-	d.mu.Lock()
-	res.OriginRequests = d.requests
-	d.mu.Unlock()
+	res.BytesReceived = d.received.Load() + d.oc.Received()
+	res.OriginRequests = d.oc.Requests()
 	return res, nil
 }
 
-// probe sends HEAD and reads size, validators, range support, the manifest
-// link and any Repr-Digest, and with wantHead asks for the manifest's head
-// too (contract.WantHeader), which a stampede origin sends when it knows the
-// manifest already. A server that refuses HEAD leaves everything unknown
-// and the download proceeds as one stream.
-func (d *Download) probe(ctx context.Context, u *url.URL, wantHead bool) (*info, error) {
-	in := &info{url: u, size: -1}
-	var hdr http.Header
-	if wantHead {
-		hdr = http.Header{contract.WantHeader: {contract.WantManifestHead}}
+// storeSize shows the size the probe found, if it found one.
+func (d *Download) storeSize(in *originclient.Resource) {
+	if in.Size >= 0 {
+		d.size.Store(in.Size)
 	}
-	resp, err := d.doRetrying(ctx, http.MethodHead, u, hdr, "probe", new(time.Duration))
-	if err != nil {
-		return nil, err
-	}
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented:
-		return in, nil
-	case resp.StatusCode != http.StatusOK:
-		return nil, &StatusError{URL: u.String(), Code: resp.StatusCode, Status: resp.Status}
-	}
-	in.url = resp.Request.URL
-	in.size = resp.ContentLength
-	in.etag = resp.Header.Get("ETag")
-	in.lastModified = resp.Header.Get("Last-Modified")
-	in.acceptRanges = strings.Contains(strings.ToLower(resp.Header.Get("Accept-Ranges")), "bytes")
-	if link := httphdr.LinkTarget(resp.Header.Values("Link"), contract.ManifestRel); link != "" {
-		if in.manifestURL, err = in.url.Parse(link); err != nil {
-			return nil, fmt.Errorf("%w: manifest link %q: %v", ErrProtocol, link, err)
-		}
-	}
-	if in.reprDigest, err = httphdr.ReprDigestSHA256(resp.Header.Values("Repr-Digest")); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
-	}
-	if v := resp.Header.Get(contract.ManifestHeadHeader); wantHead && v != "" && in.manifestURL != nil {
-		// Nothing is lost with a head we cannot read: the manifest URL
-		// serves it too.
-		if in.head, err = contract.DecodeManifestHead(v); err != nil {
-			d.cfg.Logger.Info("the server's answer carried a manifest head we cannot read; asking for it", "err", err)
-		}
-	}
-	if in.size >= 0 {
-		d.size.Store(in.size)
-	}
-	return in, nil
-}
-
-// fetchManifest downloads and validates the manifest, or only its head
-// (without the piece layer, from a stampede origin; another server sends
-// the whole manifest), and checks it describes the file the server serves
-// now. A head the probe's answer carried (in.head) is taken instead of
-// asked for, and checked the same. A mismatch is retried once, since the
-// file may have changed between the two requests, after probing again
-// without asking for the head, so the retry asks the manifest URL.
-func (d *Download) fetchManifest(ctx context.Context, in *info, head bool) (*manifest.Manifest, error) {
-	var busyWaited time.Duration
-	for attempt := 0; ; attempt++ {
-		var m *manifest.Manifest
-		u := in.manifestURL
-		if head {
-			u = contract.ManifestHeadURL(u)
-		}
-		if head && in.head != nil {
-			m = in.head // checked below as if fetched
-		} else if err := d.retrying(ctx, "GET "+u.String(), func() (hint time.Duration, err error) {
-			m, hint, err = d.getManifest(ctx, u, head, &busyWaited)
-			return hint, err
-		}); err != nil {
-			return nil, err
-		}
-		mismatch := ""
-		switch {
-		case in.size >= 0 && m.Size != in.size:
-			mismatch = fmt.Sprintf("manifest says %d bytes, server serves %d", m.Size, in.size)
-		case m.ETag != "" && in.etag != "" && m.ETag != in.etag:
-			mismatch = fmt.Sprintf("manifest is for ETag %s, server serves %s", m.ETag, in.etag)
-		}
-		if mismatch == "" {
-			return m, nil
-		}
-		if attempt > 0 {
-			return nil, fmt.Errorf("%w: %s", ErrChanged, mismatch)
-		}
-		d.cfg.Logger.Info("manifest does not match the file; probing again", "why", mismatch)
-		fresh, err := d.probe(ctx, in.url, false)
-		if err != nil {
-			return nil, err
-		}
-		*in = *fresh
-	}
-}
-
-// getManifest sends one GET for the manifest at u and decodes it, as a
-// manifest or (head) a manifest head. hint is the server's Retry-After on
-// a transient status, if it sent one.
-func (d *Download) getManifest(ctx context.Context, u *url.URL, head bool, busyWaited *time.Duration) (m *manifest.Manifest, hint time.Duration, err error) {
-	// A stampede origin sends the manifest a quarter smaller with gzip.
-	// Asking ourselves (the client may decompress transparently only when
-	// it asked) means decoding it ourselves, whatever the client.
-	hdr := http.Header{"Accept-Encoding": {"gzip"}}
-	resp, err := d.doPatiently(ctx, http.MethodGet, u, hdr, "manifest", busyWaited)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, retryHint(resp), &StatusError{URL: u.String(), Code: resp.StatusCode, Status: resp.Status}
-	}
-	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "" && !strings.Contains(ct, "json") {
-		return nil, 0, fmt.Errorf("%w: manifest %s has content type %q", ErrProtocol, u, ct)
-	}
-	body := d.lim.Reader(ctx, resp.Body)
-	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
-	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(body)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: manifest %s: gzip: %w", ErrProtocol, u, err)
-		}
-		body = zr
-	default:
-		return nil, 0, fmt.Errorf("%w: manifest %s has content encoding %q, which was not asked for", ErrProtocol, u, enc)
-	}
-	// %w keeps a body cut by the network recognisable as transient.
-	decode := manifest.Decode
-	if head {
-		decode = manifest.DecodeHead
-	}
-	if m, err = decode(body); err != nil {
-		return nil, 0, fmt.Errorf("%w: manifest %s: %w", ErrProtocol, u, err)
-	}
-	return m, 0, nil
-}
-
-// do sends one request, counting it under reason. Network errors come back
-// as they are (a *url.Error); a 503 is returned to the caller to honour.
-func (d *Download) do(ctx context.Context, method string, u *url.URL, hdr http.Header, reason string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	req.Header.Set("User-Agent", "stampede")
-	if method == http.MethodGet && reason != "manifest" {
-		// The origin counts its file requests by why they were made.
-		req.Header.Set(contract.ReasonHeader, reason)
-	}
-	d.count(reason)
-	return d.cfg.Client.Do(req)
 }
 
 // Manifest fetches and validates the manifest of the file at rawURL, found
 // through the file's Link header.
 func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifest.Manifest, error) {
-	d, err := New(Config{URL: rawURL, Client: client, Output: "unused"})
+	cfg := Config{URL: rawURL, Client: client, Output: "unused"}
+	d, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	u, _ := ParseURL(rawURL)
-	in, err := d.probe(ctx, u, false)
+	src, err := d.oc.Open(ctx, u)
+	if errors.Is(err, originclient.ErrNoManifest) {
+		return nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if in.manifestURL == nil {
-		return nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
-	}
-	return d.fetchManifest(ctx, in, false)
-}
-
-// doPatiently is do, waiting out 503 answers for their Retry-After until
-// *busyWaited exceeds MaxRetryAfter.
-func (d *Download) doPatiently(ctx context.Context, method string, u *url.URL, hdr http.Header, reason string, busyWaited *time.Duration) (*http.Response, error) {
-	for {
-		resp, err := d.do(ctx, method, u, hdr, reason)
-		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
-			return resp, err
-		}
-		resp.Body.Close()
-		wait := retryAfter(resp.Header, time.Now())
-		if *busyWaited += wait; *busyWaited > d.cfg.MaxRetryAfter {
-			return nil, &StatusError{URL: u.String(), Code: resp.StatusCode,
-				Status: fmt.Sprintf("503 Service Unavailable for more than %v in total", d.cfg.MaxRetryAfter)}
-		}
-		d.cfg.Logger.Info("server busy, waiting", "url", u, "retry_after", wait)
-		if err := sleep(ctx, wait); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// doRetrying is doPatiently, tried again after transient failures (see
-// Config.Retries): for the requests a download cannot start without, the
-// probe and the manifest. Any other status comes back to the caller.
-func (d *Download) doRetrying(ctx context.Context, method string, u *url.URL, hdr http.Header, reason string, busyWaited *time.Duration) (*http.Response, error) {
-	var resp *http.Response
-	err := d.retrying(ctx, method+" "+u.String(), func() (time.Duration, error) {
-		r, err := d.doPatiently(ctx, method, u, hdr, reason, busyWaited)
-		if err != nil {
-			return 0, err
-		}
-		if retryableStatus(r.StatusCode) {
-			r.Body.Close()
-			return retryHint(r), &StatusError{URL: u.String(), Code: r.StatusCode, Status: r.Status}
-		}
-		resp = r
-		return 0, nil
-	})
-	return resp, err
-}
-
-// retrying calls try until it succeeds, fails for good, or has failed
-// transiently Retries+1 times in a row, pausing backoff(n) after the n-th
-// failure, or longer when try returns the server's Retry-After as a hint.
-// what names the request in the log and in the final error.
-func (d *Download) retrying(ctx context.Context, what string, try func() (hint time.Duration, err error)) error {
-	p := patience{retries: d.cfg.Retries}
-	for {
-		hint, err := try()
-		if err == nil || ctx.Err() != nil || !transient(err) {
-			return err
-		}
-		wait, ok := p.failed(0)
-		if !ok {
-			return fmt.Errorf("gave up on %s after %s, last: %w", what, plural(p.failures, "try", "tries"), err)
-		}
-		wait = max(wait, hint)
-		// Warn, not Info: nothing else is happening, and a progress bar
-		// would otherwise sit still with no word of why.
-		d.cfg.Logger.Warn("request failed, retrying", "request", what,
-			"retry", fmt.Sprintf("%d/%d", p.failures, p.retries), "in", wait, "err", err)
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-	}
-}
-
-// patience counts the consecutive transient failures of one request loop
-// (a piece, the stream, the probe) since it last saw the download progress.
-type patience struct {
-	retries  int   // Config.Retries
-	failures int   // in a row, without progress
-	mark     int64 // the furthest progress seen at a failure
-}
-
-// failed records a failure when the download's progress measure (which
-// only means something compared with itself: pieces verified, the
-// furthest stream offset) stands at progress. Progress since the last
-// failure starts the count again. It returns the pause before the next
-// try, or false once the failures in a row exceed retries.
-func (p *patience) failed(progress int64) (time.Duration, bool) {
-	if progress > p.mark {
-		p.failures, p.mark = 0, progress
-	}
-	p.failures++
-	if p.failures > p.retries {
-		return 0, false
-	}
-	return backoff(p.failures), true
-}
-
-// backoff is the pause before the n-th retry (from 1): 100 ms doubling to at
-// most 5 s, so that a dead origin with the default 5 retries is given up
-// on after 3.1 s of pauses.
-func backoff(n int) time.Duration {
-	return min(5*time.Second, 100*time.Millisecond<<min(n-1, 10))
-}
-
-// retryableStatus: answers that say "not now" rather than "no" (the set
-// curl's --retry uses): 408 and 429, and the 5xx a server, or a proxy in
-// front of one that is restarting, gives. 503 is waited out for its
-// Retry-After by doPatiently, under MaxRetryAfter; a *StatusError with 503
-// means that patience is spent.
-func retryableStatus(code int) bool {
-	switch code {
-	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
-		http.StatusBadGateway, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
-}
-
-// retryHint is the Retry-After of a transient status, if the server sent one.
-func retryHint(resp *http.Response) time.Duration {
-	if !retryableStatus(resp.StatusCode) || resp.Header.Get("Retry-After") == "" {
-		return 0
-	}
-	return retryAfter(resp.Header, time.Now())
-}
-
-// transient reports whether err may go away by itself: the network failed
-// (a refused, reset or timed-out connection, one closed before the answer
-// or the end of the body, a temporary DNS failure, a stalled body) or the
-// server said "not now" (retryableStatus).
-func transient(err error) bool {
-	switch {
-	case errors.Is(err, ErrUsage), errors.Is(err, ErrLocal), errors.Is(err, ErrChanged),
-		errors.Is(err, ErrVerify), errors.Is(err, errNoRanges), isCorrupt(err):
-		return false
-	case permanent(err):
-		return false
-	}
-	if se, ok := errors.AsType[*StatusError](err); ok {
-		return retryableStatus(se.Code)
-	}
-	var timeout interface{ Timeout() bool }
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errIdle) ||
-		errors.As(err, new(*net.OpError)) || (errors.As(err, &timeout) && timeout.Timeout())
-}
-
-// permanent reports whether retrying err cannot help: an error status other
-// than those of retryableStatus, a host name that does not exist, a TLS
-// failure (a certificate we do not trust, an alert, a server that does not
-// speak TLS).
-func permanent(err error) bool {
-	if se, ok := errors.AsType[*StatusError](err); ok {
-		return !retryableStatus(se.Code)
-	}
-	if dns, ok := errors.AsType[*net.DNSError](err); ok {
-		return dns.IsNotFound
-	}
-	if op, ok := errors.AsType[*net.OpError](err); ok && (op.Op == "remote error" || op.Op == "local error") {
-		return true // crypto/tls reports alerts so
-	}
-	return errors.Is(err, http.ErrSchemeMismatch) ||
-		errors.As(err, new(*tls.CertificateVerificationError)) || errors.As(err, new(tls.RecordHeaderError)) ||
-		errors.As(err, new(tls.AlertError)) || errors.As(err, new(x509.UnknownAuthorityError)) ||
-		errors.As(err, new(x509.HostnameError)) || errors.As(err, new(x509.CertificateInvalidError))
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
-}
-
-// retryAfter parses a 503's Retry-After (seconds or an HTTP date), defaulting
-// to 1s and bounded to [100ms, 60s] per response.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	d := time.Second
-	v := h.Get("Retry-After")
-	if secs, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(secs) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-	}
-	return max(100*time.Millisecond, min(60*time.Second, d))
-}
-
-// ifRange is the validator to send in If-Range: a strong ETag, else
-// Last-Modified (RFC 9110 13.1.5: weak ETags are not allowed there).
-func ifRange(etag, lastModified string) string {
-	if etag != "" && !strings.HasPrefix(etag, "W/") {
-		return etag
-	}
-	return lastModified
+	return src.Manifest(), nil
 }

@@ -1,11 +1,10 @@
 package fetch
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -13,12 +12,13 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 	"github.com/stampede-dev/stampede/store"
 	"github.com/stampede-dev/stampede/swarm"
 )
 
 // TestOriginFetchIdle: an origin fetch that receives nothing for
-// OriginIdleTimeout ends with errIdle, whether the server never answers or
+// OriginIdleTimeout ends with originclient.ErrIdle, whether the server never answers or
 // stops in the middle of the body; each such end doubles the timeout, a
 // fetch that completes halves it, and a body that trickles in slowly but
 // steadily is never cut.
@@ -26,7 +26,12 @@ func TestOriginFetchIdle(t *testing.T) {
 	const idle = 400 * time.Millisecond
 	data := randomData(200_000, 8)
 	s := newTestServer(t, data)
-	src, err := OpenSource(t.Context(), Config{URL: s.url(), Swarm: SwarmConfig{OriginIdleTimeout: idle}})
+	u, err := url.Parse(s.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := originclient.New(originclient.Config{Retries: originclient.DefaultRetries, OriginIdleTimeout: idle})
+	src, err := oc.Open(t.Context(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +111,7 @@ func TestOriginFetchIdle(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, errIdle) {
+		if !errors.Is(err, originclient.ErrIdle) {
 			t.Fatalf("%s piece %d: %v, want an idle error", step.mode, step.piece, err)
 		}
 		if want := step.timeout.String(); !strings.Contains(err.Error(), want) {
@@ -118,24 +123,5 @@ func TestOriginFetchIdle(t *testing.T) {
 	}
 	if !st.Has(0) || !st.Has(1) || !st.Has(3) {
 		t.Errorf("pieces 0, 1 and 3 were fetched but not all stored")
-	}
-}
-
-// TestIdleBodyCountsOnlyReads: the time a reader spends between reads (its
-// own work, a slow disk) does not count against the idle timeout.
-func TestIdleBodyCountsOnlyReads(t *testing.T) {
-	const idle = 100 * time.Millisecond
-	ctx, cancel := context.WithCancelCause(t.Context())
-	b := newIdleBody(ctx, io.NopCloser(strings.NewReader("abcd")), idle, cancel)
-	defer b.Close()
-	buf := make([]byte, 1)
-	for i := range 4 {
-		if _, err := b.Read(buf); err != nil {
-			t.Fatalf("read %d: %v", i, err)
-		}
-		time.Sleep(3 * idle)
-	}
-	if err := context.Cause(ctx); err != nil {
-		t.Fatalf("the body was cancelled (%v) while its reader was busy between reads", err)
 	}
 }

@@ -3,8 +3,6 @@ package fetch
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +18,6 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/origin"
 	"github.com/stampede-dev/stampede/swarm"
@@ -308,62 +304,6 @@ func TestOverloadedOriginSwarm(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), " 503") || !strings.Contains(strings.ToLower(string(out)), "retry-after:") || took > legacyTimeBound {
 			t.Errorf("curl: %v after %v:\n%s", err, took, out)
 		}
-	}
-}
-
-func TestReadOverloadAnswer(t *testing.T) {
-	data := randomData(200_000, 5)
-	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
-	last := m.NumPieces() - 1
-	answer := func(i int, body []byte, mod func(h http.Header)) *http.Response {
-		h := http.Header{}
-		off := m.PieceOffset(i)
-		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+m.PieceLen(i)-1, m.Size))
-		h.Set(contract.PieceHeader, strconv.Itoa(i))
-		h.Set(contract.RootHeader, m.Root.String())
-		h.Set(contract.PeersHeader, "192.0.2.7:7000, [2001:db8::5]:7001, bogus, 192.0.2.8:0")
-		h.Set("Retry-After", "3")
-		if mod != nil {
-			mod(h)
-		}
-		return &http.Response{StatusCode: 206, Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body))}
-	}
-	tests := []struct {
-		name string
-		res  *http.Response
-		want func(error) bool
-	}{
-		{"another piece", answer(last, piece(last), nil), func(err error) bool {
-			oa, ok := errors.AsType[*overloadAnswer](err)
-			return ok && oa.asked == 1 && oa.piece == last && oa.wait == 3*time.Second &&
-				slices.Equal(oa.peers, []string{"192.0.2.7:7000", "[2001:db8::5]:7001"})
-		}},
-		{"corrupt", answer(2, bytes.Repeat([]byte{1}, int(m.PieceLen(2))), nil), isCorrupt},
-		{"short", answer(2, piece(2)[:100], nil), func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"range not the piece", answer(2, piece(2), func(h http.Header) { h.Set(contract.PieceHeader, "3") }),
-			func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"piece out of range", answer(2, piece(2), func(h http.Header) { h.Set(contract.PieceHeader, strconv.Itoa(last+1)) }),
-			func(err error) bool { return errors.Is(err, ErrProtocol) }},
-		{"other root", answer(2, piece(2), func(h http.Header) { h.Set(contract.RootHeader, strings.Repeat("ab", 32)) }),
-			func(err error) bool { return errors.Is(err, ErrChanged) }},
-	}
-	for _, tt := range tests {
-		d, sk := sinkDownload(t, m)
-		free := make(chan []byte, 1)
-		a := &attempt{piece: 1, buf: make([]byte, m.PieceSize), overload: true}
-		err := d.readOverloadAnswer(t.Context(), m, sk, a, free, tt.res)
-		if !tt.want(err) {
-			t.Errorf("%s: %v", tt.name, err)
-		}
-		stored := sk.(*fileSink).st.Count()
-		if ok := tt.name == "another piece"; (stored == 1) != ok {
-			t.Errorf("%s: %d pieces stored", tt.name, stored)
-		}
-		sk.close()
 	}
 }
 

@@ -4,29 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
-	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 )
-
-// errNoRanges: the server answered a Range request with the whole file.
-var errNoRanges = errors.New("server ignores Range requests")
-
-// busyError is a 503 to honour. peers are those an overloaded origin
-// named (overload.go).
-type busyError struct {
-	wait  time.Duration
-	peers []string
-}
-
-func (e *busyError) Error() string { return fmt.Sprintf("server busy (503), retry after %v", e.wait) }
 
 // attempt is one request for one piece.
 type attempt struct {
@@ -37,16 +22,6 @@ type attempt struct {
 	buf      []byte
 	late     bool // its deadline passed (counted once against the window)
 	dropped  bool // cancelled by the loop; its outcome does not count
-	// overload asks for overload mode: the origin may answer past its
-	// limits with another piece (stored, then reported as *overloadAnswer).
-	overload bool
-	// candidates are other pieces the origin may send instead (pick.go);
-	// got is the piece the response carried (piece, or the origin's pick).
-	candidates []int
-	got        int
-	// idle, if set, ends the attempt when the origin sends nothing for that
-	// long: no answer to the request, or no body byte (errIdle).
-	idle time.Duration
 	// handedOff is set by the attempt's goroutine when the sink took buf
 	// (and will return it to the free list itself).
 	handedOff bool
@@ -58,7 +33,7 @@ type pieceState struct {
 	// transient counts the network's failures (and "not now" statuses)
 	// since the download last verified a piece: a slow origin that resets
 	// a connection now and then must not wear the piece out.
-	transient patience
+	transient originclient.Patience
 	bad       int       // corrupt or malformed answers: these never reset
 	notBefore time.Time // retry backoff
 }
@@ -71,7 +46,7 @@ type outcome struct {
 // runPieces fetches the pieces of m that are missing with parallel Range
 // requests. It is the only goroutine touching the scheduling state; each
 // attempt runs in its own goroutine and reports back on a channel.
-func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info, res *Result) error {
+func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *originclient.Resource, res *Result) error {
 	nbuf := int(min(int64(2*d.cfg.MaxParallel+2), max(2, d.cfg.MemoryBudget/m.PieceSize)))
 	free := make(chan []byte, nbuf)
 	for range nbuf {
@@ -171,7 +146,7 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 			if len(ps.attempts) == 2 {
 				old = ps.attempts[0]
 			}
-			if now.Before(pauseUntil) || !launch(i, ps, now, "retry-late") {
+			if now.Before(pauseUntil) || !launch(i, ps, now, contract.ReasonRetryLate) {
 				wake = minTime(wake, now.Add(50*time.Millisecond))
 				continue
 			}
@@ -188,14 +163,14 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 			for active < win.size() {
 				if k := readyRetry(retry, failed, now); k >= 0 {
 					i := retry[k]
-					if !launch(i, failed[i], now, "retry-error") {
+					if !launch(i, failed[i], now, contract.ReasonRetryError) {
 						break
 					}
 					delete(failed, i)
 					retry = append(retry[:k], retry[k+1:]...)
 					continue
 				}
-				if len(queue) == 0 || !launch(queue[0], &pieceState{transient: patience{retries: d.cfg.Retries}}, now, "piece") {
+				if len(queue) == 0 || !launch(queue[0], &pieceState{transient: originclient.Patience{Retries: d.cfg.Retries}}, now, contract.ReasonPiece) {
 					break
 				}
 				queue = queue[1:]
@@ -239,20 +214,20 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 				d.done.Add(m.PieceLen(i))
 			case a.dropped:
 				// Cancelled in favour of a newer attempt; nothing learned.
-			case errors.Is(err, ErrChanged), errors.Is(err, errNoRanges), errors.Is(err, ErrLocal):
+			case errors.Is(err, ErrChanged), errors.Is(err, originclient.ErrNoRanges), errors.Is(err, ErrLocal):
 				return err
 			default:
-				if be, ok := errors.AsType[*busyError](err); ok {
+				if be, ok := errors.AsType[*originclient.BusyError](err); ok {
 					// Parallel 503s share one pause: count only the wall
 					// clock the pause grows by.
-					if until := now.Add(be.wait); until.After(pauseUntil) {
+					if until := now.Add(be.Wait); until.After(pauseUntil) {
 						busyWaited += until.Sub(maxTime(pauseUntil, now))
 					}
 					if busyWaited > d.cfg.MaxRetryAfter {
-						return &StatusError{URL: in.url.String(), Code: http.StatusServiceUnavailable,
+						return &StatusError{URL: in.URL.String(), Code: http.StatusServiceUnavailable,
 							Status: fmt.Sprintf("503 Service Unavailable for more than %v with no piece in between", d.cfg.MaxRetryAfter)}
 					}
-					pauseUntil = maxTime(pauseUntil, now.Add(be.wait))
+					pauseUntil = maxTime(pauseUntil, now.Add(be.Wait))
 					win.missed()
 				} else {
 					wait, err := d.pieceFailed(m, i, ps, err, verified, res)
@@ -281,15 +256,15 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *info
 // download.
 func (d *Download) pieceFailed(m *manifest.Manifest, i int, ps *pieceState, err error, verified int64, res *Result) (time.Duration, error) {
 	switch {
-	case permanent(err):
+	case originclient.Permanent(err):
 		return 0, fmt.Errorf("piece %d: %w", i, err)
-	case transient(err):
-		wait, ok := ps.transient.failed(verified)
+	case originclient.Transient(err):
+		wait, ok := ps.transient.Failed(verified)
 		if !ok {
 			return 0, fmt.Errorf("piece %d failed %d times in a row with no piece verified in between, last: %w",
-				i, ps.transient.failures, err)
+				i, ps.transient.Failures, err)
 		}
-		d.cfg.Logger.Info("piece failed, retrying", "piece", i, "retry", fmt.Sprintf("%d/%d", ps.transient.failures, d.cfg.Retries),
+		d.cfg.Logger.Info("piece failed, retrying", "piece", i, "retry", fmt.Sprintf("%d/%d", ps.transient.Failures, d.cfg.Retries),
 			"in", wait, "err", err)
 		return wait, nil
 	default: // corrupt, or an answer that is not what was asked
@@ -304,7 +279,7 @@ func (d *Download) pieceFailed(m *manifest.Manifest, i int, ps *pieceState, err 
 			}
 			return 0, fmt.Errorf("piece %d failed %d times, last: %w", i, ps.bad, err)
 		}
-		wait := backoff(ps.bad)
+		wait := originclient.Backoff(ps.bad)
 		d.cfg.Logger.Info("bad answer for a piece, retrying", "piece", i, "retry", fmt.Sprintf("%d/%d", ps.bad, d.cfg.Retries),
 			"in", wait, "err", err)
 		return wait, nil
@@ -321,146 +296,15 @@ func (d *Download) finish(sk sink, res *Result) error {
 	return sk.finish()
 }
 
-// fetchPiece requests piece i, checks the response, reads it into buf and
-// hands it to the sink, which verifies it before writing.
-func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *info, sk sink, a *attempt, free chan<- []byte, reason string) error {
-	i := a.piece
-	off, n := m.PieceOffset(i), m.PieceLen(i)
-	hdr := http.Header{"Range": {fmt.Sprintf("bytes=%d-%d", off, off+n-1)}}
-	etag, lm := validators(m, in)
-	if v := ifRange(etag, lm); v != "" {
-		hdr.Set("If-Range", v)
-	}
-	if a.overload {
-		hdr.Set(contract.CapabilitiesHeader, contract.CapabilityOverload)
-	}
-	if len(a.candidates) > 0 {
-		hdr.Set(contract.CandidatesHeader, contract.FormatCandidates(a.candidates))
-	}
-	a.got = i
-	resp, err := d.doWatched(ctx, in.url, hdr, reason, a.idle)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if err := checkValidators(resp.Header, etag, lm); err != nil {
-		return err
-	}
-	switch resp.StatusCode {
-	case http.StatusPartialContent:
-		switch {
-		case resp.Header.Get(contract.PieceHeader) == "":
-		case a.overload && resp.Header.Get("Retry-After") != "":
-			return d.readOverloadAnswer(ctx, m, sk, a, free, resp)
-		case len(a.candidates) > 0:
-			return d.readPickAnswer(ctx, m, sk, a, free, resp)
-		}
-	case http.StatusOK:
-		return errNoRanges
-	case http.StatusServiceUnavailable:
-		if resp.Header.Get(contract.InSwarmHeader) != "" && len(a.candidates) > 0 {
-			// Only an answer to our candidates: otherwise it is a 503
-			// like any other. Its short body is read, so the connection
-			// is kept for the next fetch.
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-			return &node.InSwarmError{Wait: retryAfter(resp.Header, time.Now())}
-		}
-		// Its short body is read too, so the connection is kept: a stampede
-		// origin answers a full piece queue this way, and a new connection
-		// would cost a handshake through its busy link.
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		be := &busyError{wait: retryAfter(resp.Header, time.Now())}
-		if a.overload {
-			be.peers = contract.ParsePeers(resp.Header.Values(contract.PeersHeader), maxAnswerPeers)
-		}
-		return be
-	case http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("%w: server says bytes %d-%d are outside the file", ErrChanged, off, off+n-1)
-	default:
-		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
-	}
-	return d.readPiece(ctx, m, sk, i, a, free, resp, fmt.Sprintf("piece %d", i))
-}
-
-// doWatched is a GET by do that fails with errIdle when idle > 0 and the
-// server sends nothing for idle: no answer, or no body byte while the body
-// is being read (time spent between reads does not count). A TCP connection
-// whose packets were dropped can sit in retransmission backoff for many
-// seconds; a fetch on a new connection is quicker than waiting it out.
-func (d *Download) doWatched(ctx context.Context, u *url.URL, hdr http.Header, reason string, idle time.Duration) (*http.Response, error) {
-	if idle <= 0 {
-		return d.do(ctx, http.MethodGet, u, hdr, reason)
-	}
-	rctx, cancel := context.WithCancelCause(ctx)
-	t := time.AfterFunc(idle, func() { cancel(errIdle) })
-	resp, err := d.do(rctx, http.MethodGet, u, hdr, reason)
-	if !t.Stop() && err == nil && errors.Is(context.Cause(rctx), errIdle) {
-		// The answer came just as the timer fired: its body is cancelled.
-		resp.Body.Close()
-		err = rctx.Err()
-	}
-	if err != nil {
-		if errors.Is(context.Cause(rctx), errIdle) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer for %v: %w", idle, errIdle)
-		}
-		cancel(nil)
-		return nil, err
-	}
-	resp.Body = newIdleBody(rctx, resp.Body, idle, cancel)
-	return resp, nil
-}
-
-// readPiece checks that resp (a 206) carries exactly piece j of m, reads it
-// into a.buf and hands it to the sink, which verifies it before writing.
-// what names the answer in errors.
-func (d *Download) readPiece(ctx context.Context, m *manifest.Manifest, sk sink, j int, a *attempt, free chan<- []byte, resp *http.Response, what string) error {
-	off, n := m.PieceOffset(j), m.PieceLen(j)
-	cr, err := httphdr.ParseContentRange(resp.Header.Get("Content-Range"))
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrProtocol, what, err)
-	}
-	if cr.Size >= 0 && cr.Size != m.Size {
-		return fmt.Errorf("%w: the file is now %d bytes, the manifest says %d", ErrChanged, cr.Size, m.Size)
-	}
-	if cr.First != off || cr.Last != off+n-1 {
-		return fmt.Errorf("%w: %s: asked for bytes %d-%d, got Content-Range %q",
-			ErrProtocol, what, off, off+n-1, resp.Header.Get("Content-Range"))
-	}
-	if resp.ContentLength >= 0 && resp.ContentLength != n {
-		return fmt.Errorf("%w: %s: Content-Length %d for a %d-byte range", ErrProtocol, what, resp.ContentLength, n)
-	}
-	data := a.buf[:n]
-	k, err := io.ReadFull(d.lim.Reader(ctx, resp.Body), data)
-	d.received.Add(int64(k))
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %s: body ended after %d of %d bytes: %w", ErrProtocol, what, k, n, err)
-	}
-	a.handedOff = true
-	return sk.put(j, data, free)
-}
-
-// validators are what the download must keep seeing: the manifest's, or the
-// probe's when the manifest carries none.
-func validators(m *manifest.Manifest, in *info) (etag, lastModified string) {
-	if m != nil && (m.ETag != "" || m.LastModified != "") {
-		return m.ETag, m.LastModified
-	}
-	return in.etag, in.lastModified
-}
-
-// checkValidators fails with ErrChanged when a response carries a validator
-// that differs from the one the download started with.
-func checkValidators(h http.Header, etag, lastModified string) error {
-	if got := h.Get("ETag"); etag != "" && got != "" && got != etag {
-		return fmt.Errorf("%w: ETag was %s, is now %s", ErrChanged, etag, got)
-	}
-	if got := h.Get("Last-Modified"); lastModified != "" && got != "" && got != lastModified {
-		return fmt.Errorf("%w: Last-Modified was %s, is now %s", ErrChanged, lastModified, got)
-	}
-	return nil
+// fetchPiece requests piece a.piece (originclient.FetchPiece) and hands
+// it to the sink, which verifies it before writing and returns the buffer
+// to free.
+func (d *Download) fetchPiece(ctx context.Context, m *manifest.Manifest, in *originclient.Resource, sk sink, a *attempt, free chan<- []byte, reason string) error {
+	p := &originclient.PieceRequest{Piece: a.piece, Buf: a.buf, Reason: reason,
+		Put: func(i int, data []byte) error { return sk.put(i, data, free) }}
+	err := d.oc.FetchPiece(ctx, m, in, p)
+	a.handedOff = p.HandedOff
+	return err
 }
 
 // readyRetry returns the index in retry of the lowest piece whose backoff

@@ -3,8 +3,6 @@ package fetch
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/originclient"
 )
 
 // logBuffer keeps what a download logs, for tests that count its lines.
@@ -225,7 +223,7 @@ func TestProbeGivesUpNamingURLAndCause(t *testing.T) {
 	if n := logs.count("request failed, retrying"); n != 2 {
 		t.Errorf("%d retry lines logged, want 2", n)
 	}
-	if pauses := backoff(1) + backoff(2); took < pauses || took > pauses+2*time.Second {
+	if pauses := originclient.Backoff(1) + originclient.Backoff(2); took < pauses || took > pauses+2*time.Second {
 		t.Errorf("gave up after %v, want the pauses (%v) and little more", took, pauses)
 	}
 }
@@ -288,88 +286,13 @@ func TestPermanentProbeFailuresNotRetried(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = d.Run(t.Context())
-			if err == nil || !permanent(err) {
+			if err == nil || !originclient.Permanent(err) {
 				t.Fatalf("err = %v, want a permanent failure", err)
 			}
 			if n := conns.Load(); n != 1 {
 				t.Errorf("%d connections, want 1: TLS failures are not retried", n)
 			}
 		})
-	}
-}
-
-func TestTransientOrPermanent(t *testing.T) {
-	const (
-		neither = iota
-		isTransient
-		isPermanent
-	)
-	dial := func(err error) error {
-		return &url.Error{Op: "Head", URL: "http://h/f", Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}}
-	}
-	for _, tc := range []struct {
-		name string
-		err  error
-		want int
-	}{
-		{"connection refused", dial(os.NewSyscallError("connect", syscall.ECONNREFUSED)), isTransient},
-		{"reset mid-body", fmt.Errorf("%w: piece 3: body ended after 512 of 65536 bytes: %w", ErrProtocol,
-			&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), isTransient},
-		{"closed before the answer", &url.Error{Op: "Get", URL: "http://h/f", Err: io.EOF}, isTransient},
-		{"body cut", fmt.Errorf("%w: body ended: %w", ErrProtocol, io.ErrUnexpectedEOF), isTransient},
-		{"timeout", &url.Error{Op: "Get", URL: "http://h/f", Err: os.ErrDeadlineExceeded}, isTransient},
-		{"stalled body", fmt.Errorf("read: %w (%w after 1m0s)", context.Canceled, errIdle), isTransient},
-		{"DNS failing for now", dial(&net.DNSError{Err: "server misbehaving", Name: "h", IsTemporary: true}), isTransient},
-		{"502", &StatusError{Code: 502}, isTransient},
-		{"504", &StatusError{Code: 504}, isTransient},
-		{"429", &StatusError{Code: 429}, isTransient},
-		{"DNS name not found", dial(&net.DNSError{Err: "no such host", Name: "h.invalid", IsNotFound: true}), isPermanent},
-		{"404", &StatusError{Code: 404}, isPermanent},
-		{"403", &StatusError{Code: 403}, isPermanent},
-		{"503 past patience", &StatusError{Code: 503}, isPermanent},
-		{"untrusted certificate", &url.Error{Op: "Get", URL: "https://h/f",
-			Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}, isPermanent},
-		{"wrong host in certificate", &url.Error{Op: "Get", URL: "https://h/f", Err: x509.HostnameError{Host: "h"}}, isPermanent},
-		{"TLS alert", &url.Error{Op: "Get", URL: "https://h/f", Err: &net.OpError{Op: "remote error", Err: tls.AlertError(40)}}, isPermanent},
-		{"not TLS", &url.Error{Op: "Get", URL: "https://h/f", Err: http.ErrSchemeMismatch}, isPermanent},
-		{"wrong Content-Range", fmt.Errorf("%w: piece 2: asked for bytes 0-9, got Content-Range %q", ErrProtocol, "bytes 5-9/10"), neither},
-		{"corrupt", fmt.Errorf("store: %w", manifest.ErrCorruptPiece), neither},
-		{"changed", fmt.Errorf("%w: ETag was a, is now b", ErrChanged), neither},
-		{"local", fmt.Errorf("%w: disk full", ErrLocal), neither},
-	} {
-		got := neither
-		switch tr, pe := transient(tc.err), permanent(tc.err); {
-		case tr && pe:
-			t.Errorf("%s: %v is both transient and permanent", tc.name, tc.err)
-			continue
-		case tr:
-			got = isTransient
-		case pe:
-			got = isPermanent
-		}
-		if got != tc.want {
-			t.Errorf("%s: %v: class %d, want %d (0 neither, 1 transient, 2 permanent)", tc.name, tc.err, got, tc.want)
-		}
-	}
-}
-
-func TestPatience(t *testing.T) {
-	p := patience{retries: 2}
-	for i, step := range []struct {
-		progress int64
-		want     int // failures in a row after this one; 0: give up
-	}{
-		{0, 1}, {0, 2}, // two in a row
-		{5, 1}, {5, 2}, // progress starts the count again
-		{9, 1}, {9, 2}, {9, 0}, // the third in a row gives up
-	} {
-		wait, ok := p.failed(step.progress)
-		switch {
-		case step.want == 0 && ok:
-			t.Fatalf("step %d: retrying after %d failures in a row, want to give up", i, p.failures)
-		case step.want > 0 && (!ok || p.failures != step.want || wait != backoff(step.want)):
-			t.Fatalf("step %d: ok %v, %d in a row, wait %v; want %d in a row, wait %v", i, ok, p.failures, wait, step.want, backoff(step.want))
-		}
 	}
 }
 
@@ -430,7 +353,7 @@ func TestDeadOriginEndsTheDownloadSoon(t *testing.T) {
 	}
 	var pauses time.Duration
 	for k := 1; k <= retries; k++ {
-		pauses += backoff(k)
+		pauses += originclient.Backoff(k)
 	}
 	if took < pauses || took > pauses+2*time.Second {
 		t.Errorf("gave up %v after the origin died, want the pauses (%v) and little more", took, pauses)
@@ -552,7 +475,7 @@ func TestSilentOriginEndsTheDownload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "timeout awaiting response headers") {
 		t.Fatalf("err = %v, want the response-header timeout", err)
 	}
-	bound := time.Duration(retries+1)*headerTimeout + backoff(1) + backoff(2) + 2*time.Second
+	bound := time.Duration(retries+1)*headerTimeout + originclient.Backoff(1) + originclient.Backoff(2) + 2*time.Second
 	if took > bound {
 		t.Errorf("gave up %v after the origin fell silent, want at most about %v", took, bound)
 	}

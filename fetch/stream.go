@@ -17,13 +17,14 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/originclient"
 	"github.com/stampede-dev/stampede/store"
 )
 
 // runStream downloads with one GET at a time: for servers without a manifest
 // or without Range support. With a manifest, pieces are still verified one by
 // one as they stream past.
-func (d *Download) runStream(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
+func (d *Download) runStream(ctx context.Context, in *originclient.Resource, m *manifest.Manifest, res *Result) error {
 	d.phase.Store("downloading")
 	if m != nil {
 		return d.streamPieces(ctx, in, m, res)
@@ -31,67 +32,11 @@ func (d *Download) runStream(ctx context.Context, in *info, m *manifest.Manifest
 	return d.streamPlain(ctx, in, res)
 }
 
-// getStream sends a GET (from byte off, if off > 0) and waits out 503s. The
-// body it returns fails with errIdle if no byte arrives for IdleTimeout, so a
-// stalled server becomes a truncation to resume from, not a hang.
-func (d *Download) getStream(ctx context.Context, in *info, off int64, busyWaited *time.Duration) (*http.Response, error) {
-	hdr := http.Header{}
-	if off > 0 {
-		hdr.Set("Range", fmt.Sprintf("bytes=%d-", off))
-		if v := ifRange(in.etag, in.lastModified); v != "" {
-			hdr.Set("If-Range", v)
-		}
-	}
-	rctx, cancel := context.WithCancelCause(ctx)
-	resp, err := d.doPatiently(rctx, http.MethodGet, in.url, hdr, "stream", busyWaited)
-	if err != nil {
-		cancel(nil)
-		return nil, err
-	}
-	resp.Body = newIdleBody(rctx, resp.Body, d.cfg.IdleTimeout, cancel)
-	return resp, nil
-}
-
-// errIdle ends a body that stopped delivering.
-var errIdle = errors.New("no data for too long")
-
-// idleBody cancels its request when one Read has waited longer than
-// timeout; the time between reads (the reader's own work) does not count.
-type idleBody struct {
-	io.ReadCloser
-	ctx    context.Context
-	timer  *time.Timer
-	cancel context.CancelCauseFunc
-	d      time.Duration
-}
-
-func newIdleBody(ctx context.Context, rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc) *idleBody {
-	b := &idleBody{ReadCloser: rc, ctx: ctx, cancel: cancel, d: d}
-	b.timer = time.AfterFunc(d, func() { cancel(errIdle) })
-	return b
-}
-
-func (b *idleBody) Read(p []byte) (int, error) {
-	b.timer.Reset(b.d)
-	n, err := b.ReadCloser.Read(p)
-	b.timer.Stop()
-	if err != nil && !errors.Is(err, io.EOF) && errors.Is(context.Cause(b.ctx), errIdle) {
-		err = fmt.Errorf("%w (%w after %v)", err, errIdle, b.d)
-	}
-	return n, err
-}
-
-func (b *idleBody) Close() error {
-	b.timer.Stop()
-	b.cancel(nil)
-	return b.ReadCloser.Close()
-}
-
 // streamPieces reads the whole file in one stream and puts it piece by piece
 // into the sink, which verifies each one. A failed stream is retried from the
 // start; pieces already present are skipped. A stream that gets further
 // than any before it has made progress (see Config.Retries).
-func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manifest, res *Result) error {
+func (d *Download) streamPieces(ctx context.Context, in *originclient.Resource, m *manifest.Manifest, res *Result) error {
 	free := make(chan []byte, 1)
 	free <- make([]byte, m.PieceSize)
 	sk, err := d.openSink(m, d.cfg.Continue)
@@ -102,7 +47,7 @@ func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manif
 	d.phase.Store("downloading")
 	var (
 		busyWaited time.Duration
-		p          = patience{retries: d.cfg.Retries}
+		p          = originclient.Patience{Retries: d.cfg.Retries}
 	)
 	for {
 		err = d.streamPiecesOnce(ctx, in, m, sk, free, &busyWaited)
@@ -112,36 +57,36 @@ func (d *Download) streamPieces(ctx context.Context, in *info, m *manifest.Manif
 		if isCorrupt(err) {
 			res.PiecesRejected++
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || permanent(err) {
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || originclient.Permanent(err) {
 			return err
 		}
-		wait, ok := p.failed(d.done.Load())
+		wait, ok := p.Failed(d.done.Load())
 		if !ok {
 			if isCorrupt(err) {
-				return fmt.Errorf("%w: %v (after %s)", ErrVerify, err, plural(p.failures, "try", "tries"))
+				return fmt.Errorf("%w: %v (after %s)", ErrVerify, err, p.Tries())
 			}
-			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.failures, err)
+			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.Failures, err)
 		}
-		d.cfg.Logger.Info("stream failed, retrying", "retry", fmt.Sprintf("%d/%d", p.failures, p.retries), "in", wait, "err", err)
-		if err := sleep(ctx, wait); err != nil {
+		d.cfg.Logger.Info("stream failed, retrying", "retry", fmt.Sprintf("%d/%d", p.Failures, p.Retries), "in", wait, "err", err)
+		if err := originclient.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
 	return d.finish(sk, res)
 }
 
-func (d *Download) streamPiecesOnce(ctx context.Context, in *info, m *manifest.Manifest, sk sink, free chan []byte, busyWaited *time.Duration) error {
-	resp, err := d.getStream(ctx, in, 0, busyWaited)
+func (d *Download) streamPiecesOnce(ctx context.Context, in *originclient.Resource, m *manifest.Manifest, sk sink, free chan []byte, busyWaited *time.Duration) error {
+	resp, err := d.oc.GetStream(ctx, in, 0, busyWaited)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	etag, lm := validators(m, in)
-	if err := checkValidators(resp.Header, etag, lm); err != nil {
+	etag, lm := originclient.Validators(m, in)
+	if err := originclient.CheckValidators(resp.Header, etag, lm); err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
+		return &StatusError{URL: in.URL.String(), Code: resp.StatusCode, Status: resp.Status}
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength != m.Size {
 		return fmt.Errorf("%w: server sends %d bytes, the manifest says %d", ErrChanged, resp.ContentLength, m.Size)
@@ -181,7 +126,7 @@ const metaSuffix = ".part.meta"
 // streamPlain downloads without a manifest: one stream, resumed with a Range
 // request after a truncation when the server allows it, verified at the end
 // by --sha256 or the server's Repr-Digest if either is there.
-func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error {
+func (d *Download) streamPlain(ctx context.Context, in *originclient.Resource, res *Result) error {
 	out := &plainOut{d: d, sum: sha256.New()}
 	if err := out.open(in); err != nil {
 		return err
@@ -190,24 +135,24 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 
 	var (
 		busyWaited time.Duration
-		digest     = in.reprDigest // valid while the validators hold
-		p          = patience{retries: d.cfg.Retries}
+		digest     = in.ReprDigest // valid while the validators hold
+		p          = originclient.Patience{Retries: d.cfg.Retries}
 	)
 	for {
 		done, err := d.streamPlainTry(ctx, in, out, &digest, &busyWaited)
 		if done {
 			break
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || permanent(err) {
+		if ctx.Err() != nil || errors.Is(err, ErrChanged) || errors.Is(err, ErrLocal) || originclient.Permanent(err) {
 			return err
 		}
 		// Bytes written are kept (resumed with Range), so getting further
 		// than ever before is progress.
-		wait, ok := p.failed(out.off)
+		wait, ok := p.Failed(out.off)
 		if !ok {
-			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.failures, err)
+			return fmt.Errorf("the stream failed %d times in a row without getting further, last: %w", p.Failures, err)
 		}
-		if out.off > 0 && !(in.acceptRanges && (in.etag != "" || in.lastModified != "")) {
+		if out.off > 0 && !(in.AcceptRanges && (in.ETag != "" || in.LastModified != "")) {
 			if d.cfg.Output == "-" {
 				return fmt.Errorf("%v; the server cannot resume (no Range support or validator) and stdout cannot be rewound", err)
 			}
@@ -215,9 +160,9 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 				return err
 			}
 		}
-		d.cfg.Logger.Info("stream failed, retrying", "at_byte", out.off, "retry", fmt.Sprintf("%d/%d", p.failures, p.retries),
+		d.cfg.Logger.Info("stream failed, retrying", "at_byte", out.off, "retry", fmt.Sprintf("%d/%d", p.Failures, p.Retries),
 			"in", wait, "err", err)
-		if err := sleep(ctx, wait); err != nil {
+		if err := originclient.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -239,7 +184,7 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 		res.Verified = "repr-digest"
 	default:
 		res.Verified = "none"
-		d.cfg.Logger.Warn("UNVERIFIED download: the server publishes no manifest and no Repr-Digest; pass --sha256 HEX to verify", "url", in.url)
+		d.cfg.Logger.Warn("UNVERIFIED download: the server publishes no manifest and no Repr-Digest; pass --sha256 HEX to verify", "url", in.URL)
 	}
 	d.phase.Store("finishing")
 	d.size.Store(out.off)
@@ -248,8 +193,8 @@ func (d *Download) streamPlain(ctx context.Context, in *info, res *Result) error
 
 // streamPlainTry sends one GET from out.off and copies its answer into out.
 // It reports done when the whole file has arrived.
-func (d *Download) streamPlainTry(ctx context.Context, in *info, out *plainOut, digest *[]byte, busyWaited *time.Duration) (bool, error) {
-	resp, err := d.getStream(ctx, in, out.off, busyWaited)
+func (d *Download) streamPlainTry(ctx context.Context, in *originclient.Resource, out *plainOut, digest *[]byte, busyWaited *time.Duration) (bool, error) {
+	resp, err := d.oc.GetStream(ctx, in, out.off, busyWaited)
 	if err != nil {
 		return false, err
 	}
@@ -259,8 +204,8 @@ func (d *Download) streamPlainTry(ctx context.Context, in *info, out *plainOut, 
 
 // streamPlainOnce copies one response into out. It reports done when the
 // whole file has arrived.
-func (d *Download) streamPlainOnce(ctx context.Context, in *info, resp *http.Response, out *plainOut, digest *[]byte) (bool, error) {
-	if err := checkValidators(resp.Header, in.etag, in.lastModified); err != nil {
+func (d *Download) streamPlainOnce(ctx context.Context, in *originclient.Resource, resp *http.Response, out *plainOut, digest *[]byte) (bool, error) {
+	if err := originclient.CheckValidators(resp.Header, in.ETag, in.LastModified); err != nil {
 		return false, err
 	}
 	switch resp.StatusCode {
@@ -296,12 +241,12 @@ func (d *Download) streamPlainOnce(ctx context.Context, in *info, resp *http.Res
 			d.size.Store(cr.Size)
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
-		if in.size >= 0 && out.off == in.size {
+		if in.Size >= 0 && out.off == in.Size {
 			return true, nil // the part file was already complete
 		}
 		return false, fmt.Errorf("%w: server says byte %d is past the end of the file", ErrChanged, out.off)
 	default:
-		return false, &StatusError{URL: in.url.String(), Code: resp.StatusCode, Status: resp.Status}
+		return false, &StatusError{URL: in.URL.String(), Code: resp.StatusCode, Status: resp.Status}
 	}
 	_, err := io.Copy(out, d.lim.Reader(ctx, resp.Body))
 	if err != nil {
@@ -328,13 +273,13 @@ type plainOut struct {
 	sum hash.Hash
 }
 
-func (o *plainOut) open(in *info) error {
+func (o *plainOut) open(in *originclient.Resource) error {
 	cfg := &o.d.cfg
 	if cfg.Output == "-" {
 		return nil
 	}
 	part := cfg.Output + store.PartSuffix
-	meta := partMeta{URL: in.url.String(), ETag: in.etag, LastModified: in.lastModified, Size: in.size}
+	meta := partMeta{URL: in.URL.String(), ETag: in.ETag, LastModified: in.LastModified, Size: in.Size}
 	resume := cfg.Continue
 	if resume {
 		if old, err := os.ReadFile(cfg.Output + metaSuffix); err == nil {
@@ -447,16 +392,5 @@ func (o *plainOut) commit() error {
 func (o *plainOut) close() {
 	if o.f != nil {
 		o.f.Close()
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

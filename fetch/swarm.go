@@ -9,6 +9,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 )
 
 // SwarmConfig is the peer side of a download; the zero value joins the
@@ -47,7 +48,7 @@ type SwarmConfig struct {
 // runSwarm downloads m as a peer of its swarm: pieces come from other peers
 // where they can, from the origin under the scheduler's origin protection,
 // and go to peers while we download and for SeedTime after.
-func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info, res *Result) error {
+func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *originclient.Resource, res *Result) error {
 	sk, err := d.openSink(m, d.cfg.Continue)
 	if err != nil {
 		return err
@@ -62,13 +63,13 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 
 	// Origin fetches reuse the piece path of the HTTP downloader: the same
 	// checks of status, validators and Content-Range, then the store
-	// verifies the bytes (source.go).
+	// verifies the bytes (originclient.Client.Fetcher).
 	var (
 		nd        *node.Node // set before it runs, which is before any origin fetch
 		once      sync.Once
 		finishErr error
 	)
-	fetchOrigin := d.originFetcher(m, in, sk, func() { res.PiecesRejected++ }, func() *node.Node { return nd })
+	fetchOrigin := d.oc.Fetcher(m, in, fs.st, func() { res.PiecesRejected++ }, func() *node.Node { return nd })
 
 	ncfg := d.cfg.Swarm.Node
 	ncfg.Manifest, ncfg.Store = m, fs.st
@@ -83,8 +84,8 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *info,
 	ncfg.Origin = fetchOrigin
 	if !m.HasLayer() {
 		ncfg.FetchLayer = func(ctx context.Context) ([]manifest.Hash, error) {
-			again := *in // fetchManifest may probe again and update it
-			full, err := d.fetchManifest(ctx, &again, false)
+			again := *in // Manifest may probe again and update it
+			full, err := d.oc.Manifest(ctx, &again, false)
 			if err != nil {
 				return nil, err
 			}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 )
 
@@ -150,7 +149,7 @@ func (g *Gateway) pageBundle(req *request, probe *http.Response, link string) (*
 	if page.Size != probe.ContentLength || (etag != "" && page.ETag != "" && page.ETag != etag) {
 		return nil, nil, fmt.Errorf("bundle index %s describes another version of the page", iu)
 	}
-	src, err := fetch.OpenSource(req.r.Context(), fetch.Config{URL: bu.String(), Client: g.fetches, Logger: g.log})
+	src, err := g.origins.Open(req.r.Context(), bu)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bundle %s: %w", bu, err)
 	}

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/originclient"
 	"github.com/stampede-dev/stampede/store"
 )
 
@@ -175,7 +175,7 @@ func (c *cache) lookup(key string) (*object, error) {
 
 // acquire returns the object for m, pinned for one reader (release it):
 // the cached one, or a new one whose download from src starts now.
-func (c *cache) acquire(m *manifest.Manifest, src *fetch.Source) (*object, error) {
+func (c *cache) acquire(m *manifest.Manifest, src *originclient.Source) (*object, error) {
 	key := objectKey(m)
 	c.mu.Lock()
 	if o := c.objects[key]; o != nil {

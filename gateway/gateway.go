@@ -49,6 +49,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 )
 
 // Defaults for the zero fields of Config.
@@ -115,9 +116,10 @@ type Gateway struct {
 	cfg       Config
 	log       *slog.Logger
 	transport *http.Transport
-	probes    *http.Client // HEAD probes: no redirects followed
-	fetches   *http.Client // manifests and pieces: redirects followed
-	trackers  *http.Client // tracker announces, without proxy settings
+	probes    *http.Client         // HEAD probes: no redirects followed
+	fetches   *http.Client         // bundle indexes: redirects followed
+	origins   *originclient.Client // manifests and pieces, over fetches
+	trackers  *http.Client         // tracker announces, without proxy settings
 	upload    *ratelimit.Limiter
 	via       string // our token in Via, to detect loops
 	proxy     *httputil.ReverseProxy
@@ -196,6 +198,7 @@ func New(cfg Config) (*Gateway, error) {
 		pages:    map[string]*bundleRef{},
 		tunnels:  map[net.Conn]struct{}{},
 	}
+	g.origins = originclient.New(originclient.Config{Client: g.fetches, Logger: cfg.Logger, Retries: originclient.DefaultRetries})
 	g.proxy = g.reverseProxy()
 	c, err := openCache(g, cfg.CacheDir, cfg.CacheSize)
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 	"os"
 	"sync"
 
-	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/originclient"
 	"github.com/stampede-dev/stampede/store"
 )
 
@@ -63,7 +63,7 @@ const maxSpan = 64
 
 // startDownload opens the part file, records the manifest beside it and
 // starts a node that downloads from the swarm and from src.
-func (o *object) startDownload(src *fetch.Source) error {
+func (o *object) startDownload(src *originclient.Source) error {
 	data, err := o.m.MarshalJSON()
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ var errLocal = errors.New("gateway cache")
 
 // startNode runs a node on the open store: a download from src, or with
 // src nil a seeder of the complete file.
-func (o *object) startNode(src *fetch.Source) error {
+func (o *object) startNode(src *originclient.Source) error {
 	g := o.c.g
 	cfg := g.cfg.Node
 	o.mu.Lock()

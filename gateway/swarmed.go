@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/originclient"
 )
 
 // Answering GET and HEAD. Every request is revalidated with the origin by
@@ -211,10 +211,10 @@ func (g *Gateway) objectFor(req *request, probe *http.Response) (*object, error)
 			return o, nil
 		}
 	}
-	src, err := fetch.OpenSource(req.r.Context(), fetch.Config{URL: key, Client: g.fetches, Logger: g.log})
-	var se *fetch.StatusError
+	src, err := g.origins.Open(req.r.Context(), req.target)
+	var se *originclient.StatusError
 	switch {
-	case errors.Is(err, fetch.ErrNoManifest), errors.As(err, &se):
+	case errors.Is(err, originclient.ErrNoManifest), errors.As(err, &se):
 		// No manifest after all, one linked but not served, or an error
 		// status the client had better see from the origin itself.
 		return nil, fmt.Errorf("%w: %v", errNoSwarm, err)

@@ -1,0 +1,166 @@
+// Package originclient is what a client does against a stampede origin (or
+// any HTTP server): the probe (HEAD, with the manifest's head asked for),
+// the manifest, pieces by Range with the checks that keep a download
+// honest (validators and If-Range, Content-Range, Content-Length), the
+// origin's answers beyond plain HTTP (an overload answer's other piece and
+// peers, a pick among the candidates offered, "in swarm", 503 with
+// Retry-After), and the retry rules around all of it. The names it speaks
+// are package contract's.
+//
+// Package fetch (stampede get) and the gateway use it, and through Source
+// a swarm node (package node) gets its origin fetches from it. It verifies
+// nothing itself: pieces go to a PieceRequest's Put, which verifies them
+// (store.File does) before they count.
+//
+// Errors are classified with the sentinels below, which stampede get maps
+// to documented exit codes (README).
+package originclient
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/ratelimit"
+)
+
+// Error classes. Every error this package returns wraps at most one of
+// them, or a network error from net/http, or none (generic failure).
+var (
+	// ErrVerify: data failed verification (a piece hash after retries, or
+	// the whole-file SHA-256).
+	ErrVerify = errors.New("verification failed")
+	// ErrChanged: the file's validators changed during the download.
+	ErrChanged = errors.New("file changed on the server during the download")
+	// ErrProtocol: the server broke the protocol (bad manifest, wrong
+	// Content-Range, truncated body).
+	ErrProtocol = errors.New("protocol error")
+	// ErrLocal: reading or writing local files failed (disk full, permissions).
+	ErrLocal = errors.New("local I/O error")
+	// ErrUsage: the configuration is invalid (bad URL, bad digest).
+	ErrUsage = errors.New("invalid request")
+	// ErrNoManifest: the server links no manifest for the file (Open).
+	ErrNoManifest = errors.New("the server publishes no manifest for this file")
+	// ErrNoRanges: the server answered a Range request with the whole file.
+	ErrNoRanges = errors.New("server ignores Range requests")
+	// ErrIdle ends a request or a body that stopped delivering.
+	ErrIdle = errors.New("no data for too long")
+)
+
+// StatusError is an HTTP error status from the server.
+type StatusError struct {
+	URL    string
+	Code   int
+	Status string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("%s: server answered %s", e.URL, e.Status) }
+
+// DefaultRetries is stampede get's default for Config.Retries.
+const DefaultRetries = 5
+
+// Config configures a Client. Zero durations take the documented defaults.
+type Config struct {
+	// Client sends the requests (default NewHTTPClient(16)).
+	Client *http.Client
+	// Logger receives the client's log (default: discard).
+	Logger *slog.Logger
+	// Limiter caps the rate at which bodies are read (nil: unlimited).
+	Limiter *ratelimit.Limiter
+	// Retries bounds the retries after transient failures (0: none).
+	// Transient failures are refused or reset connections, timeouts, a
+	// connection closed before the answer or the end of the body, a
+	// temporary DNS failure, and 408, 429, 500, 502 and 504. The probe and
+	// the manifest are each tried at most Retries+1 times; a caller's loop
+	// over pieces counts with Patience. Permanent failures (other 4xx, a
+	// host name that does not exist, TLS) are not retried. The pauses
+	// between tries are Backoff's (a 429's or 5xx's Retry-After when
+	// longer).
+	Retries int
+	// MaxRetryAfter caps how long 503s' Retry-After are honoured in total
+	// with nothing coming in between, before giving up (default 5m).
+	MaxRetryAfter time.Duration
+	// IdleTimeout ends a streamed body that delivers nothing for this long
+	// (default 60s), and bounds OriginIdleTimeout's growth.
+	IdleTimeout time.Duration
+	// OriginIdleTimeout ends a swarm node's origin fetch (Source.Fetcher)
+	// that receives nothing for this long (default 5s): the piece goes
+	// back to the scheduler, which asks again, on a new connection. A
+	// connection that lost packets on a full link can wait many seconds in
+	// TCP's retransmission backoff while the whole swarm waits for the
+	// piece it claimed. Each such end doubles the timeout for the next
+	// fetches (up to IdleTimeout), and each fetch that completes halves it
+	// back, so a server that is merely that slow is still waited for. Keep
+	// it above a stampede origin's wait for a piece answer's turn (2 s,
+	// origin/pace.go), during which no header comes.
+	OriginIdleTimeout time.Duration
+}
+
+// NewHTTPClient returns an HTTP client suited to parallel Range requests to
+// one host: enough idle connections to reuse one per request in flight, and
+// no transparent decompression (bytes must arrive exactly as hashed).
+func NewHTTPClient(parallel int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 2*parallel + 2
+	t.DisableCompression = true
+	t.ResponseHeaderTimeout = 60 * time.Second
+	return &http.Client{Transport: t}
+}
+
+// Client talks to origins. It is safe for concurrent use; it counts the
+// requests it sends by reason and the body bytes of pieces it receives.
+type Client struct {
+	cfg      Config
+	received atomic.Int64
+
+	mu       sync.Mutex // guards the following
+	requests map[string]int
+}
+
+// New returns a Client for cfg, its zero fields set to their defaults.
+func New(cfg Config) *Client {
+	if cfg.Client == nil {
+		cfg.Client = NewHTTPClient(16)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retries < 0 {
+		cfg.Retries = 0
+	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = 5 * time.Minute
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 60 * time.Second
+	}
+	if cfg.OriginIdleTimeout <= 0 {
+		cfg.OriginIdleTimeout = 5 * time.Second
+	}
+	return &Client{cfg: cfg, requests: map[string]int{}}
+}
+
+// Requests returns the requests sent so far by reason (a copy).
+func (c *Client) Requests() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.requests))
+	for k, v := range c.requests {
+		out[k] = v
+	}
+	return out
+}
+
+// Received counts the body bytes of pieces received (FetchPiece), those of
+// rejected pieces included.
+func (c *Client) Received() int64 { return c.received.Load() }
+
+func (c *Client) count(reason string) {
+	c.mu.Lock()
+	c.requests[reason]++
+	c.mu.Unlock()
+}
