@@ -72,6 +72,9 @@ type Config struct {
 	CacheDir        string
 	CacheSize       int64
 	MaxCacheSeeds   int
+	// GatewayWindow is how far ahead of each reader the gateway fetches
+	// (gateway.Config.Window).
+	GatewayWindow int64
 	// AllowDirs are the directories downloads may write into and seeds be
 	// read from (default: StateDir/downloads). Paths outside them, or that
 	// reach outside through a symbolic link, are refused.
@@ -138,6 +141,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("daemon: state directory: %w", err)
 	}
 	for _, d := range cfg.AllowDirs {
+		if cfg.NoAPI {
+			break // no job can be added
+		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("daemon: allowed directory: %w", err)
 		}
@@ -259,7 +265,7 @@ func (s *Server) startGateway() error {
 		}
 	}
 	g, err := gateway.New(gateway.Config{
-		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds,
+		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, Window: s.cfg.GatewayWindow,
 		Node: node.Config{Host: s.host}, Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {

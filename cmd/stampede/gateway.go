@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
 
+	"github.com/stampede-dev/stampede/daemon"
 	"github.com/stampede-dev/stampede/gateway"
 	"github.com/stampede-dev/stampede/internal/units"
 )
@@ -18,13 +17,14 @@ manifest are downloaded through the swarm, every piece verified, and streamed in
 order as soon as their first pieces arrive; Range, HEAD and conditional requests
 are answered from the cache. Complete files stay in a bounded cache and the most
 recently used are seeded. Other origins are proxied straight through; HTTPS
-(CONNECT) tunnels pass untouched. See docs/gateway.md.`)
+(CONNECT) tunnels pass untouched. It is "stampede daemon --gateway" without the control API: every
+file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	listen := fs.String("listen", gateway.DefaultListen, "listen on `HOST:PORT` (keep it on loopback: the gateway has no access control)")
 	cacheDir := fs.String("cache-dir", "", "keep downloaded files in `DIR` (default: the user cache directory's stampede/gateway)")
 	cacheSize := fs.String("cache-size", "10GiB", "most bytes of files kept in the cache, e.g. 2GiB, 500MB")
 	window := fs.String("window", "32MiB", "how far ahead of each reader pieces are fetched first")
 	maxSeeds := fs.Int("max-seeds", gateway.DefaultMaxSeeds, "most complete files seeded at once, the most recently used (0: none)")
-	peerListen := fs.String("peer-listen", ":0", "accept peers on `HOST:PORT` (port 0: one port per file)")
+	peerListen := fs.String("peer-listen", ":0", "accept the peers of every file on `HOST:PORT` (port 0: one the system picks)")
 	upStr := fs.String("max-upload-rate", "0", "cap what we upload to peers, all files together, `RATE` (0: unlimited)")
 	quiet := fs.Bool("q", false, "log only warnings and errors")
 	pos, err := parseArgs(fs, args)
@@ -34,35 +34,28 @@ recently used are seeded. Other origins are proxied straight through; HTTPS
 	if len(pos) != 0 {
 		return usageErrorf("gateway takes no arguments, got %q", pos)
 	}
-	cfg := gateway.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxSeeds: *maxSeeds, Logger: e.logger(*quiet, false)}
+	cfg := daemon.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxCacheSeeds: *maxSeeds, Gateway: *listen, NoAPI: true, Logger: e.logger(*quiet, false)}
 	if cfg.CacheSize, err = units.ParseSize(*cacheSize); err != nil || cfg.CacheSize <= 0 {
 		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", *cacheSize)
 	}
-	if cfg.Window, err = units.ParseSize(*window); err != nil || cfg.Window <= 0 {
+	if cfg.GatewayWindow, err = units.ParseSize(*window); err != nil || cfg.GatewayWindow <= 0 {
 		return usageErrorf("--window %q: want a positive size such as 32MiB", *window)
 	}
-	if cfg.UploadRate, err = units.ParseRate(*upStr); err != nil {
+	if cfg.MaxUploadRate, err = units.ParseRate(*upStr); err != nil {
 		return usageErrorf("--max-upload-rate: %v", err)
 	}
 	switch {
 	case *maxSeeds < 0:
 		return usageErrorf("--max-seeds must not be negative, got %d", *maxSeeds)
 	case *maxSeeds == 0:
-		cfg.MaxSeeds = -1 // gateway.Config: negative means none
+		cfg.MaxCacheSeeds = -1 // gateway.Config: negative means none
 	}
-	g, err := gateway.New(cfg)
-	if err != nil {
-		return withCode(exitIO, err)
+	// The gateway alone keeps no jobs: its state is its cache.
+	if cfg.CacheDir == "" {
+		if cfg.CacheDir, err = gateway.DefaultCacheDir(); err != nil {
+			return withCode(exitIO, err)
+		}
 	}
-	defer g.Close()
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	addr := ln.Addr().String()
-	fmt.Fprintf(e.stderr, "gateway on http://%s/ (curl -x http://%s URL, or http://%s/URL)\n", addr, addr, addr)
-	if e.ready != nil {
-		e.ready(addr)
-	}
-	return g.Serve(ctx, ln)
+	cfg.StateDir = cfg.CacheDir
+	return serveDaemon(ctx, e, cfg)
 }

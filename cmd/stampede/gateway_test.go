@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/stampede-dev/stampede/fetch"
+	"github.com/stampede-dev/stampede/wire"
 )
 
 // startGateway runs `stampede gateway` in-process until the test ends and
@@ -62,5 +67,57 @@ func TestGatewayFlags(t *testing.T) {
 	code, stdout, _ := runCmd(t, "help", "gateway")
 	if code != 0 || !strings.Contains(stdout, "--cache-size") && !strings.Contains(stdout, "-cache-size") {
 		t.Errorf("help gateway: exit %d:\n%s", code, stdout)
+	}
+}
+
+// TestGatewayTwoFilesOnePeerPort is the regression test of a gateway given
+// a fixed --peer-listen: it used to fail the second file ("address already
+// in use"), the first file's node holding the port. Now every file's swarm
+// is on that one port: both files come through the swarm, and a peer that
+// dials the port with either file's root is taken into that swarm.
+func TestGatewayTwoFilesOnePeerPort(t *testing.T) {
+	www := t.TempDir()
+	files := map[string][]byte{"a.bin": randomBytes(600<<10+1, 21), "b.bin": randomBytes(300<<10+2, 22)}
+	for name, data := range files {
+		writeFile(t, www, name, data)
+	}
+	base := startServe(t, www)
+	// A fixed port is the point of the test: take one the kernel gives and
+	// hand it over (a port is not reused at once).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := ln.Addr().String()
+	ln.Close()
+	addr, _ := startDaemon(t, "gateway", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--peer-listen", peerAddr, "-q")
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	for name, data := range files {
+		resp, err := client.Get("http://" + addr + "/" + base + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(body, data) || resp.Header.Get("Stampede-Gateway") != "swarm" {
+			t.Fatalf("%s: %s, %d bytes (err %v), answered %q; want the %d-byte file from the swarm",
+				name, resp.Status, len(body), err, resp.Header.Get("Stampede-Gateway"), len(data))
+		}
+	}
+	for name := range files {
+		m, err := fetch.Manifest(t.Context(), http.DefaultClient, base+"/"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", peerAddr)
+		if err != nil {
+			t.Fatalf("%s: the peer port: %v", name, err)
+		}
+		hs := wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+		theirs, err := wire.Exchange(t.Context(), c, hs)
+		c.Close()
+		if err != nil || theirs.Root != m.Root {
+			t.Errorf("%s: handshake on the peer port: %v", name, err)
+		}
 	}
 }

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/stampede-dev/stampede/daemon"
+	"github.com/stampede-dev/stampede/gateway"
+	"github.com/stampede-dev/stampede/internal/units"
+)
+
+func runDaemon(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "daemon", "[flags]", `Run one long-lived process that holds any number of swarms on one peer port,
+with one upload budget: downloads and seeds added through its control API
+(JSON over HTTP on a unix socket; "stampede get --daemon URL" uses it), the
+gateway for unmodified clients (--gateway), and a status page at / of the API
+and of the gateway. Its jobs live in --state-dir: a restart resumes unfinished
+downloads and seeds again what it seeded. See docs/daemon.md.`)
+	var (
+		cfg              daemon.Config
+		upStr, cacheSize string
+		allow            stringsFlag
+		quiet, verbose   bool
+	)
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "keep jobs, the API socket and the cache in `DIR` (default $STATE_DIRECTORY, $XDG_STATE_HOME/stampede or ~/.local/state/stampede)")
+	fs.StringVar(&cfg.PeerListen, "peer-listen", daemon.DefaultPeerListen, "accept the peers of every swarm on `HOST:PORT`")
+	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what all swarms upload together, `RATE` (0: unlimited)")
+	fs.StringVar(&cfg.API, "api", "", "serve the control API on unix socket `PATH` or on HOST:PORT (then with a token, in STATE-DIR/api-token; default STATE-DIR/api.sock)")
+	fs.StringVar(&cfg.Gateway, "gateway", "", "run the gateway on `HOST:PORT` too (e.g. "+gateway.DefaultListen+"; keep it on loopback)")
+	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "the gateway's cache, `DIR` (default STATE-DIR/cache)")
+	fs.StringVar(&cacheSize, "cache-size", "10GiB", "most bytes of files the gateway's cache keeps")
+	fs.IntVar(&cfg.MaxCacheSeeds, "max-cache-seeds", gateway.DefaultMaxSeeds, "most files of the cache seeded at once, the most recently used")
+	fs.IntVar(&cfg.MaxSeeds, "max-seeds", daemon.DefaultMaxSeeds, "most downloads and seeds served at once, the most recently used")
+	fs.Var(&allow, "allow-dir", "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
+	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
+	fs.BoolVar(&verbose, "v", false, "log every job and connection decision")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageErrorf("daemon takes no arguments, got %q", pos)
+	}
+	if cfg.MaxUploadRate, err = units.ParseRate(upStr); err != nil {
+		return usageErrorf("--max-upload-rate: %v", err)
+	}
+	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil || cfg.CacheSize <= 0 {
+		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", cacheSize)
+	}
+	if cfg.MaxSeeds < 0 || cfg.MaxCacheSeeds < 0 {
+		return usageErrorf("--max-seeds and --max-cache-seeds must not be negative")
+	}
+	if cfg.MaxCacheSeeds == 0 {
+		cfg.MaxCacheSeeds = -1 // gateway.Config: negative means none
+	}
+	cfg.AllowDirs = allow
+	cfg.Logger = e.logger(quiet, verbose)
+	return serveDaemon(ctx, e, cfg)
+}
+
+// serveDaemon runs a daemon until ctx ends (SIGINT, SIGTERM) and reports
+// where it listens.
+func serveDaemon(ctx context.Context, e *env, cfg daemon.Config) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	s, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		return withCode(exitIO, err)
+	}
+	if a := s.APIAddr(); a != nil {
+		fmt.Fprintf(e.stderr, "daemon: API on %s, peers on %s\n", a, s.PeerAddr())
+	}
+	if a := s.GatewayAddr(); a != nil {
+		addr := a.String()
+		fmt.Fprintf(e.stderr, "gateway on http://%s/ (curl -x http://%s URL, or http://%s/URL)\n", addr, addr, addr)
+		if e.ready != nil {
+			e.ready(addr)
+		}
+	} else if e.ready != nil {
+		e.ready(s.APIAddr().String())
+	}
+	err = s.Wait()
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
