@@ -248,6 +248,7 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 		}
 		if p.Phase == "seeding" && j.State == StateDownloading {
 			j.State, j.Used, j.Completed = StateSeeding, time.Now(), true
+			j.Root = d.Root()
 			if err := s.saveLocked(); err != nil {
 				s.log.Error("saving the jobs", "err", err)
 			}

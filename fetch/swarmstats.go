@@ -13,3 +13,14 @@ func (d *Download) SwarmStats() *node.Stats {
 	st := nd.Stats()
 	return &st
 }
+
+// Root is the root of the file's manifest once the download has joined its
+// swarm ("" before, or outside a swarm).
+func (d *Download) Root() string {
+	nd := d.peer.Load()
+	if nd == nil {
+		return ""
+	}
+	root, _ := nd.Swarm()
+	return root.String()
+}

@@ -43,6 +43,9 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		upStr    string
 		seedTime time.Duration
 		strict   bool
+		viaD     bool
+		apiAddr  string
+		apiToken string
 	)
 	fs.StringVar(&output, "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
 	fs.StringVar(&output, "output", "", "same as -o")
@@ -64,12 +67,21 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
 	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we have sent or are sending it, less what it sent us, is under 2 pieces")
+	fs.BoolVar(&viaD, "daemon", false, "hand the download to the running stampede daemon and show its progress (the daemon downloads, verifies and seeds)")
+	fs.StringVar(&apiAddr, "api", "", "the daemon's API: unix socket `PATH` or HOST:PORT (default: the daemon's default, STATE-DIR/api.sock)")
+	fs.StringVar(&apiToken, "api-token", "", "the token of a daemon's TCP API (default: read from STATE-DIR/api-token)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usageErrorf("want exactly one URL, got %d arguments (run 'stampede help get')", len(pos))
+	}
+	if viaD {
+		return getViaDaemon(ctx, e, fs, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: quiet, asJSON: asJSON})
+	}
+	if apiAddr != "" || apiToken != "" {
+		return usageErrorf("--api and --api-token go with --daemon")
 	}
 	upRate, err := units.ParseRate(upStr)
 	if err != nil {
@@ -117,7 +129,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	case progJSON:
 		stopProgress = startJSONProgress(e, d)
 	case !quiet:
-		stopProgress = startProgress(e, d, displayName(output))
+		stopProgress = startProgress(e, d.Progress, displayName(output))
 	}
 	res, err := d.Run(ctx)
 	stopProgress()

@@ -10,10 +10,10 @@ import (
 	"github.com/stampede-dev/stampede/internal/units"
 )
 
-// startProgress shows d's progress on e.stderr until the returned function
+// startProgress shows a download's progress on e.stderr until the returned function
 // is called: a redrawn bar on a terminal, a plain line every few seconds
 // otherwise.
-func startProgress(e *env, d *fetch.Download, name string) (stop func()) {
+func startProgress(e *env, progress func() fetch.Progress, name string) (stop func()) {
 	interval := 5 * time.Second
 	if e.stderrIsTerminal {
 		interval = 200 * time.Millisecond
@@ -33,7 +33,7 @@ func startProgress(e *env, d *fetch.Download, name string) (stop func()) {
 				}
 				return
 			case now := <-t.C:
-				p := d.Progress()
+				p := progress()
 				rate := m.update(now, p.Done)
 				line := progressLine(name, p, rate)
 				if e.stderrIsTerminal {
