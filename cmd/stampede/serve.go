@@ -61,6 +61,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	var trackers stringsFlag
 	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
+	storeURL := fs.String("store", "", storeUsage)
 	quiet := fs.Bool("q", false, "log only warnings and errors")
 	verbose := fs.Bool("v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := parseArgs(fs, args)
@@ -145,7 +146,17 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		}
 		cfg.Trackers = trackers
 	case !*noTracker:
-		cfg.Tracker = tracker.New(tracker.Config{Logger: cfg.Logger})
+		tcfg := tracker.Config{Logger: cfg.Logger}
+		store, closeStore, err := openStore(ctx, *storeURL, tcfg.Limits())
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		tcfg.Store = store
+		cfg.Tracker = tracker.New(tcfg)
+	}
+	if *storeURL != "" && cfg.Tracker == nil {
+		return usageErrorf("--store is for the tracker serve runs: not with --tracker or --no-tracker")
 	}
 
 	srv, err := origin.New(cfg)

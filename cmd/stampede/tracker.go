@@ -11,11 +11,37 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/tracker/redisstore"
 )
 
 // trackerShutdownGrace is how long announces in flight get to finish once
 // the tracker is told to stop: they take microseconds.
 const trackerShutdownGrace = 2 * time.Second
+
+// storeUsage is the --store flag's help, for tracker and serve.
+const storeUsage = "keep the swarms in the Redis at `URL` (redis://HOST:PORT/DB, rediss://..., unix:///PATH?db=N), shared by every tracker given it; default: in this process"
+
+// storeOpenTimeout bounds the first contact with a --store at start.
+const storeOpenTimeout = 5 * time.Second
+
+// openStore opens the tracker store a --store URL names: nil (the
+// tracker's own, in memory) for "". A bad URL is a usage error; a Redis
+// that does not answer, a failure.
+func openStore(ctx context.Context, url string, limits tracker.Limits) (tracker.Store, func(), error) {
+	if url == "" {
+		return nil, func() {}, nil
+	}
+	if _, err := redisstore.ParseURL(url); err != nil {
+		return nil, nil, usageErrorf("--store %q: %v", url, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	st, err := redisstore.Open(ctx, url, redisstore.Config{Limits: limits})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store: %w", err)
+	}
+	return st, func() { st.Close() }, nil
+}
 
 func runTracker(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "tracker", "[--listen HOST:PORT]", `Run only a tracker: peers downloading the same file announce themselves to it
@@ -26,6 +52,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	interval := fs.Duration("interval", tracker.DefaultInterval, "time between a peer's periodic announces (whole seconds)")
 	maxPeers := fs.Int("max-peers", tracker.DefaultMaxPeersPerSwarm, "peers kept per swarm (the swarm-size estimate counts beyond them)")
 	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
+	storeURL := fs.String("store", "", storeUsage)
 	quiet := fs.Bool("q", false, "log only warnings and errors")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -42,12 +69,19 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		return usageErrorf("--max-swarms must be at least 1, got %d", *maxSwarms)
 	}
 	log := e.logger(*quiet, false)
-	tr := tracker.New(tracker.Config{
+	cfg := tracker.Config{
 		Interval:         *interval,
 		MaxPeersPerSwarm: *maxPeers,
 		MaxSwarms:        *maxSwarms,
 		Logger:           log,
-	})
+	}
+	store, closeStore, err := openStore(ctx, *storeURL, cfg.Limits())
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	cfg.Store = store
+	tr := tracker.New(cfg)
 	mux := http.NewServeMux()
 	mux.Handle("/announce", tr)
 	mux.Handle(tracker.WellKnownPath, tr)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -82,6 +84,10 @@ func TestTrackerFlagErrors(t *testing.T) {
 		{"--max-peers", "0"},
 		{"--max-swarms", "-1"},
 		{"--no-such-flag"},
+		{"--store", "http://127.0.0.1:6379"},
+		{"--store", "redis://127.0.0.1:port/0"},
+		{"--store", "redis://127.0.0.1:6379/zero"},
+		{"--store", "memory"},
 	} {
 		var stderr strings.Builder
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr,
@@ -97,9 +103,117 @@ func TestTrackerHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("help tracker: exit %d", code)
 	}
-	for _, flag := range []string{"-listen", "-interval", "-max-peers", "-max-swarms"} {
+	for _, flag := range []string{"-listen", "-interval", "-max-peers", "-max-swarms", "-store"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("help tracker does not mention %s:\n%s", flag, stdout)
+		}
+	}
+}
+
+// TestTrackerReplicasShareRedis runs two trackers on one Redis: peers
+// announcing to either find each other, a tracker restarted loses no
+// swarm, and one whose Redis goes away answers a tracker failure and
+// comes back with it.
+func TestTrackerReplicasShareRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	store := "redis://" + mr.Addr() + "/2"
+	args := []string{"tracker", "--listen", "127.0.0.1:0", "--store", store, "-q"}
+	a, _ := startDaemon(t, args...)
+	b, _ := startDaemon(t, args...)
+	announce := func(addr string, port uint16, left int64, event tracker.Event) (*tracker.AnnounceResponse, error) {
+		t.Helper()
+		var id tracker.PeerID
+		id[0], id[1] = byte(port>>8), byte(port)
+		req := tracker.AnnounceRequest{Root: manifest.Hash{3}, Size: 1000, ID: id, Port: port, Left: left, Event: event}
+		return tracker.Announce(t.Context(), nil, "http://"+addr+"/announce", req)
+	}
+	mustAnnounce := func(addr string, port uint16, left int64, event tracker.Event) *tracker.AnnounceResponse {
+		t.Helper()
+		res, err := announce(addr, port, left, event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	mustAnnounce(a, 7001, 0, tracker.EventStarted)
+	if res := mustAnnounce(b, 7002, 1000, tracker.EventStarted); res.SwarmSize != 2 || res.Complete != 1 || len(res.Peers) != 1 || res.Peers[0].Addr.Port() != 7001 {
+		t.Errorf("a peer announcing to the second tracker: %+v", res)
+	}
+
+	// A third tracker comes and goes; the swarm stays.
+	ctx, cancel := context.WithCancel(context.Background())
+	r := startCmd(t, ctx, args...)
+	c := r.listening(t, "tracker")
+	if res := mustAnnounce(c, 7003, 1000, tracker.EventStarted); res.SwarmSize != 3 || len(res.Peers) != 2 {
+		t.Errorf("a peer announcing to the third tracker: %+v", res)
+	}
+	cancel()
+	if res := r.wait(t, "tracker"); res.code != exitOK {
+		t.Fatalf("tracker exited %d: %s", res.code, r.stderr.String())
+	}
+	r = startCmd(t, context.Background(), args...)
+	c = r.listening(t, "restarted tracker")
+	if res := mustAnnounce(c, 7004, 1000, tracker.EventStarted); res.SwarmSize != 4 || len(res.Peers) != 3 || res.Peers[0].Addr.Port() != 7001 {
+		t.Errorf("after a restart: %+v", res)
+	}
+	if got := metric(t, "http://"+a, "stampede_tracker_peers"); got != 4 {
+		t.Errorf("the first tracker's metrics count %v peers, want 4", got)
+	}
+
+	// Redis goes away: a tracker failure, and the trackers keep running.
+	addr := mr.Addr()
+	mr.Close()
+	_, err := announce(b, 7002, 1000, tracker.EventNone)
+	if se, ok := errors.AsType[*tracker.StatusError](err); !ok || se.Code != http.StatusServiceUnavailable ||
+		!strings.Contains(se.Message, "tracker failure") || strings.Contains(se.Message, addr) {
+		t.Errorf("announce with Redis gone: %v", err)
+	}
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	// Back, with its data: the trackers answer again, from the same swarm.
+	if res := mustAnnounce(b, 7002, 1000, tracker.EventNone); res.SwarmSize != 4 {
+		t.Errorf("after Redis came back: %+v", res)
+	}
+}
+
+// TestTrackerStoreUnreachable: a --store that does not answer at start is
+// a clear failure, exit 1.
+func TestTrackerStoreUnreachable(t *testing.T) {
+	mr := miniredis.RunT(t)
+	addr := mr.Addr()
+	mr.Close()
+	code, _, stderr := runCmd(t, "tracker", "--listen", "127.0.0.1:0", "--store", "redis://"+addr+"/0")
+	if code != exitFailure || !strings.Contains(stderr, "--store") || !strings.Contains(stderr, addr) {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+func TestServeStoreFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--store", "redis://127.0.0.1:6379/x"},
+		{"--store", "redis://127.0.0.1:6379/0", "--no-tracker"},
+		{"--store", "redis://127.0.0.1:6379/0", "--tracker", "http://tracker.example/announce"},
+	} {
+		code, _, stderr := runCmd(t, append([]string{"serve", "--listen", "127.0.0.1:0", dir}, args...)...)
+		if code != exitUsage {
+			t.Errorf("serve %q: exit %d, want %d: %s", args, code, exitUsage, stderr)
+		}
+	}
+	// Two origins on one Redis share their tracker's swarms.
+	mr := miniredis.RunT(t)
+	store := "redis://" + mr.Addr() + "/0"
+	a, _ := startDaemon(t, "serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--store", store, "-q", dir)
+	b, _ := startDaemon(t, "serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--store", store, "-q", dir)
+	for i, addr := range []string{a, b} {
+		req := tracker.AnnounceRequest{Root: manifest.Hash{4}, Size: 10, ID: tracker.PeerID{byte(i + 1)}, Port: uint16(7000 + i), Left: 10, Event: tracker.EventStarted}
+		res, err := tracker.Announce(t.Context(), nil, "http://"+addr+tracker.WellKnownPath, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.SwarmSize != i+1 {
+			t.Errorf("origin %d: swarm_size %d, want %d", i, res.SwarmSize, i+1)
 		}
 	}
 }
