@@ -230,29 +230,6 @@ func (m *Manifest) MarshalJSON() ([]byte, error) {
 	})
 }
 
-// HeadQuery is the query parameter that, set to 0, asks an origin's
-// manifest URL for the manifest's head (see [Manifest.Head]) instead of the
-// whole manifest.
-const HeadQuery = "piece_layer"
-
-// A client that will want the manifest's head sends WantHeader:
-// WantHead with its HEAD of the file, and an origin that knows the
-// manifest already answers with the head in HeadHeader, base64 (standard,
-// padded) of the JSON its manifest URL serves with HeadQuery: one request
-// to the origin fewer for each peer of a crowd as it arrives. The client
-// checks it as if fetched, and fetches it as before when it is absent.
-// An origin sends no head whose encoding is longer than MaxInlineHead, and
-// a client reads none: a head is a few hundred bytes, its trackers' URLs
-// most of it, and a proxy in front of the origin may refuse an answer
-// whose header outgrows its buffer (nginx's proxy_buffer_size is 4 KiB by
-// default), which would fail the probe itself.
-const (
-	WantHeader    = "Stampede-Want"
-	WantHead      = "manifest-head"
-	HeadHeader    = "Stampede-Manifest-Head"
-	MaxInlineHead = 2 << 10
-)
-
 // HasLayer reports whether m holds its piece layer: a manifest decoded
 // with [UnmarshalHead] from a head has only its root until [Manifest.SetLayer].
 func (m *Manifest) HasLayer() bool { return len(m.Pieces) == m.NumPieces() }

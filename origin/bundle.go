@@ -46,11 +46,6 @@ import (
 // bundle is read from the members' files. A member that changes while a
 // bundle is read ends the response early, as a changed file would.
 
-// BundleIndexPrefix is contract.BundleIndexPrefix, for callers of this package.
-//
-// Deprecated: use contract.BundleIndexPrefix.
-const BundleIndexPrefix = contract.BundleIndexPrefix
-
 // isPage reports whether the file name is an HTML page, which gets a bundle.
 func isPage(name string) bool {
 	ext := strings.ToLower(path.Ext(name))

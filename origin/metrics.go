@@ -43,11 +43,6 @@ const (
 
 var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
 
-// ReasonHeader is contract.ReasonHeader, for callers of this package.
-//
-// Deprecated: use contract.ReasonHeader.
-const ReasonHeader = contract.ReasonHeader
-
 // reasonNoPeers is the reason of a swarm peer that knows no other peer.
 const reasonNoPeers = contract.ReasonOriginPrefix + "no-peers"
 

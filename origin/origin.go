@@ -84,11 +84,6 @@ import (
 	"github.com/stampede-dev/stampede/tracker"
 )
 
-// ManifestPrefix is contract.ManifestPrefix, for callers of this package.
-//
-// Deprecated: use contract.ManifestPrefix.
-const ManifestPrefix = contract.ManifestPrefix
-
 // ManifestContentType is the media type of a manifest response.
 const ManifestContentType = "application/vnd.stampede.manifest+json"
 

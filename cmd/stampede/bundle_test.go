@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/fetch"
-	"github.com/stampede-dev/stampede/origin"
 )
 
 // TestGetBundleThroughTheSwarm: the bundle of a page is a file like any
@@ -23,7 +23,7 @@ func TestGetBundleThroughTheSwarm(t *testing.T) {
 	writeFile(t, www, "app.js", []byte("void 0"))
 	base := startServe(t, www)
 
-	res, err := http.Get(base + origin.BundleIndexPrefix + "/index.html")
+	res, err := http.Get(base + contract.BundleIndexPrefix + "/index.html")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/manifest"
-	"github.com/stampede-dev/stampede/origin"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -141,7 +141,7 @@ func TestServeVerbose(t *testing.T) {
 		base, stderr := startServeLog(t, args...)
 		req, _ := http.NewRequest(http.MethodGet, base+"/hello.txt", nil)
 		req.Header.Set("Range", "bytes=1-2")
-		req.Header.Set(origin.ReasonHeader, "retry-late")
+		req.Header.Set(contract.ReasonHeader, "retry-late")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -185,7 +185,7 @@ func TestServeHelp(t *testing.T) {
 // serveManifest fetches and decodes the manifest of path from the origin at base.
 func serveManifest(t *testing.T, base, path string) *manifest.Manifest {
 	t.Helper()
-	res, err := http.Get(base + origin.ManifestPrefix + path)
+	res, err := http.Get(base + contract.ManifestPrefix + path)
 	if err != nil {
 		t.Fatal(err)
 	}
