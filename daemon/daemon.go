@@ -266,7 +266,7 @@ func (s *Server) startGateway() error {
 	}
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, Window: s.cfg.GatewayWindow,
-		Node: node.Config{Host: s.host}, Logger: s.log.With("part", "gateway"),
+		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.serveStatus), Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

@@ -439,3 +439,39 @@ func TestSecondDaemonSameState(t *testing.T) {
 		t.Errorf("second daemon: %v, want 'another daemon'", err)
 	}
 }
+
+// TestGatewayInDaemon: the gateway runs inside the daemon, its files'
+// swarms on the daemon's peer port, and "/" of its address shows the
+// status page to a browser.
+func TestGatewayInDaemon(t *testing.T) {
+	data := randomBytes(1*MiB+3, 6)
+	o := startOrigin(t, 0, map[string][]byte{"g.bin": data})
+	td := startDaemon(t, daemon.Config{Gateway: "127.0.0.1:0", CacheDir: t.TempDir()})
+	gw := "http://" + td.srv.GatewayAddr().String()
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	resp, err := hc.Get(gw + "/" + o.url + "/g.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(body, data) || resp.Header.Get("Stampede-Gateway") != "swarm" {
+		t.Fatalf("through the gateway: %d bytes, answered %q", len(body), resp.Header.Get("Stampede-Gateway"))
+	}
+	st, err := td.c.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Peers.Swarms != 1 || st.GatewayAddr == "" {
+		t.Errorf("stats %+v: want the gateway's file in one swarm of the host", st)
+	}
+	resp, err = hc.Get(gw + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "<h1>stampede daemon</h1>") || !strings.Contains(string(body), "curl -x http://"+td.srv.GatewayAddr().String()) {
+		t.Errorf("/ of the gateway: %s", body)
+	}
+}

@@ -27,7 +27,8 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}</style>
 </head><body>
 <h1>stampede daemon</h1>
-<p>Peers on {{.Stats.PeerAddr}}{{with .Stats.GatewayAddr}}, gateway on {{.}}{{end}}.
+<p>Peers on {{.Stats.PeerAddr}}.{{with .Stats.GatewayAddr}} Gateway on {{.}}: use it as a proxy
+(<code>curl -x http://{{.}} URL</code>) or by URL prefix (<code>curl http://{{.}}/URL</code>).{{end}}
 Swarms {{.Stats.Peers.Swarms}}; connections routed {{.Stats.Peers.Routed}}, for no swarm here {{.Stats.Peers.NoSwarm}},
 refused {{.Stats.Peers.Refused}}, dropped {{.Stats.Peers.Dropped}}.</p>
 <p>From peers {{bytes .Stats.BytesFromPeers}}, to peers {{bytes .Stats.BytesToPeers}}.</p>

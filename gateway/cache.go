@@ -3,10 +3,12 @@ package gateway
 import (
 	"bytes"
 	"container/list"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,6 +53,11 @@ type cache struct {
 	// testHookComplete, set before any request, is called when a
 	// download completes, after the seeding decision.
 	testHookComplete func(key string)
+
+	// verified is closed when the pass over the files found at start
+	// (verifyAll) is over; dropped counts the files it dropped.
+	verified chan struct{}
+	dropped  int
 }
 
 // openCache loads the index of dir: complete files with their manifests.
@@ -60,7 +67,7 @@ func openCache(g *Gateway, dir string, max int64) (*cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("gateway: cache: %w", err)
 	}
-	c := &cache{g: g, dir: dir, max: max, objects: map[string]*object{}, lru: list.New()}
+	c := &cache{g: g, dir: dir, max: max, objects: map[string]*object{}, lru: list.New(), verified: make(chan struct{})}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: cache: %w", err)
@@ -121,8 +128,90 @@ func openCache(g *Gateway, dir string, max int64) (*cache, error) {
 	return c, nil
 }
 
+// verifyAll checks every complete file found at start against its
+// manifest, the whole file hashed again, and drops those that differ (a
+// disk's damage, an edit by hand), so that no reader ever starts on one.
+// It runs once, in the background, on one core: meanwhile every piece read is still
+// verified as it is read (object.go), so a damaged file is never passed
+// on either way; this pass only finds the damage before a reader does.
+func (c *cache) verifyAll(ctx context.Context) {
+	defer close(c.verified)
+	c.mu.Lock()
+	var objs []*object
+	var bytes int64
+	for _, o := range c.objects {
+		if o.done {
+			objs = append(objs, o)
+			bytes += o.m.Size
+		}
+	}
+	c.mu.Unlock()
+	if len(objs) == 0 {
+		return
+	}
+	c.g.log.Info("cache: verifying the files found at start", "files", len(objs), "bytes", bytes)
+	start := time.Now()
+	dropped := 0
+	for _, o := range objs {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := verifyFile(ctx, o.path, o.m); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.g.log.Warn("cache: dropping a damaged file", "root", o.m.Root, "err", err)
+			c.drop(o)
+			dropped++
+		}
+	}
+	c.mu.Lock()
+	c.dropped = dropped
+	c.mu.Unlock()
+	c.g.log.Info("cache: verified", "files", len(objs), "dropped", dropped, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// verifyFile hashes the file at path and checks its root and size against
+// m's.
+func verifyFile(ctx context.Context, path string, m *manifest.Manifest) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != m.Size {
+		return fmt.Errorf("%d bytes, the manifest says %d", fi.Size(), m.Size)
+	}
+	got, err := manifest.FromReaderAt(ctxReaderAt{ctx, f}, m.Size, m.Name, 1)
+	if err != nil {
+		return err
+	}
+	if got.Root != m.Root {
+		return fmt.Errorf("root %s, the manifest says %s", got.Root, m.Root)
+	}
+	return nil
+}
+
+// ctxReaderAt stops a hash pass when ctx ends (the gateway closing).
+type ctxReaderAt struct {
+	ctx context.Context
+	r   io.ReaderAt
+}
+
+func (c ctxReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.ReadAt(p, off)
+}
+
 // load reads the manifest of the complete file base and checks the file's
-// size; its pieces are verified as they are first read.
+// size; its pieces are verified as they are first read, and the whole file
+// again by verifyAll.
 func (c *cache) load(base string) (*object, time.Time, error) {
 	path := filepath.Join(c.dir, base)
 	data, err := os.ReadFile(path + manifestSuffix)
@@ -377,6 +466,8 @@ func (c *cache) seedingStopped(o *object) {
 
 // Stats describes the cache, for tests and logs.
 type Stats struct {
+	// Dropped counts the files found damaged by the pass at start.
+	Dropped  int
 	Files    int   // complete or downloading
 	Bytes    int64 // their sizes
 	Seeding  int   // files whose node seeds
@@ -387,7 +478,7 @@ type Stats struct {
 func (c *cache) stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := Stats{Files: len(c.objects), Bytes: c.used, Seeding: c.seeds}
+	st := Stats{Files: len(c.objects), Bytes: c.used, Seeding: c.seeds, Dropped: c.dropped}
 	for _, o := range c.objects {
 		if o.readers > 0 {
 			st.Reading++

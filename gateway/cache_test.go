@@ -148,27 +148,48 @@ func TestRestartServesFromCache(t *testing.T) {
 	}
 	g2.stop()
 
-	// Damage the cached copy: the damaged piece is never sent; the
-	// response breaks off before it, and the next request downloads the
-	// file again.
-	ents, _ := os.ReadDir(dir)
-	var cached string
-	for _, e := range ents {
-		if !strings.Contains(e.Name(), ".") {
-			cached = filepath.Join(dir, e.Name())
+	// Damage the cached copy while no gateway runs: the pass over the
+	// cache at start finds it and drops it, and the next request
+	// downloads the file again, whole.
+	damage := func() {
+		t.Helper()
+		ents, _ := os.ReadDir(dir)
+		var cached string
+		for _, e := range ents {
+			if !strings.Contains(e.Name(), ".") {
+				cached = filepath.Join(dir, e.Name())
+			}
 		}
+		f, err := os.OpenFile(cached, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{data[damagedAt] ^ 0xff}, damagedAt); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
 	}
-	f, err := os.OpenFile(cached, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const at = 1 << 20
-	if _, err := f.WriteAt([]byte{data[at] ^ 0xff}, at); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	damage()
 	g3 := startGateway(t, Config{CacheDir: dir})
-	r, err := g3.proxyClient().Get(o.base + "/f.bin")
+	<-g3.cache.verified
+	if st := g3.cache.stats(); st.Dropped != 1 || st.Files != 0 {
+		t.Fatalf("after the pass at start: %+v, want the damaged file dropped", st)
+	}
+	g3.fetchWhole(t, o.base+"/f.bin", data)
+	g3.awaitComplete(t)
+	if o.count("RANGE /f.bin") == pieces {
+		t.Error("the damaged file was not downloaded again")
+	}
+	pieces = o.count("RANGE /f.bin")
+	g3.stop()
+
+	// Damage it again after the pass at start: the damaged piece is never
+	// sent; the response breaks off before it, and the next request
+	// downloads the file again.
+	g4 := startGateway(t, Config{CacheDir: dir})
+	<-g4.cache.verified
+	damage()
+	r, err := g4.proxyClient().Get(o.base + "/f.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +198,17 @@ func TestRestartServesFromCache(t *testing.T) {
 	if err == nil || len(got) >= len(data) {
 		t.Fatalf("a damaged cache file was served whole (%d bytes, err %v)", len(got), err)
 	}
-	if len(got) > at || !bytes.Equal(got, data[:len(got)]) {
-		t.Fatalf("got %d bytes before the break; they must be the file's first bytes, none past the damage at %d", len(got), at)
+	if len(got) > damagedAt || !bytes.Equal(got, data[:len(got)]) {
+		t.Fatalf("got %d bytes before the break; they must be the file's first bytes, none past the damage at %d", len(got), damagedAt)
 	}
-	g3.fetchWhole(t, o.base+"/f.bin", data)
+	g4.fetchWhole(t, o.base+"/f.bin", data)
 	if o.count("RANGE /f.bin") == pieces {
 		t.Error("the damaged file was not downloaded again")
 	}
 }
+
+// damagedAt is where TestRestartServesFromCache damages the cached copy.
+const damagedAt = 1 << 20
 
 // A piece the origin keeps sending corrupt ends the response before it:
 // the client sees a broken transfer, never bad bytes or a short body that

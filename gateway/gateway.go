@@ -95,6 +95,10 @@ type Config struct {
 	// dialer); its Manifest, Store, Origin, Trackers, ListenAddr,
 	// UploadLimit, SeedTime, OnPiece and OnComplete are set here.
 	Node node.Config
+	// Status, when set, answers a browser's GET of "/" on the gateway's
+	// own address (the daemon's status page); without it "/" gets a
+	// short help text.
+	Status http.Handler
 	// Logger receives the gateway's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -206,6 +210,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.cache = c
+	g.spawn(func() { c.verifyAll(g.ctx) })
 	return g, nil
 }
 
@@ -327,6 +332,10 @@ func (g *Gateway) target(w http.ResponseWriter, r *http.Request) (*url.URL, bool
 	if base := g.prefixedReferer(r); base != nil {
 		loc := "/" + base.Scheme + "://" + base.Host + r.RequestURI
 		http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+		return nil, false, nil
+	}
+	if r.URL.Path == "/" && g.cfg.Status != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		g.cfg.Status.ServeHTTP(w, r)
 		return nil, false, nil
 	}
 	if r.URL.Path == "/" {
