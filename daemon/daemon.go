@@ -65,13 +65,14 @@ type Config struct {
 	// StateDir/api-token, or made and written there, mode 0600).
 	APIToken string
 	// Gateway is the gateway's address ("": none); GatewayListener, when
-	// set, is used instead. CacheDir (default StateDir/cache), CacheSize
-	// and MaxCacheSeeds are its cache's (gateway.Config).
+	// set, is used instead. CacheDir (default StateDir/cache), CacheSize,
+	// MaxCacheSeeds and NoCacheSeeds are its cache's (gateway.Config).
 	Gateway         string
 	GatewayListener net.Listener
 	CacheDir        string
 	CacheSize       int64
 	MaxCacheSeeds   int
+	NoCacheSeeds    bool
 	// GatewayWindow is how far ahead of each reader the gateway fetches
 	// (gateway.Config.Window).
 	GatewayWindow int64
@@ -265,7 +266,7 @@ func (s *Server) startGateway() error {
 		}
 	}
 	g, err := gateway.New(gateway.Config{
-		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, Window: s.cfg.GatewayWindow,
+		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
 		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.serveStatus), Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {

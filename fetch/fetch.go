@@ -72,8 +72,8 @@ type Config struct {
 	// MemoryBudget bounds the bytes held in piece buffers (default 32 MiB; at
 	// least two pieces).
 	MemoryBudget int64
-	// Retries bounds the retries after failures (default 5; negative:
-	// never). Transient failures are refused or reset connections,
+	// Retries bounds the retries after failures (default 5); NoRetries
+	// tries everything once. Transient failures are refused or reset connections,
 	// timeouts, a connection closed before the answer or the end of the
 	// body, a temporary DNS failure, and 408, 429, 500, 502 and 504. The
 	// probe (HEAD) and the manifest are each tried at most Retries+1
@@ -85,7 +85,8 @@ type Config struct {
 	// Permanent failures (other 4xx, a host name that does not exist, TLS)
 	// are not retried. The pauses between tries are 100 ms, doubling to at
 	// most 5 s (a 429's or 5xx's Retry-After when longer).
-	Retries int
+	Retries   int
+	NoRetries bool
 	// InitialDeadline is a piece's deadline before any piece time has been
 	// measured (default 10s).
 	InitialDeadline time.Duration
@@ -111,10 +112,10 @@ func (c *Config) setDefaults() {
 		c.MemoryBudget = 32 << 20
 	}
 	switch {
-	case c.Retries == 0:
-		c.Retries = 5
-	case c.Retries < 0:
+	case c.NoRetries:
 		c.Retries = 0
+	case c.Retries == 0:
+		c.Retries = originclient.DefaultRetries
 	}
 	if c.InitialDeadline <= 0 {
 		c.InitialDeadline = 10 * time.Second
@@ -195,6 +196,9 @@ func (d *Download) outputName() string {
 
 // New validates cfg and returns a Download.
 func New(cfg Config) (*Download, error) {
+	if cfg.Retries < 0 {
+		return nil, fmt.Errorf("%w: Retries must not be negative (NoRetries tries once)", ErrUsage)
+	}
 	cfg.setDefaults()
 	if _, err := ParseURL(cfg.URL); err != nil {
 		return nil, err

@@ -610,7 +610,7 @@ func TestManifestEncodings(t *testing.T) {
 				w.Write(b)
 			})
 			_, out, err := get(t, s, func(cfg *Config) {
-				cfg.Retries = -1 // a body cut short is retried as transient: once is enough here
+				cfg.NoRetries = true // a body cut short is retried as transient: once is enough here
 			})
 			if !c.ok {
 				if !errors.Is(err, ErrProtocol) {

@@ -79,8 +79,10 @@ type Config struct {
 	// before all others (default DefaultWindow; at least two pieces).
 	Window int64
 	// MaxSeeds bounds the complete files seeded to their swarms at once,
-	// the most recently used ones (default DefaultMaxSeeds; negative: none).
+	// the most recently used ones (default DefaultMaxSeeds). NoSeeds seeds
+	// none.
 	MaxSeeds int
+	NoSeeds  bool
 	// PeerListen is the address each swarm node accepts peers on
 	// (default ":0": every interface, a port per file).
 	PeerListen string
@@ -146,8 +148,8 @@ type Gateway struct {
 // New checks cfg, fills in its defaults, loads the cache index from
 // CacheDir and returns a Gateway.
 func New(cfg Config) (*Gateway, error) {
-	if cfg.CacheSize < 0 || cfg.Window < 0 || cfg.UploadRate < 0 {
-		return nil, errors.New("gateway: CacheSize, Window and UploadRate must not be negative")
+	if cfg.CacheSize < 0 || cfg.Window < 0 || cfg.UploadRate < 0 || cfg.MaxSeeds < 0 {
+		return nil, errors.New("gateway: CacheSize, Window, UploadRate and MaxSeeds must not be negative")
 	}
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = DefaultCacheSize
@@ -156,10 +158,10 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Window = DefaultWindow
 	}
 	switch {
+	case cfg.NoSeeds:
+		cfg.MaxSeeds = 0
 	case cfg.MaxSeeds == 0:
 		cfg.MaxSeeds = DefaultMaxSeeds
-	case cfg.MaxSeeds < 0:
-		cfg.MaxSeeds = 0
 	}
 	if cfg.PeerListen == "" {
 		cfg.PeerListen = ":0"

@@ -52,9 +52,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	if cfg.MaxSeeds < 0 || cfg.MaxCacheSeeds < 0 {
 		return usageErrorf("--max-seeds and --max-cache-seeds must not be negative")
 	}
-	if cfg.MaxCacheSeeds == 0 {
-		cfg.MaxCacheSeeds = -1 // gateway.Config: negative means none
-	}
+	cfg.NoCacheSeeds = cfg.MaxCacheSeeds == 0
 	cfg.AllowDirs = allow
 	cfg.Logger = e.logger(quiet, verbose)
 	return serveDaemon(ctx, e, cfg)

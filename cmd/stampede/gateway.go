@@ -48,7 +48,7 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	case *maxSeeds < 0:
 		return usageErrorf("--max-seeds must not be negative, got %d", *maxSeeds)
 	case *maxSeeds == 0:
-		cfg.MaxCacheSeeds = -1 // gateway.Config: negative means none
+		cfg.NoCacheSeeds = true
 	}
 	// The gateway alone keeps no jobs: its state is its cache.
 	if cfg.CacheDir == "" {

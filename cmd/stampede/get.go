@@ -116,7 +116,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	d, err := fetch.New(fetch.Config{
 		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
-		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retriesConfig(retries),
+		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Logger: log,
 		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: seedTime, StrictTFT: strict},
 	})
@@ -166,14 +166,6 @@ func runGet(ctx context.Context, e *env, args []string) error {
 			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
 	}
 	return nil
-}
-
-// retriesConfig maps --retries onto fetch.Config, where 0 means the default.
-func retriesConfig(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
 
 func displayName(output string) string {
