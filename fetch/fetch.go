@@ -170,6 +170,7 @@ type Progress struct {
 // Progress from any goroutine, run it with Run.
 type Download struct {
 	cfg Config
+	url *url.URL // cfg.URL, parsed once by New
 	lim *ratelimit.Limiter
 	oc  *originclient.Client // every request to the origin
 
@@ -200,7 +201,8 @@ func New(cfg Config) (*Download, error) {
 		return nil, fmt.Errorf("%w: Retries must not be negative (NoRetries tries once)", ErrUsage)
 	}
 	cfg.setDefaults()
-	if _, err := ParseURL(cfg.URL); err != nil {
+	u, err := ParseURL(cfg.URL)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.SHA256 != "" {
@@ -211,7 +213,7 @@ func New(cfg Config) (*Download, error) {
 	if cfg.Output == "-" && cfg.Stdout == nil {
 		return nil, fmt.Errorf("%w: output is stdout but no writer given", ErrUsage)
 	}
-	d := &Download{cfg: cfg, lim: ratelimit.New(cfg.LimitRate)}
+	d := &Download{cfg: cfg, url: u, lim: ratelimit.New(cfg.LimitRate)}
 	d.oc = originclient.New(originclient.Config{
 		Client: cfg.Client, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
 		MaxRetryAfter: cfg.MaxRetryAfter, IdleTimeout: cfg.IdleTimeout, OriginIdleTimeout: cfg.Swarm.OriginIdleTimeout,
@@ -263,7 +265,7 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 			d.sk.close()
 		}
 	}()
-	u, _ := ParseURL(d.cfg.URL)
+	u := d.url
 	// A swarm peer asks for the manifest's head and gets the piece layer
 	// from its neighbours (node/layer.go): a crowd's manifests would take
 	// the origin's link at its start. Resuming verifies what is on disk
