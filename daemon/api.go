@@ -340,6 +340,10 @@ func (s *Server) addSeed(w http.ResponseWriter, r *http.Request) {
 func (s *Server) add(w http.ResponseWriter, j *job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.jobs) >= s.cfg.MaxJobs {
+		apiError(w, http.StatusTooManyRequests, "the daemon keeps %d jobs already, its most: remove some first", len(s.jobs))
+		return
+	}
 	for _, o := range s.jobs {
 		if o.Path == j.Path {
 			apiError(w, http.StatusConflict, "job %s already has path %q", o.ID, o.Path)

@@ -34,8 +34,10 @@ import (
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultPeerListen = ":7881"
-	DefaultMaxSeeds   = 8
+	DefaultPeerListen   = ":7881"
+	DefaultMaxSeeds     = 8
+	DefaultMaxDownloads = 4
+	DefaultMaxJobs      = 1024
 	// APISocket is the API's socket name in StateDir.
 	APISocket = "api.sock"
 	// TokenFile holds the token of a TCP API, in StateDir.
@@ -83,6 +85,12 @@ type Config struct {
 	// MaxSeeds bounds the complete downloads and seeds served at once, the
 	// most recently used (default DefaultMaxSeeds).
 	MaxSeeds int
+	// MaxDownloads bounds the downloads under way at once; the others wait
+	// in the queue, oldest first (default DefaultMaxDownloads).
+	MaxDownloads int
+	// MaxJobs bounds the jobs the daemon keeps (default DefaultMaxJobs):
+	// each costs memory and, while it runs, a swarm.
+	MaxJobs int
 	// Transport reaches origins and trackers (default: fetch.NewClient's).
 	Transport http.RoundTripper
 	Logger    *slog.Logger
@@ -231,11 +239,17 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("daemon: allowed directory %q: %w", d, err)
 		}
 	}
-	switch {
-	case c.MaxSeeds == 0:
+	if c.MaxSeeds < 0 || c.MaxDownloads < 0 || c.MaxJobs < 0 {
+		return errors.New("daemon: MaxSeeds, MaxDownloads and MaxJobs must not be negative")
+	}
+	if c.MaxSeeds == 0 {
 		c.MaxSeeds = DefaultMaxSeeds
-	case c.MaxSeeds < 0:
-		return errors.New("daemon: MaxSeeds must not be negative")
+	}
+	if c.MaxDownloads == 0 {
+		c.MaxDownloads = DefaultMaxDownloads
+	}
+	if c.MaxJobs == 0 {
+		c.MaxJobs = DefaultMaxJobs
 	}
 	if c.MaxUploadRate < 0 || c.CacheSize < 0 {
 		return errors.New("daemon: MaxUploadRate and CacheSize must not be negative")

@@ -475,3 +475,30 @@ func TestGatewayInDaemon(t *testing.T) {
 		t.Errorf("/ of the gateway: %s", body)
 	}
 }
+
+// TestQueue: past MaxDownloads a download waits, queued, and starts when
+// one ends; past MaxJobs a job is refused with 429.
+func TestQueue(t *testing.T) {
+	data := randomBytes(2*MiB, 7)
+	o := startOrigin(t, 2*MiB, map[string][]byte{"q1.bin": data, "q2.bin": data[:MiB]})
+	td := startDaemon(t, daemon.Config{MaxDownloads: 1, MaxJobs: 2})
+	ctx := t.Context()
+	first, err := td.c.Download(ctx, o.url+"/q1.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := td.c.Download(ctx, o.url+"/q2.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.State != daemon.StateDownloading || second.State != daemon.StateQueued {
+		t.Fatalf("states %s and %s, want downloading and queued", first.State, second.State)
+	}
+	var api *daemon.APIError
+	if _, err := td.c.Download(ctx, o.url+"/q3.bin", ""); !errors.As(err, &api) || api.Status != 429 {
+		t.Errorf("a third job past MaxJobs 2: %v, want 429", err)
+	}
+	td.waitState(t, first.ID, daemon.StateSeeding, 30*time.Second)
+	j := td.waitState(t, second.ID, daemon.StateSeeding, 30*time.Second)
+	checkFile(t, j.Path, data[:MiB])
+}

@@ -152,8 +152,12 @@ func (s *Server) save() {
 }
 
 // startLocked runs j: a download until complete and then its seeding, or
-// a seed.
+// a seed. A download waits, queued, while MaxDownloads others download.
 func (s *Server) startLocked(j *job) {
+	if j.Kind == KindDownload && !j.Completed && s.downloadingLocked() >= s.cfg.MaxDownloads {
+		j.State = StateQueued
+		return
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	j.cancel, j.ended, j.stop, j.Error = cancel, make(chan struct{}), "", ""
 	j.Used = time.Now()
@@ -176,10 +180,43 @@ func (s *Server) startLocked(j *job) {
 	s.limitSeedsLocked()
 }
 
+// downloadingLocked counts the jobs downloading now.
+func (s *Server) downloadingLocked() int {
+	n := 0
+	for _, j := range s.jobs {
+		if j.cancel != nil && j.State == StateDownloading {
+			n++
+		}
+	}
+	return n
+}
+
+// startQueuedLocked starts the queued downloads, oldest first, while
+// fewer than MaxDownloads download.
+func (s *Server) startQueuedLocked() {
+	if s.ctx.Err() != nil {
+		return
+	}
+	var queued []*job
+	for _, j := range s.jobs {
+		if j.State == StateQueued && j.cancel == nil {
+			queued = append(queued, j)
+		}
+	}
+	slices.SortFunc(queued, func(a, b *job) int { return a.Added.Compare(b.Added) })
+	for _, j := range queued {
+		if s.downloadingLocked() >= s.cfg.MaxDownloads {
+			return
+		}
+		s.startLocked(j)
+	}
+}
+
 // ended records how j's run ended.
 func (s *Server) ended(j *job, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.startQueuedLocked()
 	j.cancel, j.d, j.nd = nil, nil, nil
 	switch {
 	case j.stop != "":
@@ -249,6 +286,7 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 		if p.Phase == "seeding" && j.State == StateDownloading {
 			j.State, j.Used, j.Completed = StateSeeding, time.Now(), true
 			j.Root = d.Root()
+			s.startQueuedLocked()
 			if err := s.saveLocked(); err != nil {
 				s.log.Error("saving the jobs", "err", err)
 			}

@@ -33,6 +33,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.StringVar(&cacheSize, "cache-size", "10GiB", "most bytes of files the gateway's cache keeps")
 	fs.IntVar(&cfg.MaxCacheSeeds, "max-cache-seeds", gateway.DefaultMaxSeeds, "most files of the cache seeded at once, the most recently used")
 	fs.IntVar(&cfg.MaxSeeds, "max-seeds", daemon.DefaultMaxSeeds, "most downloads and seeds served at once, the most recently used")
+	fs.IntVar(&cfg.MaxDownloads, "max-downloads", daemon.DefaultMaxDownloads, "most downloads under way at once; the others wait in a queue")
 	fs.Var(&allow, "allow-dir", "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
 	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
 	fs.BoolVar(&verbose, "v", false, "log every job and connection decision")
@@ -49,8 +50,8 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil || cfg.CacheSize <= 0 {
 		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", cacheSize)
 	}
-	if cfg.MaxSeeds < 0 || cfg.MaxCacheSeeds < 0 {
-		return usageErrorf("--max-seeds and --max-cache-seeds must not be negative")
+	if cfg.MaxSeeds < 1 || cfg.MaxCacheSeeds < 0 || cfg.MaxDownloads < 1 {
+		return usageErrorf("--max-seeds and --max-downloads must be at least 1, --max-cache-seeds at least 0")
 	}
 	cfg.NoCacheSeeds = cfg.MaxCacheSeeds == 0
 	cfg.AllowDirs = allow
