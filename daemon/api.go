@@ -353,9 +353,7 @@ func (s *Server) add(w http.ResponseWriter, j *job) {
 	j.ID, j.Added, j.State = newID(), time.Now(), StateQueued
 	s.jobs[j.ID] = j
 	s.startLocked(j)
-	if err := s.saveLocked(); err != nil {
-		s.log.Error("saving the jobs", "err", err)
-	}
+	s.persistLocked()
 	writeJSON(w, http.StatusCreated, j.live())
 }
 
@@ -383,20 +381,28 @@ func (s *Server) Jobs() []Job {
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j := s.jobs[r.PathValue("id")]
+	j := s.jobLocked(w, r)
 	if j == nil {
-		apiError(w, http.StatusNotFound, "%v: %q", errNotFound, r.PathValue("id"))
 		return
 	}
 	writeJSON(w, http.StatusOK, j.live())
 }
 
-func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
+// jobLocked returns the job the request's path names, or answers 404
+// and returns nil.
+func (s *Server) jobLocked(w http.ResponseWriter, r *http.Request) *job {
 	j := s.jobs[r.PathValue("id")]
 	if j == nil {
-		s.mu.Unlock()
 		apiError(w, http.StatusNotFound, "%v: %q", errNotFound, r.PathValue("id"))
+	}
+	return j
+}
+
+func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	j := s.jobLocked(w, r)
+	if j == nil {
+		s.mu.Unlock()
 		return
 	}
 	ended := j.ended
@@ -412,25 +418,20 @@ func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.saveLocked(); err != nil {
-		s.log.Error("saving the jobs", "err", err)
-	}
+	s.persistLocked()
 	writeJSON(w, http.StatusOK, j.live())
 }
 
 func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j := s.jobs[r.PathValue("id")]
+	j := s.jobLocked(w, r)
 	if j == nil {
-		apiError(w, http.StatusNotFound, "%v: %q", errNotFound, r.PathValue("id"))
 		return
 	}
 	if j.cancel == nil {
 		s.startLocked(j)
-		if err := s.saveLocked(); err != nil {
-			s.log.Error("saving the jobs", "err", err)
-		}
+		s.persistLocked()
 	}
 	writeJSON(w, http.StatusOK, j.live())
 }
@@ -451,10 +452,9 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Lock()
-	j := s.jobs[r.PathValue("id")]
+	j := s.jobLocked(w, r)
 	if j == nil {
 		s.mu.Unlock()
-		apiError(w, http.StatusNotFound, "%v: %q", errNotFound, r.PathValue("id"))
 		return
 	}
 	if del && j.Kind == KindSeed {
@@ -468,9 +468,7 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		j.stop = "removed"
 		j.cancel()
 	}
-	if err := s.saveLocked(); err != nil {
-		s.log.Error("saving the jobs", "err", err)
-	}
+	s.persistLocked()
 	s.mu.Unlock()
 	if ended != nil {
 		<-ended

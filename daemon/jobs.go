@@ -141,11 +141,9 @@ func (s *Server) saveLocked() error {
 	return nil
 }
 
-// save is saveLocked with the lock taken, logging a failure: the jobs run
-// on, and the next change tries again.
-func (s *Server) save() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// persistLocked is saveLocked logging a failure: the jobs run on, and
+// the next change tries again.
+func (s *Server) persistLocked() {
 	if err := s.saveLocked(); err != nil {
 		s.log.Error("saving the jobs", "err", err)
 	}
@@ -230,9 +228,7 @@ func (s *Server) ended(j *job, err error) {
 		j.State, j.Completed = StateComplete, true
 	}
 	if s.ctx.Err() == nil {
-		if err := s.saveLocked(); err != nil {
-			s.log.Error("saving the jobs", "err", err)
-		}
+		s.persistLocked()
 	}
 }
 
@@ -287,9 +283,7 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 			j.State, j.Used, j.Completed = StateSeeding, time.Now(), true
 			j.Root = d.Root()
 			s.startQueuedLocked()
-			if err := s.saveLocked(); err != nil {
-				s.log.Error("saving the jobs", "err", err)
-			}
+			s.persistLocked()
 			s.limitSeedsLocked()
 			s.mu.Unlock()
 			return
