@@ -12,33 +12,27 @@ local id, ip, port, seeding = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local event, numwant, newSecret = ARGV[13], tonumber(ARGV[14]), ARGV[15]
 local idle, limit = 0, 0
 
--- The swarm: one idle for EXPIRY is dropped and begins anew, as are (a
--- few at a time) the other idle ones; a new one past maxSwarms pushes
--- out the one idle longest.
-local sw = keys(name)
-local last = redis.call('ZSCORE', reg, name)
-if last and now - num(last) >= EXPIRY then
-	drop(sw)
-	redis.call('ZREM', reg, name)
-	idle = idle + 1
-	last = nil
-end
-idle = idle + dropIdle(16)
-if not last then
-	while redis.call('ZCARD', reg) >= maxSwarms do
+-- The swarm. One idle for EXPIRY goes on as if new (all its peers have
+-- expired; Stats counts it dropped). A new one first sweeps away (a few)
+-- idle ones, then, past maxSwarms, pushes out the one idle longest.
+local sw = open(name)
+if redis.call('ZADD', reg, now, name) == 1 then
+	idle = idle + dropIdle(16)
+	while redis.call('ZCARD', reg) > maxSwarms do
 		local old = redis.call('ZPOPMIN', reg)
-		drop(keys(old[1]))
+		drop(open(old[1]))
 		limit = limit + 1
 	end
 end
-redis.call('ZADD', reg, now, name)
 
+readMeta(sw)
 local expired = expire(sw)
 local seen = num(redis.call('ZSCORE', sw.p, id))
 local old = seen and redis.call('HGET', sw.i, id)
 
-local function answer(kind, stopped, full, peers)
-	local n, c = size(sw)
+local function answer(kind, stopped, full, peers, n)
+	local n, c = size(sw, n)
+	flush(sw)
 	return { kind, n, c, stopped, expired, full, idle, limit, peers }
 end
 
@@ -48,13 +42,15 @@ if event == 'stopped' then
 	if old then
 		local _, oldIP = info(old)
 		if oldIP == ip then
+			redis.call('ZREM', sw.p, id)
 			removePeer(sw, id)
 			local x = stops(sw, bucket(now))
 			redis.call('INCR', x)
-			redis.call('PEXPIRE', x, ttl)
-			redis.call('HINCRBY', sw.m, 'dn', 1)
+			expiring(x)
+			sw.w.dn = (sw.meta.dn or 0) + 1
 			redis.call('ZADD', sw.d, now, id .. '|' .. ip)
 			redis.call('ZREMRANGEBYRANK', sw.d, 0, -DEPARTURES - 1)
+			expiring(sw.d)
 			touch(sw)
 			return answer(3, 1, 0, '')
 		end
@@ -70,27 +66,59 @@ if seen and now - seen < GAP and (event ~= 'completed' or (old and string.sub(ol
 	return answer(1, 0, 0, cached(sw))
 end
 
+local n = redis.call('ZCARD', sw.p)
 local full = 0
-if not seen and redis.call('ZCARD', sw.p) >= capacity then
-	local gone = redis.call('ZPOPMIN', sw.p)
-	removePeer(sw, gone[1])
-	redis.call('HSET', sw.m, 'ovf', now)
-	full = 1
+if not seen then
+	if n >= capacity then
+		local gone = redis.call('ZPOPMIN', sw.p)
+		removePeer(sw, gone[1])
+		sw.w.ovf = now
+		full = 1
+	else
+		n = n + 1
+	end
 end
 redis.call('ZADD', sw.p, now, id)
 local v = seeding .. '|' .. ip .. '|' .. port
 if v ~= old then
-	-- A peer whose address changed has moved: the latest announce is
-	-- where it can be reached.
-	redis.call('HSET', sw.i, id, v)
-	local reachable = port ~= '0'
-	redis.call(seeding == '1' and 'SADD' or 'SREM', sw.s, id)
-	redis.call((seeding == '1' and reachable) and 'SADD' or 'SREM', sw.rs, id)
-	redis.call(reachable and 'SADD' or 'SREM', sw.r, id)
+	-- New, or moved (a new address: the latest announce is where it can
+	-- be reached), or now a seed.
+	if n == 1 and not seen then
+		-- The first peer: the hash also gets a field longer than Redis
+		-- keeps in a compact (listpack) hash, whose lookups scan every
+		-- field, so that it is a hash table from the start.
+		redis.call('HSET', sw.i, id, v, '~', PAD)
+	else
+		redis.call('HSET', sw.i, id, v)
+	end
+	local wasSeed, wasReachable = false, false
+	if old then
+		local c, _, p = info(old)
+		wasSeed, wasReachable = c == '1', p ~= '0'
+	end
+	local isSeed, reachable = seeding == '1', port ~= '0'
+	local function move(set, was, is)
+		if is and not was then
+			redis.call('SADD', set, id)
+			expiring(set)
+		elseif was and not is then
+			redis.call('SREM', set, id)
+		end
+	end
+	move(sw.s, wasSeed, isSeed)
+	move(sw.rs, wasSeed and wasReachable, isSeed and reachable)
+	move(sw.r, wasReachable, reachable)
+	if n == 1 and not seen then
+		expiring(sw.p)
+		expiring(sw.i)
+	end
 end
 if event == 'started' then
-	redis.call('LPUSH', sw.a, id)
-	redis.call('LTRIM', sw.a, 0, ARRIVALS - 1)
+	if redis.call('LPUSH', sw.a, id) > ARRIVALS then
+		redis.call('LTRIM', sw.a, 0, ARRIVALS - 1)
+	end
+	expiring(sw.a)
+	sw.w.arr = now
 end
 -- The estimator counts a keyed hash of the id: ids chosen to pile up in
 -- one register (Redis hashes what it is given with a fixed seed) would
@@ -102,8 +130,10 @@ if not secret then
 end
 local h = hll(sw, bucket(now))
 if redis.call('PFADD', h, redis.sha1hex(secret .. id)) == 1 then
-	redis.call('HINCRBY', sw.m, 'dn', 1)
+	sw.w.dn = (sw.meta.dn or 0) + 1
+	expiring(h)
 end
-redis.call('PEXPIRE', h, ttl)
 touch(sw)
-return answer(0, 0, full, pick(sw, id, numwant))
+local size, complete = size(sw, n)
+flush(sw)
+return { 0, size, complete, 0, expired, full, idle, limit, pick(sw, id, numwant, complete) }

@@ -2,9 +2,11 @@
 -- peers: ARGV[6] the swarm's name. Returns {} when there is no such swarm,
 -- else {swarm size, complete, peers expired, the cached list}. It neither
 -- adds anyone nor marks the swarm announced.
-local sw = keys(ARGV[6])
+local sw = open(ARGV[6])
 if not redis.call('ZSCORE', reg, sw.name) then return {} end
+readMeta(sw)
 local expired = expire(sw)
 local list = cached(sw)
 local n, c = size(sw)
+flush(sw)
 return { n, c, expired, list }

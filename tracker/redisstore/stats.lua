@@ -6,9 +6,12 @@ local idle = dropIdle(-1)
 local names = redis.call('ZRANGE', reg, 0, -1)
 local peers, estimated, expired = 0, 0, 0
 for _, name in ipairs(names) do
-	local sw = keys(name)
+	local sw = open(name)
+	readMeta(sw)
 	expired = expired + expire(sw)
-	peers = peers + redis.call('ZCARD', sw.p)
-	estimated = estimated + size(sw)
+	local n = redis.call('ZCARD', sw.p)
+	peers = peers + n
+	estimated = estimated + size(sw, n)
+	flush(sw)
 end
 return { #names, peers, estimated, expired, idle }

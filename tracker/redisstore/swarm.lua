@@ -26,6 +26,7 @@ local DEPARTURES = 64       -- stoppedRing
 local CACHED = 51           -- MaxNumWant+1: the cached list, for anyone
 local WIDTH = math.floor(interval / 2) -- of an estimator bucket
 local KEPT_BUCKETS = 7      -- buckets a key's TTL may still keep alive
+local PAD = string.rep('-', 80) -- longer than hash-max-listpack-value
 
 local reg = prefix .. 'swarms'
 
@@ -56,8 +57,10 @@ end
 
 local function bucket(t) return math.floor(t / WIDTH) end
 
--- keys returns the keys of the swarm named name ("<root hex>:<size>").
-local function keys(name)
+-- open returns the keys of the swarm named name ("<root hex>:<size>"),
+-- with the fields of its meta hash read once (m) and those to write once
+-- at the end (w, by flush).
+local function open(name)
 	local b = prefix .. '{' .. name .. '}'
 	return {
 		name = name, base = b,
@@ -68,8 +71,29 @@ local function keys(name)
 		r = b .. ':r',   -- SET ids of peers that accept connections
 		a = b .. ':a',   -- LIST latest arrivals, newest first
 		d = b .. ':d',   -- ZSET "id|ip" -> when it said stopped
-		m = b .. ':m',   -- HASH ovf, cache, cat, est, estb, esta, dn
+		m = b .. ':m',   -- HASH tt, ovf, est, estb, esta, dn, arr, cache, cat
+		w = {},
 	}
+end
+
+local META = { 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr' }
+
+-- readMeta reads the meta fields the decisions need (not the cached list).
+local function readMeta(sw)
+	local v = redis.call('HMGET', sw.m, unpack(META))
+	sw.meta = {}
+	for j, f in ipairs(META) do sw.meta[f] = num(v[j]) end
+end
+
+-- flush writes the meta fields set in sw.w, in one call.
+local function flush(sw)
+	local args = {}
+	for f, v in pairs(sw.w) do
+		args[#args + 1] = f
+		args[#args + 1] = v
+	end
+	if #args > 0 then redis.call('HSET', sw.m, unpack(args)) end
+	sw.w = {}
 end
 
 local function hll(sw, b) return sw.base .. ':h:' .. string.format('%d', b) end
@@ -85,17 +109,27 @@ local function drop(sw)
 	redis.call('DEL', unpack(ks))
 end
 
+-- touch renews the TTL of every key of the swarm once an interval (and a
+-- key written since is given one by its writer: expiring writes it).
 local function touch(sw)
-	for _, k in ipairs({ sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d, sw.m }) do
+	local tt = sw.meta.tt
+	if tt and now >= tt and now - tt < interval then return end
+	for _, k in ipairs({ sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d }) do
 		redis.call('PEXPIRE', k, ttl)
 	end
+	sw.w.tt = now
+	flush(sw)
+	redis.call('PEXPIRE', sw.m, ttl)
 end
+
+-- expiring gives a key just written the TTL, should the write have made it.
+local function expiring(k) redis.call('PEXPIRE', k, ttl) end
 
 -- dropIdle drops up to max swarms no one announced to for EXPIRY.
 local function dropIdle(max)
 	local idle = redis.call('ZRANGEBYSCORE', reg, '-inf', now - EXPIRY, 'LIMIT', 0, max)
 	for _, name in ipairs(idle) do
-		drop(keys(name))
+		drop(open(name))
 		redis.call('ZREM', reg, name)
 	end
 	return #idle
@@ -106,8 +140,8 @@ local function info(v)
 	return c, ip, port
 end
 
+-- removePeer takes id out of the table (ZREM it first unless popped).
 local function removePeer(sw, id)
-	redis.call('ZREM', sw.p, id)
 	redis.call('HDEL', sw.i, id)
 	redis.call('SREM', sw.s, id)
 	redis.call('SREM', sw.rs, id)
@@ -117,19 +151,23 @@ end
 -- expire removes the peers not heard from for EXPIRY and returns how many.
 local function expire(sw)
 	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
-	for _, id in ipairs(gone) do removePeer(sw, id) end
+	if #gone > 0 then
+		redis.call('ZREMRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
+		for _, id in ipairs(gone) do removePeer(sw, id) end
+	end
 	return #gone
 end
 
 -- estimate returns the distinct peers heard from over the last 1.5 to 2
 -- intervals, less those that said stopped. It is recomputed when the
--- window moved, or its registers changed by more than 1/32 of the last
--- estimate or a second ago: merging the buckets is the costliest call.
+-- window moved, or its registers changed more than 1/8 of the last
+-- estimate times or a second ago: merging the buckets is the costliest
+-- call a script makes.
 local function estimate(sw)
 	local cur = bucket(now)
-	local m = redis.call('HMGET', sw.m, 'est', 'estb', 'esta', 'dn')
-	local est, estb, esta, dn = num(m[1]), num(m[2]), num(m[3]), num(m[4]) or 0
-	if est and estb == cur and (dn == 0 or (dn * 32 < est and now >= esta and now - esta < GAP)) then
+	local m = sw.meta
+	local est, dn = m.est, sw.w.dn or m.dn or 0
+	if est and m.estb == cur and (dn == 0 or (dn * 8 < est and now >= m.esta and now - m.esta < GAP)) then
 		return est
 	end
 	local hs, xs = {}, {}
@@ -149,18 +187,19 @@ local function estimate(sw)
 		if v then est = est - num(v) end
 	end
 	est = math.max(0, est)
-	redis.call('HSET', sw.m, 'est', est, 'estb', string.format('%d', cur), 'esta', now, 'dn', 0)
+	m.est, m.estb, m.esta, m.dn = est, cur, now, 0
+	sw.w.est, sw.w.estb, sw.w.esta, sw.w.dn = est, string.format('%d', cur), now, 0
 	return est
 end
 
 -- size estimates the peers in the swarm and the seeds among them: the
 -- table's counts while it holds everyone, the estimator's once it
--- overflowed (within EXPIRY).
-local function size(sw)
-	local n = redis.call('ZCARD', sw.p)
-	local c = redis.call('SCARD', sw.s)
+-- overflowed (within EXPIRY). n is the table's size, when known.
+local function size(sw, n)
+	n = n or redis.call('ZCARD', sw.p)
 	if n == 0 then return 0, 0 end
-	local ovf = num(redis.call('HGET', sw.m, 'ovf'))
+	local c = redis.call('SCARD', sw.s)
+	local ovf = sw.w.ovf or sw.meta.ovf
 	if not ovf or now - ovf >= EXPIRY then return n, c end
 	local est = math.max(n, math.floor(estimate(sw) + 0.5))
 	return est, math.floor(est * c / n + 0.5)
@@ -168,30 +207,37 @@ end
 
 -- pick chooses up to want peers that accept connections, never asker:
 -- seeds first (at random), then the latest arrivals, then others at
--- random. It returns them as lines "id|complete|ip|port".
-local function pick(sw, asker, want)
+-- random. It returns them as lines "id|complete|ip|port". seeds is how
+-- many the table holds, when known (0 spares a call).
+local function pick(sw, asker, want, seeds)
 	local out, chosen = {}, {}
-	local function take(id)
-		chosen[id] = true
-		out[#out + 1] = id
-	end
 	local function takeRandom(set)
-		local n = redis.call('SCARD', set)
-		if n == 0 then return end
 		-- want+1 distinct members leave want once the asker is out;
 		-- those already taken come back too, so ask for them as well.
-		local cand = redis.call('SRANDMEMBER', set, math.min(n, want + 1 + #out))
+		local cand = redis.call('SRANDMEMBER', set, want + 1 + #out)
 		shuffle(cand)
 		for _, id in ipairs(cand) do
 			if #out >= want then return end
-			if not chosen[id] and id ~= asker then take(id) end
+			if not chosen[id] and id ~= asker then
+				chosen[id] = true
+				out[#out + 1] = id
+			end
 		end
 	end
-	takeRandom(sw.rs)
-	if #out < want then
-		for _, id in ipairs(redis.call('LRANGE', sw.a, 0, ARRIVALS - 1)) do
-			if #out >= want then break end
-			if not chosen[id] and id ~= asker and redis.call('SISMEMBER', sw.r, id) == 1 then take(id) end
+	if seeds ~= 0 then takeRandom(sw.rs) end
+	-- Arrivals older than EXPIRY have all expired: no need to look.
+	local arrivedAt = sw.w.arr or sw.meta.arr
+	if #out < want and arrivedAt and now - arrivedAt < EXPIRY then
+		local arr = redis.call('LRANGE', sw.a, 0, ARRIVALS - 1)
+		if #arr > 0 then
+			local in_ = redis.call('SMISMEMBER', sw.r, unpack(arr))
+			for j, id in ipairs(arr) do
+				if #out >= want then break end
+				if in_[j] == 1 and not chosen[id] and id ~= asker then
+					chosen[id] = true
+					out[#out + 1] = id
+				end
+			end
 		end
 	end
 	if #out < want then takeRandom(sw.r) end
@@ -211,6 +257,8 @@ local function cached(sw)
 	local cat = num(m[2])
 	if m[1] and cat and now >= cat and now - cat < GAP then return m[1] end
 	local list = pick(sw, '', CACHED)
-	redis.call('HSET', sw.m, 'cache', list, 'cat', now)
+	sw.w.cache, sw.w.cat = list, now
+	flush(sw)
+	expiring(sw.m)
 	return list
 end

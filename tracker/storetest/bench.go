@@ -16,32 +16,42 @@ import (
 	"github.com/stampede-dev/stampede/tracker"
 )
 
-// The benchmarks' crowd: benchPeers peers over benchSwarms swarms, each
-// peer announcing once an interval of a synthetic clock, so that every
-// announce is acted on (none is rate limited) and every swarm has four
-// times more peers than its table holds: the worst case, where every
-// announce is a newcomer pushing the oldest out and feeding the
-// estimator.
-const (
-	benchSwarms = 16
-	benchPeers  = 16 * 1024
-)
+// A workload of the benchmarks: peers over 16 swarms, each peer
+// announcing once an interval of a synthetic clock, so that every
+// announce is acted on (none is rate limited).
+type workload struct {
+	name  string
+	peers int
+}
 
-// benchClock hands out times that advance by one interval every
-// benchPeers calls.
+const benchSwarms = 16
+
+var workloads = []workload{
+	// Every swarm holds 192 peers, within its table: the periodic
+	// announces of a swarm that is there to stay.
+	{"steady", 16 * 192},
+	// Every swarm has four times the peers its table holds: the worst
+	// case, where every announce is a newcomer pushing the oldest out
+	// and feeding the estimator.
+	{"churn", 16 * 1024},
+}
+
+// benchClock hands out times that advance by one interval every peers
+// calls.
 type benchClock struct {
 	n        atomic.Int64
 	start    time.Time
 	interval time.Duration
+	peers    int
 }
 
 func (c *benchClock) Now() time.Time {
 	i := c.n.Add(1)
-	return c.start.Add(time.Duration(i) * c.interval / benchPeers)
+	return c.start.Add(time.Duration(i) * c.interval / time.Duration(c.peers))
 }
 
-func benchRequest(i int) (tracker.AnnounceRequest, netip.AddrPort) {
-	p := peer(i % benchPeers)
+func (w workload) request(i int) (tracker.AnnounceRequest, netip.AddrPort) {
+	p := peer(i % w.peers)
 	root := manifest.Hash{0xbe, byte(i % benchSwarms)}
 	return tracker.AnnounceRequest{Root: root, Size: testSize, ID: p.id, Port: p.port, Left: 1000, NumWant: tracker.DefaultNumWant}, p.addr()
 }
@@ -71,9 +81,16 @@ func (l *latencies) report(b *testing.B, elapsed time.Duration) {
 
 // BenchmarkStore measures announces per second and their p99 latency at
 // the Store interface, from GOMAXPROCS×parallelism goroutines (a remote
-// store needs several calls in flight).
-func BenchmarkStore(b *testing.B, st tracker.Store, parallelism int) {
-	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval}
+// store needs several calls in flight), for each workload. newStore
+// returns an empty store.
+func BenchmarkStore(b *testing.B, newStore func(b *testing.B) tracker.Store, parallelism int) {
+	for _, w := range workloads {
+		b.Run(w.name, func(b *testing.B) { benchmarkStore(b, newStore(b), parallelism, w) })
+	}
+}
+
+func benchmarkStore(b *testing.B, st tracker.Store, parallelism int, w workload) {
+	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval, peers: w.peers}
 	var next atomic.Int64
 	var lat latencies
 	b.SetParallelism(parallelism)
@@ -83,7 +100,7 @@ func BenchmarkStore(b *testing.B, st tracker.Store, parallelism int) {
 		ctx := context.Background()
 		var mine []time.Duration
 		for pb.Next() {
-			req, addr := benchRequest(int(next.Add(1)))
+			req, addr := w.request(int(next.Add(1)))
 			t0 := time.Now()
 			if _, err := st.Announce(ctx, req, addr, clock.Now()); err != nil {
 				b.Error(err)
@@ -101,9 +118,15 @@ func BenchmarkStore(b *testing.B, st tracker.Store, parallelism int) {
 // BenchmarkHTTP measures announces per second and their p99 latency over
 // HTTP: a tracker on st serving on a loopback listener, and the load
 // generator, GOMAXPROCS×parallelism clients with keep-alive connections,
-// in this process.
-func BenchmarkHTTP(b *testing.B, st tracker.Store, parallelism int) {
-	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval}
+// in this process, for each workload.
+func BenchmarkHTTP(b *testing.B, newStore func(b *testing.B) tracker.Store, parallelism int) {
+	for _, w := range workloads {
+		b.Run(w.name, func(b *testing.B) { benchmarkHTTP(b, newStore(b), parallelism, w) })
+	}
+}
+
+func benchmarkHTTP(b *testing.B, st tracker.Store, parallelism int, w workload) {
+	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval, peers: w.peers}
 	tr := tracker.New(tracker.Config{Store: st, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,7 +148,7 @@ func BenchmarkHTTP(b *testing.B, st tracker.Store, parallelism int) {
 		ctx := context.Background()
 		var mine []time.Duration
 		for pb.Next() {
-			req, _ := benchRequest(int(next.Add(1)))
+			req, _ := w.request(int(next.Add(1)))
 			t0 := time.Now()
 			if _, err := tracker.Announce(ctx, client, base, req); err != nil {
 				b.Error(err)
