@@ -309,7 +309,9 @@ func BenchmarkRedisStore(b *testing.B) { storetest.BenchmarkStore(b, benchStores
 
 // BenchmarkRedisStoreHTTP: the same over HTTP on loopback, with the load
 // generator in this process.
-func BenchmarkRedisStoreHTTP(b *testing.B) { storetest.BenchmarkHTTP(b, benchStores(redisServer(b)), 8) }
+func BenchmarkRedisStoreHTTP(b *testing.B) {
+	storetest.BenchmarkHTTP(b, benchStores(redisServer(b)), 8)
+}
 
 // BenchmarkMiniredisStore: the in-process Redis, for CI's compile check;
 // its figures say nothing of a real server.
