@@ -237,7 +237,7 @@ func (s *Server) ended(j *job, err error) {
 func (s *Server) download(ctx context.Context, j *job) error {
 	d, err := fetch.New(fetch.Config{
 		URL: j.URL, Output: j.Path, Continue: true, Client: s.client, Logger: s.log.With("job", j.ID),
-		Swarm: fetch.SwarmConfig{SeedTime: -1, Node: node.Config{Host: s.host}},
+		Swarm: fetch.SwarmConfig{SeedForever: true, Node: node.Config{Host: s.host}},
 	})
 	if err != nil {
 		return err
@@ -333,7 +333,7 @@ func (s *Server) seed(ctx context.Context, j *job) error {
 	}
 	defer st.Close()
 	nd, err := node.New(node.Config{
-		Manifest: m, Store: st, Trackers: m.Trackers, Host: s.host, SeedTime: -1,
+		Manifest: m, Store: st, Trackers: m.Trackers, Host: s.host, SeedForever: true,
 		HTTPClient: s.client, Logger: s.log.With("job", j.ID),
 	})
 	if err != nil {

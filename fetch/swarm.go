@@ -22,9 +22,10 @@ type SwarmConfig struct {
 	// MaxUploadRate caps what we send to peers, bytes/s (0: unlimited).
 	MaxUploadRate int64
 	// SeedTime is how long to keep serving peers after completion (0: leave
-	// at once, after handing over the uploads under way, at most 2 s;
-	// negative: until the context ends).
-	SeedTime time.Duration
+	// at once, after handing over the uploads under way, at most 2 s).
+	// SeedForever serves until the context ends.
+	SeedTime    time.Duration
+	SeedForever bool
 	// StrictTFT serves a peer, while we download, only while what we sent
 	// it minus what it sent us is under a tab of 2 pieces (Flashback's
 	// strict tit-for-tat, swarm.Config.StrictTFT); peers hear it in our
@@ -77,7 +78,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *origi
 	ncfg.ListenAddr = d.cfg.Swarm.ListenAddr
 	ncfg.DownloadLimit = d.lim
 	ncfg.UploadLimit = ratelimit.New(d.cfg.Swarm.MaxUploadRate)
-	ncfg.SeedTime = d.cfg.Swarm.SeedTime
+	ncfg.SeedTime, ncfg.SeedForever = d.cfg.Swarm.SeedTime, d.cfg.Swarm.SeedForever
 	if d.cfg.Swarm.StrictTFT {
 		ncfg.Swarm.StrictTFT = true
 	}

@@ -96,8 +96,8 @@ func (o *object) startNode(src *originclient.Source) error {
 	cfg.Listener, cfg.ListenAddr = nil, g.cfg.PeerListen
 	cfg.HTTPClient = g.trackers
 	cfg.UploadLimit = g.upload
-	cfg.SeedTime = -1 // until the cache stops it
-	var nd *node.Node // set before it runs, which is before any origin fetch
+	cfg.SeedForever = true // until the cache stops it
+	var nd *node.Node      // set before it runs, which is before any origin fetch
 	if src != nil {
 		cfg.Origin = src.Fetcher(cfg.Store, func() *node.Node { return nd })
 		cfg.OnPiece = o.onPiece

@@ -71,8 +71,10 @@ type Config struct {
 	// together (0: unlimited).
 	UploadRate int64
 	// UploadTurns is how many pieces go to peers at once, all swarms
-	// together (0: the node's default, 3; negative: no bound).
-	UploadTurns int
+	// together (default 3, the node's); NoUploadTurns sends them all at
+	// once.
+	UploadTurns   int
+	NoUploadTurns bool
 	// MaxPending bounds the accepted connections whose handshake is still
 	// awaited (default 256); past it new ones are closed at once, so a
 	// flood of silent connections costs a bounded number of goroutines.
@@ -108,8 +110,8 @@ func New(cfg Config) (*Host, error) {
 	if len(cfg.Transports) == 0 {
 		return nil, errors.New("host: no transport")
 	}
-	if cfg.UploadRate < 0 {
-		return nil, errors.New("host: UploadRate must not be negative")
+	if cfg.UploadRate < 0 || cfg.UploadTurns < 0 {
+		return nil, errors.New("host: UploadRate and UploadTurns must not be negative")
 	}
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending
@@ -117,11 +119,15 @@ func New(cfg Config) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	turns := node.NewTurns(cfg.UploadTurns)
+	if cfg.NoUploadTurns {
+		turns = nil
+	}
 	return &Host{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		limit:   ratelimit.New(cfg.UploadRate),
-		turns:   node.NewTurns(cfg.UploadTurns),
+		turns:   turns,
 		pending: make(chan struct{}, cfg.MaxPending),
 		swarms:  map[swarmKey]*node.Node{},
 	}, nil

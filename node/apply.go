@@ -135,7 +135,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 				p.closeAfterFlush()
 			}
 		case swarm.AskTracker:
-			if a.Why == "completed" && n.cfg.SeedTime == 0 {
+			if a.Why == "completed" && n.cfg.SeedTime == 0 && !n.cfg.SeedForever {
 				// Leaving at once: "stopped" follows at once, and a
 				// "completed" sent just before it could reach the
 				// tracker after it, listing us as a seed that is gone.

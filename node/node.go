@@ -79,11 +79,15 @@ type Config struct {
 	// DownloadLimit is shared with origin fetches by the caller.
 	DownloadLimit, UploadLimit *ratelimit.Limiter
 	// UploadTurns is how many pieces are sent to peers at once, across all
-	// connections (turns.go; 0: 3, negative: no bound).
-	UploadTurns int
+	// connections (turns.go; default 3). NoUploadTurns sends them all at
+	// once.
+	UploadTurns   int
+	NoUploadTurns bool
 	// SeedTime is how long to keep serving after completion (0: leave at
-	// once, after the hand-over, see handedOver; negative: until ctx ends).
-	SeedTime time.Duration
+	// once, after the hand-over, see handedOver). SeedForever serves
+	// until ctx ends.
+	SeedTime    time.Duration
+	SeedForever bool
 	// OnPiece is called (on the loop goroutine) after each piece stored.
 	OnPiece func(piece int)
 	// OnComplete is called once when every piece is stored, before seeding:
@@ -199,6 +203,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Manifest == nil || cfg.Store == nil {
 		return nil, errors.New("node: Manifest and Store are required")
 	}
+	if cfg.UploadTurns < 0 {
+		return nil, errors.New("node: UploadTurns must not be negative (NoUploadTurns sends all at once)")
+	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = ":0"
 	}
@@ -248,6 +255,9 @@ func New(cfg Config) (*Node, error) {
 	n.recent = newRecentPieces(cfg.Manifest.PieceSize, keep, n.putPieceBuf)
 	n.layer.init(cfg.Manifest.HasLayer())
 	n.turns = NewTurns(cfg.UploadTurns)
+	if cfg.NoUploadTurns {
+		n.turns = nil
+	}
 	if cfg.Host != nil {
 		n.turns = cfg.Host.Turns()
 	}
@@ -362,7 +372,7 @@ func (n *Node) Run(ctx context.Context) error {
 				n.leave()
 				return nil
 			}
-			if n.cfg.SeedTime > 0 {
+			if n.cfg.SeedTime > 0 && !n.cfg.SeedForever {
 				seedDone = time.After(n.cfg.SeedTime)
 			}
 		}

@@ -100,13 +100,9 @@ func (w waiter) rankAt(now time.Time) int {
 	return w.rank
 }
 
-// NewTurns returns n turns (0: the default, 3), or nil (n < 0): uploads
-// then do not take turns.
+// NewTurns returns n turns (0 or less: the default, 3).
 func NewTurns(n int) *Turns {
-	if n < 0 {
-		return nil
-	}
-	if n == 0 {
+	if n <= 0 {
 		n = defaultUploadTurns
 	}
 	return &Turns{free: n}

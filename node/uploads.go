@@ -91,7 +91,7 @@ func (n *Node) handedOver(now time.Time) bool {
 // handingOver reports whether the node is complete and leaves at once,
 // after the hand-over (handedOver).
 func (n *Node) handingOver() bool {
-	return n.complete && n.cfg.SeedTime == 0
+	return n.complete && n.cfg.SeedTime == 0 && !n.cfg.SeedForever
 }
 
 // probeHandOver writes a KEEPALIVE, on each tick of the hand-over, to

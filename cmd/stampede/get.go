@@ -118,7 +118,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
 		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Logger: log,
-		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: seedTime, StrictTFT: strict},
+		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},
 	})
 	if err != nil {
 		return withCode(exitUsage, err)

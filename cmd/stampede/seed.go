@@ -83,7 +83,7 @@ the same content; with --tracker, the manifest is computed from FILE.`)
 	defer st.Close()
 	nd, err := node.New(node.Config{
 		Manifest: m, Store: st, Trackers: m.Trackers, ListenAddr: listen,
-		UploadLimit: ratelimit.New(up), SeedTime: -1, Logger: e.logger(quiet, false),
+		UploadLimit: ratelimit.New(up), SeedForever: true, Logger: e.logger(quiet, false),
 	})
 	if err != nil {
 		return err
