@@ -179,6 +179,7 @@ func startFake(t *testing.T, ctx context.Context, nw *memnet.Network, m *manifes
 // announce tells the tracker at url that the fake peer is a seed.
 func (f *fakePeer) announce(ctx context.Context, client *http.Client, url string) {
 	f.t.Helper()
+	defer client.CloseIdleConnections()
 	port := f.ln.Addr().(*net.TCPAddr).Port
 	_, err := tracker.Announce(ctx, client, url, tracker.AnnounceRequest{
 		Root: f.m.Root, Size: f.m.Size, ID: tracker.PeerID(f.id), Port: uint16(port),

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/memnet"
@@ -19,29 +20,31 @@ import (
 // which the node drops (both were dialed by that peer), gets GOODBYE
 // reason 4 (duplicate) before it closes (docs/protocol.md, section 3).
 func TestDuplicateGoodbye(t *testing.T) {
-	ctx, h, m, tn := oneNode(t, 24, true)
-	mine := wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
-	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
-	first, w := dial()
-	if _, err := first.Read(); err != nil { // its HAVESET: registered
-		t.Fatal(err)
-	}
-	second, _ := dial()
-	bye, err := readUntil[*wire.Goodbye](second)
-	if err != nil {
-		t.Fatalf("the duplicate connection ended without GOODBYE: %v", err)
-	}
-	if bye.Reason != wire.GoodbyeDuplicate {
-		t.Errorf("GOODBYE reason %d %q, want %d (duplicate)", bye.Reason, bye.Text, wire.GoodbyeDuplicate)
-	}
-	// The first connection stays: told that we lack every piece, the node
-	// unchokes us on it.
-	if err := writeAll(w, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readUntil[*wire.Unchoke](first); err != nil {
-		t.Fatalf("the first connection: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, h, m, tn := oneNode(t, 24, true)
+		mine := wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+		dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
+		first, w := dial()
+		if _, err := first.Read(); err != nil { // its HAVESET: registered
+			t.Fatal(err)
+		}
+		second, _ := dial()
+		bye, err := readUntil[*wire.Goodbye](second)
+		if err != nil {
+			t.Fatalf("the duplicate connection ended without GOODBYE: %v", err)
+		}
+		if bye.Reason != wire.GoodbyeDuplicate {
+			t.Errorf("GOODBYE reason %d %q, want %d (duplicate)", bye.Reason, bye.Text, wire.GoodbyeDuplicate)
+		}
+		// The first connection stays: told that we lack every piece, the node
+		// unchokes us on it.
+		if err := writeAll(w, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readUntil[*wire.Unchoke](first); err != nil {
+			t.Fatalf("the first connection: %v", err)
+		}
+	})
 }
 
 // TestBannedIDTurnedAway: a neighbour that cannot be dialed (listen port 0,
@@ -49,54 +52,56 @@ func TestDuplicateGoodbye(t *testing.T) {
 // dropped with GOODBYE reason 8, and turned away the same way when it
 // comes back with the same peer ID.
 func TestBannedIDTurnedAway(t *testing.T) {
-	ctx, h, m, tn := oneNode(t, 25, false)
-	mine := wire.Handshake{Caps: wire.CapSeed, Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
-	dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
-	// goodbye reads frames until GOODBYE, answering the first REQUEST with
-	// bytes that are not the piece (the node may close before it reads
-	// more); first: the GOODBYE must come first.
-	goodbye := func(r *wire.Reader, w *wire.Writer, first bool) *wire.Goodbye {
-		t.Helper()
-		answered := false
-		for {
-			msg, err := r.Read()
-			if err != nil {
-				t.Fatalf("the connection ended without GOODBYE: %v", err)
-			}
-			switch msg := msg.(type) {
-			case *wire.Goodbye:
-				return msg
-			case *wire.Request:
-				if answered {
-					continue
+	synctest.Test(t, func(t *testing.T) {
+		ctx, h, m, tn := oneNode(t, 25, false)
+		mine := wire.Handshake{Caps: wire.CapSeed, Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+		dial := func() (*wire.Reader, *wire.Writer) { return dialAs(t, ctx, h, tn, m, mine) }
+		// goodbye reads frames until GOODBYE, answering the first REQUEST with
+		// bytes that are not the piece (the node may close before it reads
+		// more); first: the GOODBYE must come first.
+		goodbye := func(r *wire.Reader, w *wire.Writer, first bool) *wire.Goodbye {
+			t.Helper()
+			answered := false
+			for {
+				msg, err := r.Read()
+				if err != nil {
+					t.Fatalf("the connection ended without GOODBYE: %v", err)
 				}
-				answered = true
-				if err := w.WriteData(msg.Piece, 0, make([]byte, msg.Length)); err != nil {
-					t.Fatal(err)
+				switch msg := msg.(type) {
+				case *wire.Goodbye:
+					return msg
+				case *wire.Request:
+					if answered {
+						continue
+					}
+					answered = true
+					if err := w.WriteData(msg.Piece, 0, make([]byte, msg.Length)); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Flush(); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if err := w.Flush(); err != nil {
-					t.Fatal(err)
+				if first {
+					t.Fatalf("got %T before GOODBYE", msg)
 				}
-			}
-			if first {
-				t.Fatalf("got %T before GOODBYE", msg)
 			}
 		}
-	}
-	r, w := dial()
-	if err := writeAll(w, &wire.HaveSet{Set: pieceset.Full(m.NumPieces())}, &wire.Unchoke{}); err != nil {
-		t.Fatal(err)
-	}
-	if bye := goodbye(r, w, false); bye.Reason != wire.GoodbyeCorrupt {
-		t.Errorf("after a corrupt piece: GOODBYE reason %d %q, want %d (corrupt data)", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
-	}
-	r, w = dial()
-	if bye := goodbye(r, w, true); bye.Reason != wire.GoodbyeCorrupt {
-		t.Errorf("back with the same ID: GOODBYE reason %d %q, want %d", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
-	}
-	if got := tn.nd.Stats().PeersBanned; got != 1 {
-		t.Errorf("PeersBanned = %d, want 1", got)
-	}
+		r, w := dial()
+		if err := writeAll(w, &wire.HaveSet{Set: pieceset.Full(m.NumPieces())}, &wire.Unchoke{}); err != nil {
+			t.Fatal(err)
+		}
+		if bye := goodbye(r, w, false); bye.Reason != wire.GoodbyeCorrupt {
+			t.Errorf("after a corrupt piece: GOODBYE reason %d %q, want %d (corrupt data)", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
+		}
+		r, w = dial()
+		if bye := goodbye(r, w, true); bye.Reason != wire.GoodbyeCorrupt {
+			t.Errorf("back with the same ID: GOODBYE reason %d %q, want %d", bye.Reason, bye.Text, wire.GoodbyeCorrupt)
+		}
+		if got := tn.nd.Stats().PeersBanned; got != 1 {
+			t.Errorf("PeersBanned = %d, want 1", got)
+		}
+	})
 }
 
 // oneNode starts a node of a 4-piece file (random bytes from seed), with
@@ -143,52 +148,54 @@ func dialConn(t *testing.T, ctx context.Context, h *memnet.Host, tn *testNode, m
 // HAVE of a piece the file does not have) ends that connection, and only
 // it: another neighbour connected meanwhile is still served.
 func TestMalformedFrameEndsOneConnection(t *testing.T) {
-	ctx, h, m, tn := oneNode(t, 26, true)
-	hs := func() wire.Handshake {
-		return wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
-	}
-	good, gw := dialAs(t, ctx, h, tn, m, hs())
-	if _, err := readUntil[*wire.HaveSet](good); err != nil {
-		t.Fatal(err)
-	}
-	c, bad, _ := dialConn(t, ctx, h, tn, m, hs())
-	if _, err := readUntil[*wire.HaveSet](bad); err != nil {
-		t.Fatal(err)
-	}
-	// A HAVE (type 2) of piece 0xffffffff, written raw: our own writer
-	// refuses to encode it.
-	if _, err := c.Write([]byte{0, 0, 0, 5, 2, 0xff, 0xff, 0xff, 0xff}); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	for {
-		if _, err := bad.Read(); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatal("the connection that sent a malformed frame is still open")
+	synctest.Test(t, func(t *testing.T) {
+		ctx, h, m, tn := oneNode(t, 26, true)
+		hs := func() wire.Handshake {
+			return wire.Handshake{Root: m.Root, Size: uint64(m.Size), PeerID: wire.NewPeerID()}
+		}
+		good, gw := dialAs(t, ctx, h, tn, m, hs())
+		if _, err := readUntil[*wire.HaveSet](good); err != nil {
+			t.Fatal(err)
+		}
+		c, bad, _ := dialConn(t, ctx, h, tn, m, hs())
+		if _, err := readUntil[*wire.HaveSet](bad); err != nil {
+			t.Fatal(err)
+		}
+		// A HAVE (type 2) of piece 0xffffffff, written raw: our own writer
+		// refuses to encode it.
+		if _, err := c.Write([]byte{0, 0, 0, 5, 2, 0xff, 0xff, 0xff, 0xff}); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		for {
+			if _, err := bad.Read(); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatal("the connection that sent a malformed frame is still open")
+				}
+				break
 			}
-			break
 		}
-	}
 
-	// The other neighbour: told that it lacks every piece, it is unchoked
-	// and gets the piece it asks for.
-	if err := writeAll(gw, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readUntil[*wire.Unchoke](good); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeAll(gw, &wire.Request{Piece: 1, Length: uint32(m.PieceLen(1))}); err != nil {
-		t.Fatal(err)
-	}
-	got := 0
-	for got < int(m.PieceLen(1)) {
-		msg, err := good.Read()
-		if err != nil {
-			t.Fatalf("the other neighbour, after %d bytes of piece 1: %v", got, err)
+		// The other neighbour: told that it lacks every piece, it is unchoked
+		// and gets the piece it asks for.
+		if err := writeAll(gw, &wire.HaveSet{Set: pieceset.New(m.NumPieces())}); err != nil {
+			t.Fatal(err)
 		}
-		if d, ok := msg.(*wire.Data); ok && d.Piece == 1 {
-			got += len(d.Bytes)
+		if _, err := readUntil[*wire.Unchoke](good); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := writeAll(gw, &wire.Request{Piece: 1, Length: uint32(m.PieceLen(1))}); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for got < int(m.PieceLen(1)) {
+			msg, err := good.Read()
+			if err != nil {
+				t.Fatalf("the other neighbour, after %d bytes of piece 1: %v", got, err)
+			}
+			if d, ok := msg.(*wire.Data); ok && d.Piece == 1 {
+				got += len(d.Bytes)
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/memnet"
@@ -24,64 +25,66 @@ var errGone = errors.New("gone")
 // lacks every piece, never asks for one, and closes the connection when it
 // reads a KEEPALIVE, as a host answers a write to a socket already gone.
 func TestHandOverProbe(t *testing.T) {
-	const handOverQuiet = time.Second // node's, not exported
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	nw := memnet.New()
-	data, m := testFile(t, 64*KiB, 16*KiB, 25)
-	// heard: the node's have-set came, so the node has registered the
-	// neighbour (its writer starts after that) before anything completes.
-	heard := make(chan struct{})
-	probed := make(chan time.Time, 1)
-	gone := func(s *fakeSession) error {
-		if err := s.startEmpty(); err != nil {
-			return err
+	synctest.Test(t, func(t *testing.T) {
+		const handOverQuiet = time.Second // node's, not exported
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		nw := memnet.New()
+		data, m := testFile(t, 64*KiB, 16*KiB, 25)
+		// heard: the node's have-set came, so the node has registered the
+		// neighbour (its writer starts after that) before anything completes.
+		heard := make(chan struct{})
+		probed := make(chan time.Time, 1)
+		gone := func(s *fakeSession) error {
+			if err := s.startEmpty(); err != nil {
+				return err
+			}
+			if _, err := await[*wire.HaveSet](s); err != nil {
+				return err
+			}
+			close(heard)
+			if _, err := await[*wire.KeepAlive](s); err != nil {
+				return err
+			}
+			select {
+			case probed <- time.Now():
+			default:
+			}
+			s.c.Close()
+			return errGone
 		}
-		if _, err := await[*wire.HaveSet](s); err != nil {
-			return err
+		startFake(t, ctx, nw, m, gone, func(f *fakePeer) { f.leecher = true })
+		st := openStore(t, m, data, func(int) bool { return false })
+		fetch := storeOrigin(m, st, data)
+		// The origin answers once the neighbour is connected, so that the peer
+		// completes with a neighbour to hand over to.
+		origin := func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
+			select {
+			case <-heard:
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+			return fetch(ctx, fo)
 		}
-		close(heard)
-		if _, err := await[*wire.KeepAlive](s); err != nil {
-			return err
-		}
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: 0})
+		tn.wait(t, ctx)
 		select {
-		case probed <- time.Now():
-		default:
-		}
-		s.c.Close()
-		return errGone
-	}
-	startFake(t, ctx, nw, m, gone, func(f *fakePeer) { f.leecher = true })
-	st := openStore(t, m, data, func(int) bool { return false })
-	fetch := storeOrigin(m, st, data)
-	// The origin answers once the neighbour is connected, so that the peer
-	// completes with a neighbour to hand over to.
-	origin := func(ctx context.Context, fo swarm.FetchOrigin) (int, time.Duration, error) {
-		select {
-		case <-heard:
+		case <-tn.ended:
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			t.Fatal("the peer did not leave")
 		}
-		return fetch(ctx, fo)
-	}
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: 0})
-	tn.wait(t, ctx)
-	select {
-	case <-tn.ended:
-	case <-ctx.Done():
-		t.Fatal("the peer did not leave")
-	}
-	if tn.runErr != nil {
-		t.Fatalf("Run: %v", tn.runErr)
-	}
-	left := time.Since(tn.complete)
-	select {
-	case at := <-probed:
-		t.Logf("probed %v after completion; left after %v", at.Sub(tn.complete), left)
-	default:
-		t.Fatalf("the peer left %v after completion without writing to the neighbour it waited for", left)
-	}
-	if left >= handOverQuiet {
-		t.Errorf("the peer left %v after completion: it waited handOverQuiet for a neighbour that was gone", left)
-	}
+		if tn.runErr != nil {
+			t.Fatalf("Run: %v", tn.runErr)
+		}
+		left := time.Since(tn.complete)
+		select {
+		case at := <-probed:
+			t.Logf("probed %v after completion; left after %v", at.Sub(tn.complete), left)
+		default:
+			t.Fatalf("the peer left %v after completion without writing to the neighbour it waited for", left)
+		}
+		if left >= handOverQuiet {
+			t.Errorf("the peer left %v after completion: it waited handOverQuiet for a neighbour that was gone", left)
+		}
+	})
 }

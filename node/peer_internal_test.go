@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
@@ -176,86 +177,93 @@ func testConn(t *testing.T, size int, seed byte) *connFixture {
 // connection waits ends its wait, unwritten, and the turn goes on to the
 // next in line.
 func TestTurns(t *testing.T) {
-	n := &Node{turns: NewTurns(1)}
-	conn := func(id swarm.PeerID) *peerConn {
-		c1, c2 := net.Pipe()
-		t.Cleanup(func() { c1.Close(); c2.Close() })
-		return newPeerConn(n, id, c1, wire.PeerID{}, "192.0.2.1:1")
-	}
-	a, b, c := conn(1), conn(2), conn(3)
-	ctx := t.Context()
-	type result struct {
-		t    *turn
-		stop wire.Message
-	}
-	take := func(p *peerConn, control func(wire.Message) (bool, error)) <-chan result {
-		got := make(chan result, 1)
-		go func() {
-			tn, stop, done, err := p.takeTurn(ctx, 0, control)
-			if (done || err != nil) && ctx.Err() == nil {
-				t.Errorf("takeTurn: done %v, err %v", done, err)
+	synctest.Test(t, func(t *testing.T) {
+		n := &Node{turns: NewTurns(1)}
+		conn := func(id swarm.PeerID) *peerConn {
+			c1, c2 := net.Pipe()
+			t.Cleanup(func() { c1.Close(); c2.Close() })
+			return newPeerConn(n, id, c1, wire.PeerID{}, "192.0.2.1:1")
+		}
+		a, b, c := conn(1), conn(2), conn(3)
+		ctx := t.Context()
+		type result struct {
+			t    *turn
+			stop wire.Message
+		}
+		take := func(p *peerConn, control func(wire.Message) (bool, error)) <-chan result {
+			got := make(chan result, 1)
+			go func() {
+				tn, stop, done, err := p.takeTurn(ctx, 0, control)
+				if (done || err != nil) && ctx.Err() == nil {
+					t.Errorf("takeTurn: done %v, err %v", done, err)
+				}
+				got <- result{tn, stop}
+			}()
+			return got
+		}
+		wait := func(got <-chan result, what string) result {
+			t.Helper()
+			select {
+			case r := <-got:
+				return r
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: no turn after 5 s", what)
+				return result{}
 			}
-			got <- result{tn, stop}
-		}()
-		return got
-	}
-	wait := func(got <-chan result, what string) result {
-		t.Helper()
+		}
+		// none checks that got has nothing once every goroutine of the test
+		// waits: a turn would have been given by then.
+		none := func(got <-chan result, what string) {
+			t.Helper()
+			synctest.Wait()
+			select {
+			case <-got:
+				t.Fatalf("%s got a turn while the only one is held", what)
+			default:
+			}
+		}
+
+		ta := wait(take(a, nil), "the first").t
+		ta.pause() // no stall bound while the test looks
+		written := make(chan wire.Message, 1)
+		gotB := take(b, func(m wire.Message) (bool, error) { written <- m; return false, nil })
+		b.ctrl <- &wire.Have{Piece: 3}
 		select {
-		case r := <-got:
-			return r
+		case m := <-written:
+			if h, ok := m.(*wire.Have); !ok || h.Piece != 3 {
+				t.Fatalf("wrote %#v, want the HAVE of piece 3", m)
+			}
 		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: no turn after 5 s", what)
-			return result{}
+			t.Fatal("a control frame waited with the piece for the turn")
 		}
-	}
-	none := func(got <-chan result, what string) {
-		t.Helper()
-		select {
-		case <-got:
-			t.Fatalf("%s got a turn while the only one is held", what)
-		case <-time.After(100 * time.Millisecond):
+		none(gotB, "the second")
+		gotC := take(c, nil) // in line behind b
+		none(gotC, "the third")
+		// b is choked while it waits: it leaves the line, and c is next.
+		b.ctrl <- &wire.Choke{}
+		if r := wait(gotB, "the second, choked"); r.t != nil {
+			t.Fatal("the choked connection got a turn")
+		} else if _, ok := r.stop.(*wire.Choke); !ok {
+			t.Fatalf("the wait ended with %#v, want the CHOKE", r.stop)
 		}
-	}
+		none(gotC, "the third")
+		start := time.Now() // c's turn, and its stall bound, start after this
+		ta.done()
+		ta.done()
+		tc := wait(gotC, "the third, after the first gave its turn back").t
 
-	ta := wait(take(a, nil), "the first").t
-	ta.pause() // no stall bound while the test looks
-	written := make(chan wire.Message, 1)
-	gotB := take(b, func(m wire.Message) (bool, error) { written <- m; return false, nil })
-	b.ctrl <- &wire.Have{Piece: 3}
-	select {
-	case m := <-written:
-		if h, ok := m.(*wire.Have); !ok || h.Piece != 3 {
-			t.Fatalf("wrote %#v, want the HAVE of piece 3", m)
+		// tc makes no progress: its turn comes back by itself, turnStall
+		// after it was given (the bubble's clock moves only when every
+		// goroutine waits, so the stall bound is exact).
+		td := wait(take(a, nil), "a fourth, while the holder is stalled").t
+		if took := time.Since(start); took != turnStall {
+			t.Errorf("the stalled turn came back after %v, want turnStall (%v)", took, turnStall)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a control frame waited with the piece for the turn")
-	}
-	none(gotB, "the second")
-	gotC := take(c, nil) // in line behind b
-	none(gotC, "the third")
-	// b is choked while it waits: it leaves the line, and c is next.
-	b.ctrl <- &wire.Choke{}
-	if r := wait(gotB, "the second, choked"); r.t != nil {
-		t.Fatal("the choked connection got a turn")
-	} else if _, ok := r.stop.(*wire.Choke); !ok {
-		t.Fatalf("the wait ended with %#v, want the CHOKE", r.stop)
-	}
-	none(gotC, "the third")
-	start := time.Now() // c's turn, and its stall bound, start after this
-	ta.done()
-	ta.done()
-	tc := wait(gotC, "the third, after the first gave its turn back").t
-
-	// tc makes no progress: its turn comes back by itself.
-	td := wait(take(a, nil), "a fourth, while the holder is stalled").t
-	if took := time.Since(start); took < turnStall*9/10 {
-		t.Errorf("the stalled turn came back after %v, before turnStall (%v)", took, turnStall)
-	}
-	td.pause()
-	tc.done() // already given back by the stall: nothing more
-	none(take(b, nil), "a fifth")
-	td.done()
+		td.pause()
+		tc.done() // already given back by the stall: nothing more
+		none(take(b, nil), "a fifth")
+		td.done()
+	})
 }
 
 // TestTurnsByRank: a turn that comes free goes to the waiting piece of the

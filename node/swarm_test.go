@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/memnet"
@@ -62,22 +63,24 @@ func layerSources(results []peerResult) map[string]int {
 // TestSwarmMemnet is TestSwarmLoopback over the in-memory network, with
 // capped links and some latency (peers stay a second, as there).
 func TestSwarmMemnet(t *testing.T) {
-	const peers, size, rate = 20, 4 * MiB, 2 * MiB
-	ctx := testContext(t)
-	nw := memNetwork{memnet.New()}
-	o := startOrigin(t, originConfig{size: size, seed: 2, rate: rate, net: nw})
-	link := memnet.HostConfig{Up: 4 * MiB, Down: 16 * MiB, Latency: 5 * time.Millisecond}
-	results := runSwarm(ctx, t, o, nw, peers, func(int) peerConfig { return peerConfig{link: link, seedTime: time.Second} })
-	checkAll(t, o, results)
-	logPeers(t, results)
-	sent := o.metric("stampede_origin_bytes_sent_total")
-	s := summarize(results)
-	ost := o.stats()
-	t.Logf("%d peers, %d MiB at %d MiB/s from the origin: origin sent %.2f× the file (%d file GETs, %v); %v",
-		peers, size/MiB, rate/MiB, sent/size, ost.gets, ost.status, s)
-	if sent > 1.5*size {
-		t.Errorf("the origin sent %.2f× the file, want at most 1.5×", sent/size)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const peers, size, rate = 20, 4 * MiB, 2 * MiB
+		ctx := testContext(t)
+		nw := memNetwork{memnet.New()}
+		o := startOrigin(t, originConfig{size: size, seed: 2, rate: rate, net: nw})
+		link := memnet.HostConfig{Up: 4 * MiB, Down: 16 * MiB, Latency: 5 * time.Millisecond}
+		results := runSwarm(ctx, t, o, nw, peers, func(int) peerConfig { return peerConfig{link: link, seedTime: time.Second} })
+		checkAll(t, o, results)
+		logPeers(t, results)
+		sent := o.metric("stampede_origin_bytes_sent_total")
+		s := summarize(results)
+		ost := o.stats()
+		t.Logf("%d peers, %d MiB at %d MiB/s from the origin: origin sent %.2f× the file (%d file GETs, %v); %v",
+			peers, size/MiB, rate/MiB, sent/size, ost.gets, ost.status, s)
+		if sent > 1.5*size {
+			t.Errorf("the origin sent %.2f× the file, want at most 1.5×", sent/size)
+		}
+	})
 }
 
 func logPeers(t *testing.T, results []peerResult) {
