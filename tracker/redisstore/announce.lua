@@ -30,8 +30,8 @@ local expired = expire(sw)
 local seen = num(redis.call('ZSCORE', sw.p, id))
 local old = seen and redis.call('HGET', sw.i, id)
 
-local function answer(kind, stopped, full, peers, n)
-	local n, c = size(sw, n)
+local function answer(kind, stopped, full, peers)
+	local n, c = size(sw)
 	flush(sw)
 	return { kind, n, c, stopped, expired, full, idle, limit, peers }
 end
@@ -43,7 +43,7 @@ if event == 'stopped' then
 		local _, oldIP = info(old)
 		if oldIP == ip then
 			redis.call('ZREM', sw.p, id)
-			removePeer(sw, id)
+			setPeer(sw, id, old, nil)
 			local x = stops(sw, bucket(now))
 			redis.call('INCR', x)
 			expiring(x)
@@ -66,53 +66,17 @@ if seen and now - seen < GAP and (event ~= 'completed' or (old and string.sub(ol
 	return answer(1, 0, 0, cached(sw))
 end
 
-local n = redis.call('ZCARD', sw.p)
 local full = 0
-if not seen then
-	if n >= capacity then
-		local gone = redis.call('ZPOPMIN', sw.p)
-		removePeer(sw, gone[1])
-		sw.w.ovf = now
-		full = 1
-	else
-		n = n + 1
-	end
+if not old and sw.n >= capacity then
+	local gone = redis.call('ZPOPMIN', sw.p)
+	setPeer(sw, gone[1], redis.call('HGET', sw.i, gone[1]), nil)
+	sw.w.ovf = now
+	full = 1
 end
-redis.call('ZADD', sw.p, now, id)
-local v = seeding .. '|' .. ip .. '|' .. port
-if v ~= old then
-	-- New, or moved (a new address: the latest announce is where it can
-	-- be reached), or now a seed.
-	if n == 1 and not seen then
-		-- The first peer: the hash also gets a field longer than Redis
-		-- keeps in a compact (listpack) hash, whose lookups scan every
-		-- field, so that it is a hash table from the start.
-		redis.call('HSET', sw.i, id, v, '~', PAD)
-	else
-		redis.call('HSET', sw.i, id, v)
-	end
-	local wasSeed, wasReachable = false, false
-	if old then
-		local c, _, p = info(old)
-		wasSeed, wasReachable = c == '1', p ~= '0'
-	end
-	local isSeed, reachable = seeding == '1', port ~= '0'
-	local function move(set, was, is)
-		if is and not was then
-			redis.call('SADD', set, id)
-			expiring(set)
-		elseif was and not is then
-			redis.call('SREM', set, id)
-		end
-	end
-	move(sw.s, wasSeed, isSeed)
-	move(sw.rs, wasSeed and wasReachable, isSeed and reachable)
-	move(sw.r, wasReachable, reachable)
-	if n == 1 and not seen then
-		expiring(sw.p)
-		expiring(sw.i)
-	end
-end
+if redis.call('ZADD', sw.p, now, id) == 1 and sw.n == 0 then expiring(sw.p) end
+-- New, or moved (a new address: the latest announce is where it can be
+-- reached), or now a seed.
+setPeer(sw, id, old or nil, seeding .. '|' .. ip .. '|' .. port)
 if event == 'started' then
 	if redis.call('LPUSH', sw.a, id) > ARRIVALS then
 		redis.call('LTRIM', sw.a, 0, ARRIVALS - 1)
@@ -134,6 +98,4 @@ if redis.call('PFADD', h, redis.sha1hex(secret .. id)) == 1 then
 	expiring(h)
 end
 touch(sw)
-local size, complete = size(sw, n)
-flush(sw)
-return { 0, size, complete, 0, expired, full, idle, limit, pick(sw, id, numwant, complete) }
+return answer(0, 0, full, pick(sw, id, numwant))

@@ -229,6 +229,27 @@ func TestKeysBounded(t *testing.T) {
 			t.Errorf("%s: %d bytes", k, n)
 		}
 	}
+	// The counts the scripts keep agree with the table.
+	for name := range swarms {
+		base := DefaultPrefix + "{" + name + "}"
+		n, c := 0, 0
+		for id, v := range rdb.HGetAll(ctx, base+":i").Val() {
+			if id == "~" {
+				continue
+			}
+			n++
+			if strings.HasPrefix(v, "1|") {
+				c++
+			}
+			if _, err := rdb.ZScore(ctx, base+":p", id).Result(); err != nil {
+				t.Errorf("%s: %s has a row, not a place in the table: %v", name, id, err)
+			}
+		}
+		meta := rdb.HMGet(ctx, base+":m", "n", "c").Val()
+		if fmt.Sprint(meta[0]) != strconv.Itoa(n) || fmt.Sprint(meta[1]) != strconv.Itoa(c) || rdb.ZCard(ctx, base+":p").Val() != int64(n) {
+			t.Errorf("%s: counts %v, table of %d with %d seeds (zset %d)", name, meta, n, c, rdb.ZCard(ctx, base+":p").Val())
+		}
+	}
 	if len(swarms) > maxSwarms {
 		t.Errorf("keys of %d swarms, at most %d allowed: %v", len(swarms), maxSwarms, swarms)
 	}

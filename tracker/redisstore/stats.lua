@@ -9,9 +9,8 @@ for _, name in ipairs(names) do
 	local sw = open(name)
 	readMeta(sw)
 	expired = expired + expire(sw)
-	local n = redis.call('ZCARD', sw.p)
-	peers = peers + n
-	estimated = estimated + size(sw, n)
+	peers = peers + sw.n
+	estimated = estimated + size(sw)
 	flush(sw)
 end
 return { #names, peers, estimated, expired, idle }

@@ -66,23 +66,26 @@ local function open(name)
 		name = name, base = b,
 		p = b .. ':p',   -- ZSET id -> last seen: the table
 		i = b .. ':i',   -- HASH id -> "complete|ip|port"
-		s = b .. ':s',   -- SET ids of seeds
-		rs = b .. ':rs', -- SET ids of seeds that accept connections
-		r = b .. ':r',   -- SET ids of peers that accept connections
+		rs = b .. ':rs', -- SET "id|complete|ip|port" of reachable seeds
+		r = b .. ':r',   -- SET "id|complete|ip|port" of reachable peers
 		a = b .. ':a',   -- LIST latest arrivals, newest first
 		d = b .. ':d',   -- ZSET "id|ip" -> when it said stopped
-		m = b .. ':m',   -- HASH tt, ovf, est, estb, esta, dn, arr, cache, cat
+		m = b .. ':m',   -- HASH n, c, tt, ovf, est, estb, esta, dn, arr,
+		                 -- cache, cat
 		w = {},
 	}
 end
 
-local META = { 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr' }
+local META = { 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr' }
 
 -- readMeta reads the meta fields the decisions need (not the cached list).
 local function readMeta(sw)
 	local v = redis.call('HMGET', sw.m, unpack(META))
 	sw.meta = {}
 	for j, f in ipairs(META) do sw.meta[f] = num(v[j]) end
+	-- The table's size and its seeds, kept here to spare two calls an
+	-- announce; every change to the table goes through add and remove.
+	sw.n, sw.c = sw.meta.n or 0, sw.meta.c or 0
 end
 
 -- flush writes the meta fields set in sw.w, in one call.
@@ -101,7 +104,7 @@ local function stops(sw, b) return sw.base .. ':x:' .. string.format('%d', b) en
 
 local function drop(sw)
 	local cur = bucket(now)
-	local ks = { sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d, sw.m }
+	local ks = { sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d, sw.m }
 	for j = 0, KEPT_BUCKETS - 1 do
 		ks[#ks + 1] = hll(sw, cur - j)
 		ks[#ks + 1] = stops(sw, cur - j)
@@ -114,7 +117,7 @@ end
 local function touch(sw)
 	local tt = sw.meta.tt
 	if tt and now >= tt and now - tt < interval then return end
-	for _, k in ipairs({ sw.p, sw.i, sw.s, sw.rs, sw.r, sw.a, sw.d }) do
+	for _, k in ipairs({ sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d }) do
 		redis.call('PEXPIRE', k, ttl)
 	end
 	sw.w.tt = now
@@ -140,12 +143,45 @@ local function info(v)
 	return c, ip, port
 end
 
--- removePeer takes id out of the table (ZREM it first unless popped).
-local function removePeer(sw, id)
-	redis.call('HDEL', sw.i, id)
-	redis.call('SREM', sw.s, id)
-	redis.call('SREM', sw.rs, id)
-	redis.call('SREM', sw.r, id)
+-- setPeer records that the peer id, in the table with the info old ("c|ip|
+-- port", or nil if it was not), now has the info v (nil: it is gone):
+-- its row, the sets it is picked from, the counts. The caller keeps the
+-- ZSET of the table.
+local function setPeer(sw, id, old, v)
+	if old == v then return end
+	local oc, nc, oport, nport, _ = '0', '0', '0', '0', nil
+	if old then oc, _, oport = info(old) end
+	if v then nc, _, nport = info(v) end
+	if old and oport ~= '0' then
+		redis.call('SREM', sw.r, id .. '|' .. old)
+		if oc == '1' then redis.call('SREM', sw.rs, id .. '|' .. old) end
+	end
+	if v and nport ~= '0' then
+		redis.call('SADD', sw.r, id .. '|' .. v)
+		expiring(sw.r)
+		if nc == '1' then
+			redis.call('SADD', sw.rs, id .. '|' .. v)
+			expiring(sw.rs)
+		end
+	end
+	if v then
+		if not old and sw.n == 0 then
+			-- The first peer: the hash also gets a field longer than
+			-- Redis keeps in a compact (listpack) hash, whose lookups
+			-- scan every field, so that it is a hash table from the start.
+			redis.call('HSET', sw.i, id, v, '~', PAD)
+			expiring(sw.i)
+		else
+			redis.call('HSET', sw.i, id, v)
+		end
+	else
+		redis.call('HDEL', sw.i, id)
+	end
+	if not old then sw.n = sw.n + 1 end
+	if not v then sw.n = sw.n - 1 end
+	if oc == '1' then sw.c = sw.c - 1 end
+	if nc == '1' then sw.c = sw.c + 1 end
+	sw.w.n, sw.w.c = sw.n, sw.c
 end
 
 -- expire removes the peers not heard from for EXPIRY and returns how many.
@@ -153,7 +189,10 @@ local function expire(sw)
 	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
 	if #gone > 0 then
 		redis.call('ZREMRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
-		for _, id in ipairs(gone) do removePeer(sw, id) end
+		local infos = redis.call('HMGET', sw.i, unpack(gone))
+		for j, id in ipairs(gone) do
+			if infos[j] then setPeer(sw, id, infos[j], nil) end
+		end
 	end
 	return #gone
 end
@@ -194,11 +233,10 @@ end
 
 -- size estimates the peers in the swarm and the seeds among them: the
 -- table's counts while it holds everyone, the estimator's once it
--- overflowed (within EXPIRY). n is the table's size, when known.
-local function size(sw, n)
-	n = n or redis.call('ZCARD', sw.p)
+-- overflowed (within EXPIRY).
+local function size(sw)
+	local n, c = sw.n, sw.c
 	if n == 0 then return 0, 0 end
-	local c = redis.call('SCARD', sw.s)
 	local ovf = sw.w.ovf or sw.meta.ovf
 	if not ovf or now - ovf >= EXPIRY then return n, c end
 	local est = math.max(n, math.floor(estimate(sw) + 0.5))
@@ -207,47 +245,42 @@ end
 
 -- pick chooses up to want peers that accept connections, never asker:
 -- seeds first (at random), then the latest arrivals, then others at
--- random. It returns them as lines "id|complete|ip|port". seeds is how
--- many the table holds, when known (0 spares a call).
-local function pick(sw, asker, want, seeds)
+-- random. It returns them as lines "id|complete|ip|port".
+local function pick(sw, asker, want)
 	local out, chosen = {}, {}
 	local function takeRandom(set)
 		-- want+1 distinct members leave want once the asker is out;
 		-- those already taken come back too, so ask for them as well.
 		local cand = redis.call('SRANDMEMBER', set, want + 1 + #out)
 		shuffle(cand)
-		for _, id in ipairs(cand) do
+		for _, line in ipairs(cand) do
 			if #out >= want then return end
+			local id = string.sub(line, 1, 32)
 			if not chosen[id] and id ~= asker then
 				chosen[id] = true
-				out[#out + 1] = id
+				out[#out + 1] = line
 			end
 		end
 	end
-	if seeds ~= 0 then takeRandom(sw.rs) end
+	if sw.c > 0 then takeRandom(sw.rs) end
 	-- Arrivals older than EXPIRY have all expired: no need to look.
 	local arrivedAt = sw.w.arr or sw.meta.arr
 	if #out < want and arrivedAt and now - arrivedAt < EXPIRY then
 		local arr = redis.call('LRANGE', sw.a, 0, ARRIVALS - 1)
 		if #arr > 0 then
-			local in_ = redis.call('SMISMEMBER', sw.r, unpack(arr))
+			local infos = redis.call('HMGET', sw.i, unpack(arr))
 			for j, id in ipairs(arr) do
 				if #out >= want then break end
-				if in_[j] == 1 and not chosen[id] and id ~= asker then
+				local v = infos[j]
+				if v and not chosen[id] and id ~= asker and string.sub(v, -2) ~= '|0' then
 					chosen[id] = true
-					out[#out + 1] = id
+					out[#out + 1] = id .. '|' .. v
 				end
 			end
 		end
 	end
 	if #out < want then takeRandom(sw.r) end
-	if #out == 0 then return '' end
-	local infos = redis.call('HMGET', sw.i, unpack(out))
-	local lines = {}
-	for j, id in ipairs(out) do
-		if infos[j] then lines[#lines + 1] = id .. '|' .. infos[j] end
-	end
-	return table.concat(lines, '\n')
+	return table.concat(out, '\n')
 end
 
 -- cached returns the list picked for nobody in particular, refreshed at
