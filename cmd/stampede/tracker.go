@@ -34,6 +34,9 @@ func openStore(ctx context.Context, url string, limits tracker.Limits) (tracker.
 	if _, err := redisstore.ParseURL(url); err != nil {
 		return nil, nil, usageErrorf("--store %q: %v", url, err)
 	}
+	// Store failures are logged by the tracker; go-redis would log them
+	// again, on stderr, its own way.
+	redisstore.DiscardClientLog()
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	st, err := redisstore.Open(ctx, url, redisstore.Config{Limits: limits})

@@ -10,22 +10,29 @@
 // # Key layout
 //
 // Under a prefix (Config.Prefix, default "stampede:tracker:"), with S the
-// swarm's name "<root hex>:<size>":
+// swarm's name "<root hex>:<size>" and a peer's line "id|complete|ip|port"
+// (id in hex, complete 0 or 1, port 0 when it accepts no connections):
 //
-//	swarms           ZSET  S -> last announce (ms): the swarms, for the idle
-//	                       and MaxSwarms drops
+//	swarms           ZSET   S -> last announce (ms): the swarms, for the
+//	                        idle and MaxSwarms drops
 //	secret           STRING the key of the id hash the estimator counts
-//	{S}:p            ZSET  peer id (hex) -> last seen (ms): the table
-//	{S}:i            HASH  peer id -> "complete|ip|port"
-//	{S}:s            SET   seeds
-//	{S}:rs           SET   seeds that accept connections (port not 0)
-//	{S}:r            SET   peers that accept connections
-//	{S}:a            LIST  the 16 latest arrivals, newest first
-//	{S}:d            ZSET  "id|ip" -> when it said stopped (the 64 latest)
-//	{S}:m            HASH  overflow time, cached peer list, estimate cache
-//	{S}:h:<bucket>   HLL   keyed hashes of the ids heard from in one half
-//	                       interval
+//	{S}:p            ZSET   peer id -> last seen (ms): the table
+//	{S}:i            HASH   peer id -> "complete|ip|port" (and one padding
+//	                        field "~", which keeps it a hash table)
+//	{S}:r            SET    lines of the peers that accept connections
+//	{S}:rs           SET    lines of the seeds that accept connections
+//	{S}:a            LIST   ids of the 16 latest arrivals, newest first
+//	{S}:d            ZSET   "id|ip" -> when it said stopped (the 64 latest)
+//	{S}:m            HASH   n and c (the table's size and seeds), tt (TTLs
+//	                        renewed), ovf (last overflow), arr (last
+//	                        arrival), est, estb, esta, dn (the estimate and
+//	                        when it was made), cache and cat (the peer list
+//	                        for announces that come too soon, and its time)
+//	{S}:h:<bucket>   HLL    keyed hashes of the ids heard from in one half
+//	                        interval (bucket: ms since the epoch / half an
+//	                        interval)
 //	{S}:x:<bucket>   STRING peers that said stopped in that half interval
+//	{S}:w            HLL    scratch for merging the buckets, deleted at once
 //
 // # Bounds
 //
@@ -35,10 +42,10 @@
 // peers and the HyperLogLogs of the last seven half intervals (at most
 // 12 KiB each); at most MaxSwarms swarms are kept (a new one pushes out
 // the one idle longest). Values have fixed forms (hex ids, IP addresses,
-// ports). Every key of a swarm carries a TTL of four intervals, renewed
-// when its state changes, so what a crashed tracker leaves behind goes
-// away; the decisions themselves use only the times in the keys, passed in
-// by the tracker.
+// ports). Every key of a swarm gets a TTL of four intervals when it is
+// made, renewed once an interval while the swarm lives, so what trackers
+// that all went away leave behind goes too; the decisions themselves use
+// only the times in the keys, passed in by the tracker.
 //
 // # Failures
 //
@@ -177,6 +184,16 @@ func (s *Store) args(now time.Time, more ...any) []any {
 		1 + rand.IntN(1<<31-2),
 	}, more...)
 }
+
+// DiscardClientLog silences go-redis's own log, which writes to stderr
+// from a package-level logger: the store's errors reach the tracker's log
+// already. It sets a global of go-redis, for a program to call, not a
+// library.
+func DiscardClientLog() { redis.SetLogger(discardLog{}) }
+
+type discardLog struct{}
+
+func (discardLog) Printf(context.Context, string, ...any) {}
 
 func swarmName(root manifest.Hash, size int64) string {
 	return root.String() + ":" + strconv.FormatInt(size, 10)

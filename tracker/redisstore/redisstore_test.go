@@ -22,6 +22,11 @@ import (
 	"github.com/stampede-dev/stampede/tracker/storetest"
 )
 
+func TestMain(m *testing.M) {
+	DiscardClientLog()
+	os.Exit(m.Run())
+}
+
 // client returns a client of the Redis at url, closed when the test ends.
 func client(t testing.TB, url string) *redis.Client {
 	t.Helper()
