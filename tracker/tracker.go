@@ -31,6 +31,9 @@
 //
 // Unknown parameters are ignored; a known one that is missing, malformed or
 // repeated is answered 400 with {"error": "..."}. Any method but GET is 405.
+// A tracker whose store fails (Redis out of reach) answers 503 with a
+// Retry-After of one interval and {"error": "tracker failure: ..."}, which
+// does not say why; the peer announces again later.
 // The answer, 200 application/json:
 //
 //	{"interval": 15, "swarm_size": 1234, "complete": 87,
@@ -59,10 +62,15 @@
 // it counts exactly; past it, the HyperLogLog does. Swarms idle for 3
 // intervals are dropped, and past MaxSwarms the one idle longest goes.
 //
-// Files: tracker.go (Config, Tracker, HTTP, metrics), swarm.go (the pure
-// per-swarm core: table, picks, size), estimate.go (the swarm-size
-// estimator), query.go (the request and its parsing), client.go (the answer
-// and Announce, for peers).
+// The swarms live in a Store: MemoryStore (the default) in the process,
+// or package redisstore's in Redis, shared by several trackers. Package
+// storetest holds the behaviour both must have.
+//
+// Files: tracker.go (Config, Tracker, HTTP, metrics), store.go (the Store
+// interface), memstore.go (MemoryStore: the swarms and their idle order),
+// swarm.go (the pure per-swarm core: table, picks, size), estimate.go (the
+// swarm-size estimator), query.go (the request and its parsing), client.go
+// (the answer and Announce, for peers).
 package tracker
 
 import (
@@ -111,8 +119,10 @@ type Config struct {
 	// Limits. A store made elsewhere (package redisstore) must be given
 	// the same Limits.
 	Store Store
-	// StoreTimeout bounds a call to the store made without a caller's
-	// context (Peers, WriteMetrics). Default DefaultStoreTimeout.
+	// StoreTimeout bounds a call to the store: an announce's (a peer
+	// waiting longer is better told to come back), and those made without
+	// a caller's context (Peers, WriteMetrics). Default
+	// DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// Logger receives the tracker's log. Default: discard.
 	Logger *slog.Logger
@@ -183,7 +193,9 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := from.Addr().Unmap().WithZone("") // a zone means nothing to other hosts
-	res, err := t.AnnounceContext(r.Context(), req, netip.AddrPortFrom(ip, req.Port))
+	ctx, cancel := context.WithTimeout(r.Context(), t.cfg.StoreTimeout)
+	defer cancel()
+	res, err := t.AnnounceContext(ctx, req, netip.AddrPortFrom(ip, req.Port))
 	switch {
 	case errors.Is(err, ErrStore):
 		w.Header().Set("Retry-After", strconv.Itoa(int(t.cfg.Interval/time.Second)))

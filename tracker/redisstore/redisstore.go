@@ -142,6 +142,15 @@ func ParseURL(s string) (*redis.Options, error) {
 	if opt.WriteTimeout == 0 {
 		opt.WriteTimeout = time.Second
 	}
+	// One retry, and two dials: a Redis that is down should get the peer
+	// its tracker failure within a second or two, not after go-redis's
+	// defaults of three retries of five dials each.
+	if opt.MaxRetries == 0 {
+		opt.MaxRetries = 1
+	}
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 2
+	}
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
