@@ -50,6 +50,7 @@ type fakePeer struct {
 	getLayer atomic.Int64  // GETLAYERs read (layerLiar)
 	layers   atomic.Int64  // LAYERs read (layerGreedy)
 	requests atomic.Int64  // REQUESTs read
+	cancels  atomic.Int64  // CANCELs read (next)
 	closed   atomic.Int64  // sessions that ended with the other side closing or saying goodbye
 
 	mu       sync.Mutex // guards goodbyes
@@ -251,6 +252,8 @@ func (s *fakeSession) next() (*wire.Request, error) {
 		case *wire.Request:
 			s.f.requests.Add(1)
 			return msg, nil
+		case *wire.Cancel:
+			s.f.cancels.Add(1)
 		case *wire.Goodbye:
 			return nil, &goodbyeError{reason: msg.Reason, text: msg.Text}
 		}

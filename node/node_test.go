@@ -667,8 +667,8 @@ func TestStalledPeerRuntime(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				took, st, f := run(t, tc.serve)
-				t.Logf("with a %s staller: the last done after %v (baseline %v); it had %d connections and read %d requests; timeouts %d, queue drops %d",
-					tc.name, took, base, f.conns.Load(), f.requests.Load(), st.RequestTimeouts, st.QueueDrops)
+				t.Logf("with a %s staller: the last done after %v (baseline %v); it had %d connections and read %d requests; timeouts %d, queue drops %d; the staller read %d CANCELs",
+					tc.name, took, base, f.conns.Load(), f.requests.Load(), st.RequestTimeouts, st.QueueDrops, f.cancels.Load())
 				// Times are the bubble's: a loaded machine does not stretch
 				// them, so the second allowed is the staller's cost alone,
 				// and a loop or connection it blocked costs request
@@ -676,8 +676,14 @@ func TestStalledPeerRuntime(t *testing.T) {
 				if bound := base + time.Second; took > bound {
 					t.Errorf("with a %s staller the last downloader took %v, without %v: more than 1 s longer", tc.name, took, base)
 				}
-				if f.conns.Load() > 0 && st.RequestTimeouts == 0 {
-					t.Errorf("no request timed out: the staller's requests did not move elsewhere")
+				// Its requests move elsewhere when they time out, or, when
+				// the endgame asks the seed for the same pieces first, when
+				// they are withdrawn; which comes first depends on the order
+				// the goroutines run in. The silent staller reads the
+				// CANCELs; the deaf one shows nothing, and the bound above
+				// is what it is held to.
+				if f.requests.Load() > 0 && st.RequestTimeouts == 0 && f.cancels.Load() == 0 {
+					t.Errorf("no request timed out or was withdrawn: the staller's requests did not move elsewhere")
 				}
 			})
 		})
