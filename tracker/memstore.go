@@ -55,7 +55,7 @@ func NewMemoryStore(limits Limits, log *slog.Logger) *MemoryStore {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &MemoryStore{
-		limits: limits.withDefaults(),
+		limits: limits.WithDefaults(),
 		log:    log,
 		seed:   maphash.MakeSeed(),
 		swarms: make(map[swarmKey]*slot),

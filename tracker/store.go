@@ -50,9 +50,10 @@ type Limits struct {
 	MaxSwarms int
 }
 
-// withDefaults returns l with its zero or negative fields set to the
-// defaults, and the interval rounded up to whole seconds.
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with its zero or negative fields set to the
+// defaults, and the interval rounded up to whole seconds, as New and the
+// stores set them.
+func (l Limits) WithDefaults() Limits {
 	if l.Interval <= 0 {
 		l.Interval = DefaultInterval
 	}
@@ -65,10 +66,6 @@ func (l Limits) withDefaults() Limits {
 	}
 	return l
 }
-
-// WithDefaults returns l with its zero fields set to the defaults, as New
-// sets them: for stores built outside a Tracker.
-func (l Limits) WithDefaults() Limits { return l.withDefaults() }
 
 // ExpiryIntervals is how many intervals a peer stays after its last
 // announce, and a swarm after the last announce to it: a peer may miss two

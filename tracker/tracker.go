@@ -135,7 +135,7 @@ const DefaultStoreTimeout = 2 * time.Second
 
 // Limits returns the limits of c, with the defaults applied, for a Store.
 func (c *Config) Limits() Limits {
-	return Limits{Interval: c.Interval, MaxPeersPerSwarm: c.MaxPeersPerSwarm, MaxSwarms: c.MaxSwarms}.withDefaults()
+	return Limits{Interval: c.Interval, MaxPeersPerSwarm: c.MaxPeersPerSwarm, MaxSwarms: c.MaxSwarms}.WithDefaults()
 }
 
 // Tracker answers announces; it is an http.Handler. Create it with New.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -70,11 +71,11 @@ func TestStoreRedisServer(t *testing.T) {
 	storetest.Run(t, newStoreOn(url), storetest.Options{Crowds: []int{10, 100, 1000, 10000}})
 }
 
-// redisServer starts a redis-server for the test, on a unix socket in a
-// temporary directory (redis cannot take a listener, and port 0 means no
-// TCP port to it), and returns its URL. The server is killed when the
-// test ends. It skips the test when redis-server is not installed, unless
-// STAMPEDE_REQUIRE_REDIS=1.
+// redisServer starts a redis-server for the test on a unix socket in a
+// temporary directory (redis takes no listener, and asked for port 0 it
+// opens no TCP port at all), and returns its URL. The server is killed,
+// by its PID, when the test ends. It skips the test when redis-server is
+// not installed, unless STAMPEDE_REQUIRE_REDIS=1.
 func redisServer(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -84,15 +85,17 @@ func redisServer(t testing.TB) string {
 		}
 		t.Skipf("no redis-server (set STAMPEDE_REQUIRE_REDIS=1 to fail instead): %v", err)
 	}
-	// A unix socket path must fit in 108 bytes: t.TempDir can be long.
-	dir, err := os.MkdirTemp("", "redis")
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	if len(dir) > 90 {
+		// A unix socket's path must fit in 108 bytes.
+		if dir, err = os.MkdirTemp("", "redis"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "redis.sock")
 	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "notice")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +104,20 @@ func redisServer(t testing.TB) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	ready := make(chan struct{})
 	exited := make(chan error, 1)
-	var log strings.Builder
+	var log strings.Builder // written before exited is sent on
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			log.WriteString(sc.Text() + "\n")
+			// "The server is now ready to accept connections at PATH"
+			// (7.0), "Ready to accept connections unix" (7.2 on).
+			if strings.Contains(strings.ToLower(sc.Text()), "ready to accept connections") {
+				close(ready)
+				io.Copy(io.Discard, stdout)
+				break
+			}
 		}
 		exited <- cmd.Wait()
 	}()
@@ -114,28 +125,15 @@ func redisServer(t testing.TB) string {
 		cmd.Process.Kill() // by its PID: ours alone
 		<-exited
 	})
-	url := "unix://" + sock
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, DisableIdentity: true})
-	defer rdb.Close()
-	// Wait for the socket to answer: redis-server says nothing on a pipe
-	// when ready, so ask it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return url
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("redis-server exited: %v\n%s", err, log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer: %v", sock, err)
-		}
+	select {
+	case <-ready:
+		return "unix://" + sock
+	case err := <-exited:
+		t.Fatalf("redis-server exited: %v\n%s", err, log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("redis-server on %s did not say it was ready", sock)
 	}
+	return ""
 }
 
 func announce(t *testing.T, st tracker.Store, i int, event tracker.Event, now time.Time) tracker.Outcome {
