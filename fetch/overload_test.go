@@ -207,7 +207,7 @@ func TestOverloadedOriginSwarm(t *testing.T) {
 		d, err := New(Config{
 			URL: o.url, Output: out, Client: NewClient(4),
 			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})).With("client", i),
-			Swarm: SwarmConfig{ListenAddr: "127.0.0.1:0", SeedTime: -1, Node: node.Config{
+			Swarm: SwarmConfig{ListenAddr: "127.0.0.1:0", SeedForever: true, Node: node.Config{
 				// START only for origin fetches: see node's scenarioSwarm.
 				Swarm: swarm.Config{QuietRequests: true},
 			}},

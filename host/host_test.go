@@ -141,7 +141,7 @@ func fetcher(t *testing.T, ctx context.Context, nw *memnet.Network, h *host.Host
 	st := f.open(t, t.TempDir(), false)
 	done := make(chan struct{})
 	nd, _ := run(t, ctx, node.Config{
-		Manifest: f.m, Store: st, Listener: ln, Dial: mh.Dial, SeedTime: -1,
+		Manifest: f.m, Store: st, Listener: ln, Dial: mh.Dial, SeedForever: true,
 		OnComplete: func() error { close(done); return nil },
 	})
 	nd.AddPeers(ctx, []string{h.Addr().String()})
@@ -175,7 +175,7 @@ func TestTwoSwarmsOnePort(t *testing.T) {
 		files := []testFile{newFile(t, 200*KiB, 16*KiB, 1), newFile(t, 130*KiB, 32*KiB, 2)}
 		var seeds []<-chan error
 		for _, f := range files {
-			_, done := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+			_, done := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
 			seeds = append(seeds, done)
 		}
 		synctest.Wait() // both attached
@@ -216,7 +216,7 @@ func TestNoSuchSwarm(t *testing.T) {
 		nw := memnet.New()
 		h := startHost(t, ctx, nw, host.Config{})
 		f := newFile(t, 64*KiB, 16*KiB, 3)
-		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
 		synctest.Wait()
 
 		other := newFile(t, 64*KiB, 16*KiB, 4)
@@ -259,7 +259,7 @@ func TestNoSuchSwarm(t *testing.T) {
 			t.Errorf("Exchange: %v, want ErrWrongSwarm", err)
 		}
 
-		_, dup := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+		_, dup := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
 		if err := <-dup; !errors.Is(err, host.ErrSwarmTaken) {
 			t.Errorf("second node of the swarm: %v, want ErrSwarmTaken", err)
 		}
@@ -288,7 +288,7 @@ func TestTwentySwarms(t *testing.T) {
 		var all []fetch
 		for i := range swarms {
 			f := newFile(t, 48*KiB+i*KiB, 16*KiB, uint64(100+i))
-			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
 			synctest.Wait()
 			for range peers {
 				done, st := fetcher(t, ctx, nw, h, f, memnet.HostConfig{Latency: 2 * time.Millisecond})
@@ -322,7 +322,7 @@ func TestSharedUploadBudget(t *testing.T) {
 		h := startHost(t, ctx, nw, host.Config{UploadRate: rate})
 		files := []testFile{newFile(t, 1024*KiB, 64*KiB, 5), newFile(t, 1024*KiB, 64*KiB, 6)}
 		for _, f := range files {
-			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedTime: -1})
+			run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
 		}
 		synctest.Wait()
 		start := time.Now()
