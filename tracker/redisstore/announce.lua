@@ -19,8 +19,11 @@ local sw = open(name)
 if redis.call('ZADD', reg, now, name) == 1 then
 	idle = idle + dropIdle(16)
 	while redis.call('ZCARD', reg) > maxSwarms do
-		local old = redis.call('ZPOPMIN', reg)
-		drop(open(old[1]))
+		-- The one idle longest, never this one (a tie, a clock gone back).
+		local oldest = redis.call('ZRANGE', reg, 0, 1)
+		local victim = oldest[1] == name and oldest[2] or oldest[1]
+		redis.call('ZREM', reg, victim)
+		drop(open(victim))
 		limit = limit + 1
 	end
 end

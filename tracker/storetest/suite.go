@@ -333,6 +333,16 @@ func testSwarmsBounded(t *testing.T, newStore NewStore) {
 	if m := h.metrics(); m["stampede_tracker_swarms"] != 3 {
 		t.Errorf("after 50 more swarms: %d swarms, want 3", m["stampede_tracker_swarms"])
 	}
+
+	// A new swarm is never the one pushed out, even when all were last
+	// announced to at the same instant.
+	h = newHarness(t, newStore, tracker.Config{MaxSwarms: 1})
+	for i := range 3 {
+		h.announceTo(manifest.Hash{0xff - byte(i)}, peer(i), tracker.EventStarted, 1000, 0)
+		if res := h.announceTo(manifest.Hash{0xff - byte(i)}, peer(10+i), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 {
+			t.Errorf("swarm %d, the newest: swarm_size %d, want 2", i, res.SwarmSize)
+		}
+	}
 }
 
 // testTableBounded: a newcomer to a full table pushes out the peer seen
