@@ -197,8 +197,8 @@ func (d *Download) outputName() string {
 
 // New validates cfg and returns a Download.
 func New(cfg Config) (*Download, error) {
-	if cfg.Retries < 0 {
-		return nil, fmt.Errorf("%w: Retries must not be negative (NoRetries tries once)", ErrUsage)
+	if cfg.Retries < 0 || cfg.Swarm.SeedTime < 0 {
+		return nil, fmt.Errorf("%w: Retries and Swarm.SeedTime must not be negative (NoRetries, Swarm.SeedForever)", ErrUsage)
 	}
 	cfg.setDefaults()
 	u, err := ParseURL(cfg.URL)

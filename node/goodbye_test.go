@@ -114,7 +114,7 @@ func oneNode(t *testing.T, seed uint64, complete bool) (context.Context, *memnet
 	nw := memnet.New()
 	data, m := testFile(t, 64*KiB, 16*KiB, seed)
 	st := openStore(t, m, data, func(int) bool { return complete })
-	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedTime: -1})
+	tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, SeedForever: true})
 	return ctx, nw.Host(memnet.HostConfig{}), m, tn
 }
 

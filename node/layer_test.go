@@ -25,7 +25,7 @@ func TestLayerFromNeighbours(t *testing.T) {
 		data, m := testFile(t, 256*KiB, 16*KiB, 21)
 		m.Trackers = []string{serveTracker(t, nw)}
 		seed := openStore(t, m, data, func(int) bool { return true })
-		startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedTime: -1})
+		startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedForever: true})
 		var joiners []*testNode
 		for range 3 {
 			head := m.Head()
@@ -33,7 +33,7 @@ func TestLayerFromNeighbours(t *testing.T) {
 				t.Fatal("the head has the layer")
 			}
 			st := openStore(t, head, data, func(int) bool { return false })
-			joiners = append(joiners, startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Trackers: m.Trackers, SeedTime: -1}))
+			joiners = append(joiners, startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Trackers: m.Trackers, SeedForever: true}))
 		}
 		for i, tn := range joiners {
 			tn.wait(t, ctx)
@@ -70,7 +70,7 @@ func TestLayerLiar(t *testing.T) {
 				return nil, errors.New("the liar's connection is still up")
 			}
 		}
-		tn := startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: origin, FetchLayer: fetchLayer, Trackers: m.Trackers, SeedForever: true})
 		tn.wait(t, ctx)
 		t.Logf("the liar's connection ended with %q after %d GETLAYERs", how, f.getLayer.Load())
 		if how != "corrupt" {
@@ -104,7 +104,7 @@ func TestLayerAskedOnce(t *testing.T) {
 		f := startFake(t, ctx, nw, m, layerGreedy, func(f *fakePeer) { f.layer = true })
 		st := openStore(t, m, data, func(int) bool { return false })
 		origin := storeOrigin(m, st, data)
-		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
 		select {
 		case how := <-f.ended:
 			t.Logf("the connection ended with %q", how)
@@ -141,7 +141,7 @@ func TestLayerGrace(t *testing.T) {
 				return m.Pieces, nil
 			}
 			start = time.Now()
-			tn = startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: storeOrigin(m, st, data), FetchLayer: fetchLayer, Trackers: m.Trackers, SeedTime: -1})
+			tn = startNode(t, ctx, nw, node.Config{Manifest: head, Store: st, Origin: storeOrigin(m, st, data), FetchLayer: fetchLayer, Trackers: m.Trackers, SeedForever: true})
 			return tn, start, calls
 		}
 

@@ -203,8 +203,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Manifest == nil || cfg.Store == nil {
 		return nil, errors.New("node: Manifest and Store are required")
 	}
-	if cfg.UploadTurns < 0 {
-		return nil, errors.New("node: UploadTurns must not be negative (NoUploadTurns sends all at once)")
+	if cfg.UploadTurns < 0 || cfg.SeedTime < 0 {
+		return nil, errors.New("node: UploadTurns and SeedTime must not be negative (NoUploadTurns, SeedForever)")
 	}
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = ":0"

@@ -184,7 +184,7 @@ func TestRejectDontHaveDropsPeer(t *testing.T) {
 		st := openStore(t, m, data, func(int) bool { return false })
 		origin := storeOrigin(m, st, data)
 		start := time.Now()
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
 		tn.wait(t, ctx)
 		took := time.Since(start)
 		var how string
@@ -298,10 +298,10 @@ func TestSimultaneousDial(t *testing.T) {
 				start := time.Now()
 				// Both register the connection they dialed first: dropping
 				// the later one on each side would drop both.
-				a := startNode(t, ctx, nw, node.Config{Manifest: &mk, Trackers: mk.Trackers, SeedTime: -1,
+				a := startNode(t, ctx, nw, node.Config{Manifest: &mk, Trackers: mk.Trackers, SeedForever: true,
 					Listener: &slowInbound{delay: 50 * time.Millisecond},
 					Store:    openStore(t, &mk, data, func(i int) bool { return i%2 == 0 })})
-				b := startNode(t, ctx, nw, node.Config{Manifest: &mk, Trackers: mk.Trackers, SeedTime: -1,
+				b := startNode(t, ctx, nw, node.Config{Manifest: &mk, Trackers: mk.Trackers, SeedForever: true,
 					Listener: &slowInbound{delay: 50 * time.Millisecond},
 					Store:    openStore(t, &mk, data, func(i int) bool { return i%2 == 1 })})
 				for _, tn := range []*testNode{a, b} {
@@ -391,7 +391,7 @@ func TestDataAfterCancel(t *testing.T) {
 		data, m := testFile(t, size, size, 13) // one piece, two DATA frames
 		f := startFake(t, ctx, nw, m, remnantSeed(data), nil)
 		st := openStore(t, m, data, func(int) bool { return false })
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1,
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedForever: true,
 			// Time the first request out quickly.
 			Swarm: swarm.Config{RequestTimeout: 300 * time.Millisecond, MinRequestTimeout: 100 * time.Millisecond}})
 		tn.wait(t, ctx)
@@ -503,7 +503,7 @@ func TestLazyHaves(t *testing.T) {
 		seed, leech := fakes[0], fakes[1]
 		st := openStore(t, m, data, func(int) bool { return false })
 		origin := storeOrigin(m, st, data)
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
 		tn.wait(t, ctx)
 
 		// batches counts the bursts in which HAVEs came (20 ms apart or more).
@@ -569,7 +569,7 @@ func TestDisconnectStuckPeer(t *testing.T) {
 		f.announce(ctx, httpClient(fh.Dial), trURL)
 		st := openStore(t, m, data, func(int) bool { return false })
 		origin := storeOrigin(m, st, data)
-		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1,
+		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true,
 			Swarm: swarm.Config{RequestTimeout: 300 * time.Millisecond, MinRequestTimeout: 100 * time.Millisecond}})
 		select {
 		case how := <-f.ended:
@@ -618,7 +618,7 @@ func TestStalledPeerRuntime(t *testing.T) {
 		// The seed's uplink takes a second or two for the file: long
 		// enough for the staller's requests to time out.
 		startNodeLink(t, ctx, nw, memnet.HostConfig{Up: 4 * MiB, Latency: 10 * time.Millisecond},
-			node.Config{Manifest: m, Trackers: m.Trackers, SeedTime: -1, Store: openStore(t, m, data, func(int) bool { return true })})
+			node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true, Store: openStore(t, m, data, func(int) bool { return true })})
 		// The downloaders start once the tracker knows the seed (the
 		// staller announced itself above, directly).
 		select {
@@ -629,7 +629,7 @@ func TestStalledPeerRuntime(t *testing.T) {
 		start := time.Now()
 		nodes := make([]*testNode, downloaders)
 		for i := range nodes {
-			nodes[i] = startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedTime: -1,
+			nodes[i] = startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true,
 				Store: openStore(t, m, data, func(int) bool { return false })})
 		}
 		var sum node.Stats
@@ -703,7 +703,7 @@ func TestChokeDropsQueuedUploads(t *testing.T) {
 		nw := memnet.New()
 		data, m := testFile(t, 40*16*KiB, 16*KiB, 16)
 		const have = 20 // the node has pieces [0, have)
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, SeedTime: -1,
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, SeedForever: true,
 			Store: openStore(t, m, data, func(i int) bool { return i < have }),
 			Swarm: swarm.Config{ChokeInterval: 200 * time.Millisecond}})
 		addr := tn.addr(t)
@@ -804,7 +804,7 @@ func TestFloodingPeer(t *testing.T) {
 		defer cancel()
 		nw := memnet.New()
 		data, m := testFile(t, 64*16*KiB, 16*KiB, 17)
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, SeedTime: -1,
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, SeedForever: true,
 			Store: openStore(t, m, data, func(i int) bool { return i < 32 }),
 			// An origin slice every 10 ms: the scheduler asks for origin
 			// fetches all through the flood.
@@ -905,7 +905,7 @@ func TestOriginInSwarmAnswer(t *testing.T) {
 			off := m.PieceOffset(f.Piece)
 			return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
 		}
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
 		tn.wait(t, ctx)
 		mu.Lock()
 		defer mu.Unlock()
@@ -1005,7 +1005,7 @@ func TestUnchokeAfterHeldHaves(t *testing.T) {
 			off := m.PieceOffset(f.Piece)
 			return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
 		}
-		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: -1,
+		startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true,
 			Swarm: swarm.Config{UploadSlots: 1, OptimisticSlots: -1}})
 
 		select {

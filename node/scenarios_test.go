@@ -269,7 +269,7 @@ func TestSeedServesWhenOriginGone(t *testing.T) {
 	defer st.Close()
 	seed, err := node.New(node.Config{
 		Manifest: m, Store: st, Trackers: m.Trackers, Listener: ln, Dial: dial, HTTPClient: client,
-		SeedTime: -1, Logger: testLogger(t, slog.LevelWarn).With("peer", "seed"),
+		SeedForever: true, Logger: testLogger(t, slog.LevelWarn).With("peer", "seed"),
 	})
 	if err != nil {
 		t.Fatal(err)

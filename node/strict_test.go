@@ -84,7 +84,7 @@ func TestStrictTFT(t *testing.T) {
 				}
 				f := startFake(t, ctx, nw, m, leech, func(f *fakePeer) { f.leecher = true })
 				st := openStore(t, m, data, func(i int) bool { return i < has })
-				startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1, Swarm: swarm.Config{StrictTFT: strict}})
+				startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedForever: true, Swarm: swarm.Config{StrictTFT: strict}})
 				var a answers
 				select {
 				case a = <-got:

@@ -55,7 +55,7 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seed := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedTime: -1, UploadTurns: 1,
+		seed := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true, UploadTurns: 1,
 			Store: openStore(t, m, data, func(int) bool { return true })})
 		asked := make(chan struct{})
 		f := newFakePeer(t, m, fln, deafRequester(asked))
@@ -74,7 +74,7 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 			t.Fatalf("the deaf peer sent %d requests (%d connections): the seed never unchoked it", f.requests.Load(), f.conns.Load())
 		}
 		start := time.Now()
-		dl := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedTime: -1,
+		dl := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true,
 			Store: openStore(t, m, data, func(int) bool { return false })})
 		dl.wait(t, ctx)
 		t.Logf("the downloader had the file from the seed after %v", time.Since(start))

@@ -25,7 +25,7 @@ func TestUploadLimit(t *testing.T) {
 			data, m := testFile(t, 256*KiB, 16*KiB, 27)
 			m.Trackers = []string{serveTracker(t, nw)}
 			seed := openStore(t, m, data, func(int) bool { return true })
-			startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedTime: -1, UploadLimit: limit})
+			startNode(t, ctx, nw, node.Config{Manifest: m, Store: seed, Trackers: m.Trackers, SeedForever: true, UploadLimit: limit})
 			st := openStore(t, m, data, func(int) bool { return false })
 			// Timed from the first piece on, so the time to join (the
 			// tracker may not know the seed yet) does not count.
@@ -35,7 +35,7 @@ func TestUploadLimit(t *testing.T) {
 					first = time.Now()
 				}
 			}
-			tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedTime: -1, OnPiece: onPiece})
+			tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Trackers: m.Trackers, SeedForever: true, OnPiece: onPiece})
 			tn.wait(t, ctx)
 			return tn.complete.Sub(first)
 		}
