@@ -7,6 +7,6 @@ if not redis.call('ZSCORE', reg, sw.name) then return {} end
 readMeta(sw)
 local expired = expire(sw)
 local list = cached(sw)
-local n, c = size(sw)
+local n, c = size(sw, true)
 flush(sw)
 return { n, c, expired, list }

@@ -233,13 +233,15 @@ end
 
 -- size estimates the peers in the swarm and the seeds among them: the
 -- table's counts while it holds everyone, the estimator's once it
--- overflowed (within EXPIRY).
-local function size(sw)
+-- overflowed (within EXPIRY). With lastEstimate, the estimator's last
+-- count is taken as it is, however old.
+local function size(sw, lastEstimate)
 	local n, c = sw.n, sw.c
 	if n == 0 then return 0, 0 end
 	local ovf = sw.w.ovf or sw.meta.ovf
 	if not ovf or now - ovf >= EXPIRY then return n, c end
-	local est = math.max(n, math.floor(estimate(sw) + 0.5))
+	local e = lastEstimate and (sw.meta.est or 0) or estimate(sw)
+	local est = math.max(n, math.floor(e + 0.5))
 	return est, math.floor(est * c / n + 0.5)
 end
 
