@@ -199,14 +199,15 @@ end
 
 -- estimate returns the distinct peers heard from over the last 1.5 to 2
 -- intervals, less those that said stopped. It is recomputed when the
--- window moved, or its registers changed more than 1/8 of the last
--- estimate times or a second ago: merging the buckets is the costliest
--- call a script makes.
+-- window moved (every half interval), or its registers changed more than
+-- 1/16 of the last estimate times (or 16 times, for a small one) since:
+-- merging the buckets is the costliest call a script makes, and an
+-- attacker could have many swarms overflow.
 local function estimate(sw)
 	local cur = bucket(now)
 	local m = sw.meta
 	local est, dn = m.est, sw.w.dn or m.dn or 0
-	if est and m.estb == cur and (dn == 0 or (dn * 8 < est and now >= m.esta and now - m.esta < GAP)) then
+	if est and m.estb == cur and now >= m.esta and dn * 16 < math.max(est, 16) then
 		return est
 	end
 	local hs, xs = {}, {}
