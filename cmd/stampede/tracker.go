@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/httpserve"
@@ -32,7 +33,7 @@ func openStore(ctx context.Context, url string, limits tracker.Limits) (tracker.
 		return nil, func() {}, nil
 	}
 	if _, err := redisstore.ParseURL(url); err != nil {
-		return nil, nil, usageErrorf("--store %q: %v", url, err)
+		return nil, nil, usageErrorf("--store %q: %v", redacted(url), err)
 	}
 	// Store failures are logged by the tracker; go-redis would log them
 	// again, on stderr, its own way.
@@ -44,6 +45,16 @@ func openStore(ctx context.Context, url string, limits tracker.Limits) (tracker.
 		return nil, nil, fmt.Errorf("--store: %w", err)
 	}
 	return st, func() { st.Close() }, nil
+}
+
+// redacted is a URL for messages: its password, if any, replaced by
+// "xxxxx".
+func redacted(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
 }
 
 func runTracker(ctx context.Context, e *env, args []string) error {

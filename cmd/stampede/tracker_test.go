@@ -98,6 +98,16 @@ func TestTrackerFlagErrors(t *testing.T) {
 	}
 }
 
+// TestStoreURLRedacted: a bad --store URL is named without its password.
+func TestStoreURLRedacted(t *testing.T) {
+	for _, bad := range []string{"http://u:s3cret@127.0.0.1:6379/0", "redis://u:s3cret@127.0.0.1:port/0"} {
+		code, _, stderr := runCmd(t, "tracker", "--listen", "127.0.0.1:0", "--store", bad)
+		if code != exitUsage || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%s: exit %d, %s: want a usage error without the password", bad, code, stderr)
+		}
+	}
+}
+
 func TestTrackerHelp(t *testing.T) {
 	code, stdout, _ := runCmd(t, "help", "tracker")
 	if code != exitOK {

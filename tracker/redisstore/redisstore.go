@@ -65,6 +65,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -128,6 +129,10 @@ func New(rdb *redis.Client, cfg Config) *Store {
 func ParseURL(s string) (*redis.Options, error) {
 	opt, err := redis.ParseURL(s)
 	if err != nil {
+		// net/url's errors quote the whole URL, password and all.
+		if uerr, ok := errors.AsType[*url.Error](err); ok {
+			err = uerr.Err
+		}
 		return nil, fmt.Errorf("redis store URL: %w (want redis://HOST:PORT/DB)", err)
 	}
 	// A tracker answers within a second or not at all: a peer announces
