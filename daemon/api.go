@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/internal/httpserve"
@@ -112,41 +110,22 @@ func (l *credListener) Accept() (net.Conn, error) {
 		if !ok {
 			return c, nil
 		}
-		cred, err := peerCred(uc)
-		if err == nil && admitted(cred, l.uid, l.gid) {
+		who, err := peerCred(uc)
+		if err == nil && admitted(who, l.uid, l.gid) {
 			return c, nil
 		}
-		l.log.Warn("api: caller refused", "uid", credUID(cred), "err", err)
+		l.log.Warn("api: caller refused", "uid", who.uid, "gid", who.gid, "err", err)
 		c.Close()
 	}
 }
 
-func credUID(c *unix.Ucred) int {
-	if c == nil {
-		return -1
-	}
-	return int(c.Uid)
-}
-
-func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
+// cred is who called: a unix socket peer's user and primary group.
+type cred struct{ uid, gid int }
 
 // admitted decides who may use the API: root, the daemon's user, and the
 // members (by primary group) of the socket's group.
-func admitted(c *unix.Ucred, uid, gid int) bool {
-	return c.Uid == 0 || int(c.Uid) == uid || int(c.Gid) == gid
+func admitted(c cred, uid, gid int) bool {
+	return c.uid == 0 || c.uid == uid || c.gid == gid
 }
 
 // loadToken returns the TCP API's token: the configured one, the one in
