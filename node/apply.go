@@ -110,7 +110,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 				}
 				// Refused after all: the scheduler takes back what it
 				// counted as served.
-				n.postLater(ctx, swarm.Unserved{Peer: a.Peer, Piece: a.Piece})
+				n.postLater(ctx, swarm.Unserved(a))
 			}
 		case swarm.Reject:
 			if p := n.peers[a.Peer]; p != nil {

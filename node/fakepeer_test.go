@@ -155,9 +155,6 @@ type goodbyeError struct {
 
 func (e *goodbyeError) Error() string { return "goodbye: " + e.text }
 
-// addr is where the fake peer listens.
-func (f *fakePeer) addr() string { return f.ln.Addr().String() }
-
 // startFake runs a fake peer on a host of its own, with a tracker for m
 // that it has announced to (m.Trackers names it). set, if not nil, sets
 // its switches before anyone can connect.

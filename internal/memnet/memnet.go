@@ -87,8 +87,7 @@ type Host struct {
 	latency  time.Duration
 	window   int
 
-	mu       sync.Mutex // guards nextPort
-	nextPort uint16
+	nextPort uint16 // guarded by the network's mu
 }
 
 // Host adds a host with the next free address.
