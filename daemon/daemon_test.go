@@ -502,3 +502,27 @@ func TestQueue(t *testing.T) {
 	j := td.waitState(t, second.ID, daemon.StateSeeding, 30*time.Second)
 	checkFile(t, j.Path, data[:MiB])
 }
+
+// TestSameFileTwice: the same file downloaded to a second path while the
+// first copy seeds comes from that copy, through the daemon's own peer
+// port (two nodes of one swarm in one host).
+func TestSameFileTwice(t *testing.T) {
+	data := randomBytes(2*MiB+1, 9)
+	o := startOrigin(t, 0, map[string][]byte{"twice.bin": data})
+	td := startDaemon(t, daemon.Config{})
+	ctx := t.Context()
+	first, err := td.c.Download(ctx, o.url+"/twice.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.waitState(t, first.ID, daemon.StateSeeding, 30*time.Second)
+	second, err := td.c.Download(ctx, o.url+"/twice.bin", filepath.Join(td.allow, "again.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := td.waitState(t, second.ID, daemon.StateSeeding, 30*time.Second)
+	checkFile(t, j.Path, data)
+	if j.FromPeers == 0 {
+		t.Errorf("the second copy took %d bytes from peers, want it from the first copy", j.FromPeers)
+	}
+}

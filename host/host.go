@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,8 +95,9 @@ type Host struct {
 	turns   *node.Turns
 	pending chan struct{} // a slot per handshake awaited
 
-	mu     sync.Mutex // guards the following
-	swarms map[swarmKey]*node.Node
+	mu sync.Mutex // guards the following
+	// swarms holds the nodes of each swarm, in the order they attached.
+	swarms map[swarmKey][]*node.Node
 
 	routed, noSwarm, refused, dropped atomic.Int64
 }
@@ -129,7 +131,7 @@ func New(cfg Config) (*Host, error) {
 		limit:   ratelimit.New(cfg.UploadRate),
 		turns:   turns,
 		pending: make(chan struct{}, cfg.MaxPending),
-		swarms:  map[swarmKey]*node.Node{},
+		swarms:  map[swarmKey][]*node.Node{},
 	}, nil
 }
 
@@ -207,7 +209,10 @@ func (h *Host) route(ctx context.Context, c net.Conn) {
 		return
 	}
 	h.mu.Lock()
-	n := h.swarms[swarmKey{theirs.Root, int64(theirs.Size)}]
+	var n *node.Node
+	if ns := h.swarms[swarmKey{theirs.Root, int64(theirs.Size)}]; len(ns) > 0 {
+		n = ns[0]
+	}
 	h.mu.Unlock()
 	if n == nil {
 		h.noSwarm.Add(1)
@@ -247,25 +252,26 @@ func (h *Host) UploadLimit() *ratelimit.Limiter { return h.limit }
 // Turns are the upload turns every swarm of the host shares.
 func (h *Host) Turns() *node.Turns { return h.turns }
 
-// ErrSwarmTaken: another node of the host is in that swarm.
-var ErrSwarmTaken = errors.New("host: another node is in this swarm")
-
 // Attach routes the connections for n's swarm to n until detach is called
-// (node.Node.Run does both).
+// (node.Node.Run does both). Two nodes of one swarm may be attached at
+// once (the same file downloaded to two places, or by the gateway and a
+// download): inbound connections go to the first attached, which has been
+// in the swarm longest, and the others dial out as usual, the first among
+// the peers they reach through this very host.
 func (h *Host) Attach(n *node.Node) (detach func(), err error) {
 	root, size := n.Swarm()
 	k := swarmKey{root, size}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.swarms[k] != nil {
-		return nil, fmt.Errorf("%w (root %s)", ErrSwarmTaken, root)
-	}
-	h.swarms[k] = n
+	h.swarms[k] = append(h.swarms[k], n)
 	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.swarms[k] == n {
+		ns := slices.DeleteFunc(h.swarms[k], func(x *node.Node) bool { return x == n })
+		if len(ns) == 0 {
 			delete(h.swarms, k)
+		} else {
+			h.swarms[k] = ns
 		}
 	}, nil
 }

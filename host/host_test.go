@@ -207,8 +207,7 @@ func TestTwoSwarmsOnePort(t *testing.T) {
 }
 
 // TestNoSuchSwarm: a handshake for a root the host does not hold gets a
-// handshake of no swarm and GOODBYE 11; a second node of a swarm already
-// held does not run.
+// handshake of no swarm and GOODBYE 11.
 func TestNoSuchSwarm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -258,14 +257,49 @@ func TestNoSuchSwarm(t *testing.T) {
 		if _, err := wire.Exchange(ctx, c2, mine); !errors.Is(err, wire.ErrWrongSwarm) {
 			t.Errorf("Exchange: %v, want ErrWrongSwarm", err)
 		}
-
-		_, dup := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
-		if err := <-dup; !errors.Is(err, host.ErrSwarmTaken) {
-			t.Errorf("second node of the swarm: %v, want ErrSwarmTaken", err)
-		}
 		cancel()
 		if err := <-seedDone; err != nil {
 			t.Errorf("seed: %v", err)
+		}
+	})
+}
+
+// TestTwoNodesOneSwarm: a second node of a swarm the host holds already
+// (the same file downloaded to a second place) runs too, and gets the file
+// from the first through the host: its dial of the host's own address is
+// routed to the first node, which has been in the swarm longer.
+func TestTwoNodesOneSwarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		f := newFile(t, 200*KiB, 16*KiB, 8)
+		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
+		synctest.Wait()
+		st := f.open(t, t.TempDir(), false)
+		done := make(chan struct{})
+		second, secondDone := run(t, ctx, node.Config{Manifest: f.m, Store: st, Host: h, SeedForever: true,
+			OnComplete: func() error { close(done); return nil }})
+		synctest.Wait()
+		if got := h.Stats().Swarms; got != 1 {
+			t.Errorf("Swarms = %d, want 1 (two nodes of one swarm)", got)
+		}
+		second.AddPeers(ctx, []string{h.Addr().String()})
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the second node is not complete after a minute")
+		}
+		checkStore(t, st, f)
+		if s := second.Stats(); s.BytesFromPeers < int64(len(f.data)) {
+			t.Errorf("the second node got %d bytes from peers, want the whole file", s.BytesFromPeers)
+		}
+		cancel()
+		for _, d := range []<-chan error{seedDone, secondDone} {
+			if err := <-d; err != nil {
+				t.Errorf("node: %v", err)
+			}
 		}
 	})
 }
