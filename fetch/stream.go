@@ -299,7 +299,7 @@ func (o *plainOut) open(in *originclient.Resource) error {
 			resume = false
 		}
 	}
-	flags := os.O_RDWR | os.O_CREATE
+	flags := os.O_RDWR | os.O_CREATE | store.NoFollow
 	if !resume {
 		flags |= os.O_TRUNC
 	}
@@ -309,7 +309,7 @@ func (o *plainOut) open(in *originclient.Resource) error {
 	}
 	o.f = f
 	mb, _ := json.Marshal(meta)
-	if err := os.WriteFile(cfg.Output+metaSuffix, mb, 0o644); err != nil {
+	if err := writeNoFollow(cfg.Output+metaSuffix, mb); err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
 	}
 	if resume {
@@ -393,4 +393,15 @@ func (o *plainOut) close() {
 	if o.f != nil {
 		o.f.Close()
 	}
+}
+
+// writeNoFollow is os.WriteFile that never writes through a symbolic link
+// at path.
+func writeNoFollow(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|store.NoFollow, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
 }

@@ -18,7 +18,7 @@ const directAlign = 4096
 // bandwidth (the single largest cost of a loopback download) for nothing,
 // and leaves gigabytes of dirty pages for the final fsync to flush.
 func openDirect(path string) *os.File {
-	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_DIRECT, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_DIRECT|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil
 	}

@@ -45,7 +45,9 @@ type File struct {
 // onVerify, if set, is called after each piece checked during resume, for
 // progress display.
 func Open(final string, m *manifest.Manifest, resume bool, onVerify func(done, total int)) (*File, error) {
-	flags := os.O_RDWR | os.O_CREATE
+	// A symbolic link at the part file is never written through: it could
+	// point anywhere the process may write.
+	flags := os.O_RDWR | os.O_CREATE | NoFollow
 	if !resume {
 		flags |= os.O_TRUNC
 	}
@@ -81,14 +83,27 @@ func Open(final string, m *manifest.Manifest, resume bool, onVerify func(done, t
 // verified as they are read (ReadPiece), so a file that differs from m is
 // never passed on, however it differs.
 func OpenComplete(path string, m *manifest.Manifest) (*File, error) {
-	f, err := os.Open(path)
+	// Non-blocking, so that a FIFO put in the file's place cannot hang
+	// the open; it is refused below.
+	f, err := os.OpenFile(path, os.O_RDONLY|NonBlock, 0)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	return OpenCompleteFile(f, m)
+}
+
+// OpenCompleteFile is OpenComplete of a file the caller has opened (and
+// checked); the File owns f from then on, and closes it on failure too.
+func OpenCompleteFile(f *os.File, m *manifest.Manifest) (*File, error) {
+	path := f.Name()
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("store: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("store: %s is not a regular file", path)
 	}
 	if fi.Size() != m.Size {
 		f.Close()
