@@ -1,22 +1,22 @@
 
--- announce: ARGV[6] the swarm's name, ARGV[7] the swarm cap, ARGV[8] the
--- table cap, ARGV[9] id (hex), ARGV[10] ip, ARGV[11] port, ARGV[12] "1" if
--- a seed, ARGV[13] the event, ARGV[14] numwant, ARGV[15] a new secret in
--- case there is none yet.
+-- announce: ARGV[8] the swarm's name, ARGV[9] the swarm cap, ARGV[10] the
+-- table cap, ARGV[11] id (hex), ARGV[12] ip, ARGV[13] port, ARGV[14] "1"
+-- if a seed, ARGV[15] the event, ARGV[16] numwant, ARGV[17] a key for the
+-- estimator's hash, should the swarm have none yet.
 --
 -- Returns {kind, swarm size, complete, peers stopped, expired, table full,
 -- swarms idle, limit, peers}: kind 0 peers picked for the asker, 1 rate
 -- limited, 2 late (both: the cached list), 3 stopped (no peers).
-local name, maxSwarms, capacity = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-local id, ip, port, seeding = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local event, numwant, newSecret = ARGV[13], tonumber(ARGV[14]), ARGV[15]
+local name, maxSwarms, capacity = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
+local id, ip, port, seeding = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local event, numwant, newKey = ARGV[15], tonumber(ARGV[16]), ARGV[17]
 local idle, limit = 0, 0
 
 -- The swarm. One idle for EXPIRY goes on as if new (all its peers have
 -- expired; Stats counts it dropped). A new one first sweeps away (a few)
 -- idle ones, then, past maxSwarms, pushes out the one idle longest.
 local sw = open(name)
-if redis.call('ZADD', reg, now, name) == 1 then
+if redis.call('ZADD', reg, nowS, name) == 1 then
 	idle = idle + dropIdle(16)
 	while redis.call('ZCARD', reg) > maxSwarms do
 		-- The one idle longest, never this one (a tie, a clock gone back).
@@ -28,10 +28,11 @@ if redis.call('ZADD', reg, now, name) == 1 then
 	end
 end
 
-readMeta(sw)
+local row = readMeta(sw, id)
 local expired = expire(sw)
 local seen = num(redis.call('ZSCORE', sw.p, id))
-local old = seen and redis.call('HGET', sw.i, id)
+-- The row read before expiry went is the peer's only if it is still there.
+local old = seen and row
 
 local function answer(kind, stopped, full, peers)
 	local n, c = size(sw)
@@ -47,11 +48,11 @@ if event == 'stopped' then
 		if oldIP == ip then
 			redis.call('ZREM', sw.p, id)
 			setPeer(sw, id, old, nil)
-			local x = stops(sw, bucket(now))
+			local x = stops(sw, cur)
 			redis.call('INCR', x)
 			expiring(x)
-			sw.w.dn = (sw.meta.dn or 0) + 1
-			redis.call('ZADD', sw.d, now, id .. '|' .. ip)
+			counted(sw)
+			redis.call('ZADD', sw.d, nowS, id .. '|' .. ip)
 			redis.call('ZREMRANGEBYRANK', sw.d, 0, -DEPARTURES - 1)
 			expiring(sw.d)
 			touch(sw)
@@ -76,7 +77,9 @@ if not old and sw.n >= capacity then
 	sw.w.ovf = now
 	full = 1
 end
-if redis.call('ZADD', sw.p, now, id) == 1 and sw.n == 0 then expiring(sw.p) end
+if redis.call('ZADD', sw.p, nowS, id) == 1 and sw.n == 0 then expiring(sw.p) end
+local lo = sw.w.lo or sw.meta.lo
+if sw.n == 0 or (lo and now < lo) then sw.w.lo = now end
 -- New, or moved (a new address: the latest announce is where it can be
 -- reached), or now a seed.
 setPeer(sw, id, old or nil, seeding .. '|' .. ip .. '|' .. port)
@@ -87,18 +90,20 @@ if event == 'started' then
 	expiring(sw.a)
 	sw.w.arr = now
 end
--- The estimator counts a keyed hash of the id: ids chosen to pile up in
--- one register (Redis hashes what it is given with a fixed seed) would
--- swing the estimate.
-local secret = redis.call('GET', prefix .. 'secret')
-if not secret then
-	secret = newSecret
-	redis.call('SET', prefix .. 'secret', secret)
+-- The estimator counts a hash of the id keyed by the swarm's own secret:
+-- ids chosen to pile up in one register (Redis hashes what it is given
+-- with a fixed seed) would swing the estimate. Each bucket gets its TTL
+-- when it is made.
+local key = sw.meta.k
+if not key then
+	key = newKey
+	sw.w.k = key
 end
-local h = hll(sw, bucket(now))
-if redis.call('PFADD', h, redis.sha1hex(secret .. id)) == 1 then
-	sw.w.dn = (sw.meta.dn or 0) + 1
+local h = hll(sw, cur)
+if redis.call('PFADD', h, redis.sha1hex(key .. id)) == 1 then counted(sw) end
+if sw.meta.hb ~= curS then
 	expiring(h)
+	sw.w.hb = curS
 end
 touch(sw)
 return answer(0, 0, full, pick(sw, id, numwant))

@@ -15,19 +15,22 @@
 //
 //	swarms           ZSET   S -> last announce (ms): the swarms, for the
 //	                        idle and MaxSwarms drops
-//	secret           STRING the key of the id hash the estimator counts
 //	{S}:p            ZSET   peer id -> last seen (ms): the table
-//	{S}:i            HASH   peer id -> "complete|ip|port" (and one padding
-//	                        field "~", which keeps it a hash table)
+//	{S}:i            HASH   peer id -> "complete|ip|port", one padding
+//	                        field "~" (which keeps it a hash table), and
+//	                        the swarm's own fields: n and c (the table's
+//	                        size and seeds), tt (TTLs renewed), ovf (last
+//	                        overflow), arr (last arrival), lo (no peer in
+//	                        the table was seen before), est, estb, esta,
+//	                        dn (the estimate and when it was made), hb (the
+//	                        bucket last given a TTL), k (the key of the id
+//	                        hash the estimator counts), cache and cat (the
+//	                        peer list for announces that come too soon, and
+//	                        its time)
 //	{S}:r            SET    lines of the peers that accept connections
 //	{S}:rs           SET    lines of the seeds that accept connections
 //	{S}:a            LIST   ids of the 16 latest arrivals, newest first
 //	{S}:d            ZSET   "id|ip" -> when it said stopped (the 64 latest)
-//	{S}:m            HASH   n and c (the table's size and seeds), tt (TTLs
-//	                        renewed), ovf (last overflow), arr (last
-//	                        arrival), est, estb, esta, dn (the estimate and
-//	                        when it was made), cache and cat (the peer list
-//	                        for announces that come too soon, and its time)
 //	{S}:h:<bucket>   HLL    keyed hashes of the ids heard from in one half
 //	                        interval (bucket: ms since the epoch / half an
 //	                        interval)
@@ -110,7 +113,7 @@ type Store struct {
 	limits tracker.Limits
 	prefix string
 	owned  bool   // Close closes rdb
-	secret string // the estimator's key, should Redis have none yet
+	secret string // the estimator's key for swarms this store makes
 }
 
 // New returns a Store using rdb, which stays the caller's to close.
@@ -187,16 +190,29 @@ func (s *Store) Close() error {
 	return s.rdb.Close()
 }
 
-// args returns the arguments every script takes first (swarm.lua).
+// args returns the arguments every script takes first (swarm.lua). The
+// times derived from now are worked out here, so that the scripts pass
+// them on as they are rather than format them.
 func (s *Store) args(now time.Time, more ...any) []any {
 	interval := s.limits.Interval.Milliseconds()
+	ms := now.UnixMilli()
 	return append([]any{
-		now.UnixMilli(),
+		ms,
 		interval,
 		s.prefix,
 		(tracker.ExpiryIntervals + 1) * interval, // the TTL
 		1 + rand.IntN(1<<31-2),
+		ms - tracker.ExpiryIntervals*interval,
+		floorDiv(ms, max(interval/2, 1)), // the estimator's bucket
 	}, more...)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // DiscardClientLog silences go-redis's own log, which writes to stderr

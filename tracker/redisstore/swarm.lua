@@ -11,20 +11,27 @@
 -- stored in scores and fields.
 --
 -- ARGV[1] now, ARGV[2] the interval (ms), ARGV[3] the key prefix,
--- ARGV[4] the keys' TTL (ms), ARGV[5] a random seed in [1, 2^31-2].
+-- ARGV[4] the keys' TTL (ms), ARGV[5] a random seed in [1, 2^31-2],
+-- ARGV[6] now less the expiry (3 intervals), ARGV[7] the current
+-- estimator bucket (now / half an interval): decimal integers, made by the
+-- tracker. Redis turns a Lua number into a string with a printf and a
+-- string into a number with a strtod, which cost a script more than most
+-- of the commands it calls: the times go to Redis as the strings given,
+-- and fields are written only when they change.
 
-local now = tonumber(ARGV[1])
+local nowS, ttl, cutoffS, curS = ARGV[1], ARGV[4], ARGV[6], ARGV[7]
+local now = tonumber(nowS)
 local interval = tonumber(ARGV[2])
 local prefix = ARGV[3]
-local ttl = tonumber(ARGV[4])
 local seed = tonumber(ARGV[5])
+local cutoff = tonumber(cutoffS)
+local cur = tonumber(curS)
 
-local EXPIRY = 3 * interval -- a peer, or a swarm, silent this long is gone
+local EXPIRY = now - cutoff -- a peer, or a swarm, silent this long is gone
 local GAP = 1000            -- minAnnounceGap
 local ARRIVALS = 16         -- arrivalRing
 local DEPARTURES = 64       -- stoppedRing
 local CACHED = 51           -- MaxNumWant+1: the cached list, for anyone
-local WIDTH = math.floor(interval / 2) -- of an estimator bucket
 local KEPT_BUCKETS = 7      -- buckets a key's TTL may still keep alive
 local PAD = string.rep('-', 80) -- longer than hash-max-listpack-value
 
@@ -55,56 +62,84 @@ local function num(s)
 	return nil
 end
 
-local function bucket(t) return math.floor(t / WIDTH) end
-
--- open returns the keys of the swarm named name ("<root hex>:<size>"),
--- with the fields of its meta hash read once (m) and those to write once
--- at the end (w, by flush).
+-- open returns the keys of the swarm named name ("<root hex>:<size>");
+-- readMeta reads its fields once (meta), flush writes those set in w.
 local function open(name)
 	local b = prefix .. '{' .. name .. '}'
 	return {
 		name = name, base = b,
 		p = b .. ':p',   -- ZSET id -> last seen: the table
-		i = b .. ':i',   -- HASH id -> "complete|ip|port"
+		i = b .. ':i',   -- HASH id -> "complete|ip|port", and the swarm's
+		                 -- fields (META, cache, cat)
 		rs = b .. ':rs', -- SET "id|complete|ip|port" of reachable seeds
 		r = b .. ':r',   -- SET "id|complete|ip|port" of reachable peers
 		a = b .. ':a',   -- LIST latest arrivals, newest first
 		d = b .. ':d',   -- ZSET "id|ip" -> when it said stopped
-		m = b .. ':m',   -- HASH n, c, tt, ovf, est, estb, esta, dn, arr,
-		                 -- cache, cat
 		w = {},
 	}
 end
 
-local META = { 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr' }
+-- The swarm's fields, kept in its hash next to the peers' (whose names,
+-- hex ids, are longer): n and c the table's size and seeds, tt when the
+-- TTLs were renewed, ovf the last overflow, est, estb, esta, dn the
+-- estimate and when it was made, arr the last arrival, lo a time no peer
+-- in the table was seen before (expiry has nothing to do until then), hb
+-- the estimator bucket last given a TTL, k the key of the estimator's
+-- hash of ids. The last two are kept as strings.
+local META = { 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k' }
+local NMETA = #META
 
--- readMeta reads the meta fields the decisions need (not the cached list).
-local function readMeta(sw)
-	local v = redis.call('HMGET', sw.m, unpack(META))
-	sw.meta = {}
-	for j, f in ipairs(META) do sw.meta[f] = num(v[j]) end
-	-- The table's size and its seeds, kept here to spare two calls an
-	-- announce; every change to the table goes through add and remove.
-	sw.n, sw.c = sw.meta.n or 0, sw.meta.c or 0
-end
-
--- flush writes the meta fields set in sw.w, in one call.
-local function flush(sw)
-	local args = {}
-	for f, v in pairs(sw.w) do
-		args[#args + 1] = f
-		args[#args + 1] = v
+-- readMeta reads the swarm's fields (not the cached list) and, given an
+-- id, that peer's row, in one call.
+local function readMeta(sw, id)
+	local v
+	if id then
+		v = redis.call('HMGET', sw.i, 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k', id)
+	else
+		v = redis.call('HMGET', sw.i, 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k')
 	end
-	if #args > 0 then redis.call('HSET', sw.m, unpack(args)) end
-	sw.w = {}
+	local m = {}
+	for j = 1, NMETA - 2 do
+		if v[j] then m[META[j]] = num(v[j]) end
+	end
+	m.hb, m.k = v[NMETA - 1], v[NMETA]
+	m.made = v[1] and true
+	sw.meta = m
+	-- Every change to the table goes through setPeer, which keeps these.
+	sw.n, sw.c = m.n or 0, m.c or 0
+	return v[NMETA + 1]
 end
 
-local function hll(sw, b) return sw.base .. ':h:' .. string.format('%d', b) end
-local function stops(sw, b) return sw.base .. ':x:' .. string.format('%d', b) end
+-- expiring gives a key just written the TTL, should the write have made it.
+local function expiring(k) redis.call('PEXPIRE', k, ttl) end
+
+-- flush writes the fields set in sw.w that changed, in one call; now
+-- and the current bucket go as the strings given.
+local function flush(sw)
+	local args, m = {}, sw.meta
+	for f, v in pairs(sw.w) do
+		if m[f] ~= v then
+			args[#args + 1] = f
+			args[#args + 1] = (v == now and nowS) or (v == cur and curS) or v
+			m[f] = v
+		end
+	end
+	sw.w = {}
+	if #args == 0 then return end
+	redis.call('HSET', sw.i, unpack(args))
+	-- A swarm's hash is made with its first peer, which gives it the TTL;
+	-- should fields come first, they do.
+	if not m.made then
+		m.made = true
+		expiring(sw.i)
+	end
+end
+
+local function hll(sw, b) return sw.base .. ':h:' .. (b == cur and curS or string.format('%d', b)) end
+local function stops(sw, b) return sw.base .. ':x:' .. (b == cur and curS or string.format('%d', b)) end
 
 local function drop(sw)
-	local cur = bucket(now)
-	local ks = { sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d, sw.m }
+	local ks = { sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d }
 	for j = 0, KEPT_BUCKETS - 1 do
 		ks[#ks + 1] = hll(sw, cur - j)
 		ks[#ks + 1] = stops(sw, cur - j)
@@ -117,20 +152,16 @@ end
 local function touch(sw)
 	local tt = sw.meta.tt
 	if tt and now >= tt and now - tt < interval then return end
+	sw.w.tt = now
+	flush(sw)
 	for _, k in ipairs({ sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d }) do
 		redis.call('PEXPIRE', k, ttl)
 	end
-	sw.w.tt = now
-	flush(sw)
-	redis.call('PEXPIRE', sw.m, ttl)
 end
-
--- expiring gives a key just written the TTL, should the write have made it.
-local function expiring(k) redis.call('PEXPIRE', k, ttl) end
 
 -- dropIdle drops up to max swarms no one announced to for EXPIRY.
 local function dropIdle(max)
-	local idle = redis.call('ZRANGEBYSCORE', reg, '-inf', now - EXPIRY, 'LIMIT', 0, max)
+	local idle = redis.call('ZRANGEBYSCORE', reg, '-inf', cutoffS, 'LIMIT', 0, max)
 	for _, name in ipairs(idle) do
 		drop(open(name))
 		redis.call('ZREM', reg, name)
@@ -171,6 +202,7 @@ local function setPeer(sw, id, old, v)
 			-- scan every field, so that it is a hash table from the start.
 			redis.call('HSET', sw.i, id, v, '~', PAD)
 			expiring(sw.i)
+			sw.meta.made = true
 		else
 			redis.call('HSET', sw.i, id, v)
 		end
@@ -185,16 +217,32 @@ local function setPeer(sw, id, old, v)
 end
 
 -- expire removes the peers not heard from for EXPIRY and returns how many.
+-- It looks only once the oldest could be that old: lo is never later than
+-- any last-seen time in the table (announcing moves times forward,
+-- and an announce from a clock behind moves lo back).
 local function expire(sw)
-	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
+	local lo = sw.meta.lo
+	if lo and lo > cutoff then return 0 end
+	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', cutoffS)
 	if #gone > 0 then
-		redis.call('ZREMRANGEBYSCORE', sw.p, '-inf', now - EXPIRY)
+		redis.call('ZREMRANGEBYSCORE', sw.p, '-inf', cutoffS)
 		local infos = redis.call('HMGET', sw.i, unpack(gone))
 		for j, id in ipairs(gone) do
 			if infos[j] then setPeer(sw, id, infos[j], nil) end
 		end
 	end
+	-- An empty table keeps the lo it had: whoever joins it sets lo.
+	local first = redis.call('ZRANGE', sw.p, 0, 0, 'WITHSCORES')
+	if first[2] then sw.w.lo = num(first[2]) end
 	return #gone
+end
+
+-- counted notes that the estimator's registers changed, when its last
+-- estimate could still be taken (made in this bucket): see estimate.
+local function counted(sw)
+	local m, w = sw.meta, sw.w
+	local estb = w.estb or m.estb
+	if estb and estb >= cur then w.dn = (w.dn or m.dn or 0) + 1 end
 end
 
 -- estimate returns the distinct peers heard from over the last 1.5 to 2
@@ -204,7 +252,6 @@ end
 -- merging the buckets is the costliest call a script makes, and an
 -- attacker could have many swarms overflow.
 local function estimate(sw)
-	local cur = bucket(now)
 	local m = sw.meta
 	local est, dn = m.est, sw.w.dn or m.dn or 0
 	if est and m.estb == cur and now >= m.esta and dn * 16 < math.max(est, 16) then
@@ -227,8 +274,7 @@ local function estimate(sw)
 		if v then est = est - num(v) end
 	end
 	est = math.max(0, est)
-	m.est, m.estb, m.esta, m.dn = est, cur, now, 0
-	sw.w.est, sw.w.estb, sw.w.esta, sw.w.dn = est, string.format('%d', cur), now, 0
+	sw.w.est, sw.w.estb, sw.w.esta, sw.w.dn = est, cur, now, 0
 	return est
 end
 
@@ -289,12 +335,11 @@ end
 -- cached returns the list picked for nobody in particular, refreshed at
 -- most once per GAP; the tracker leaves the asker out.
 local function cached(sw)
-	local m = redis.call('HMGET', sw.m, 'cache', 'cat')
+	local m = redis.call('HMGET', sw.i, 'cache', 'cat')
 	local cat = num(m[2])
 	if m[1] and cat and now >= cat and now - cat < GAP then return m[1] end
 	local list = pick(sw, '', CACHED)
 	sw.w.cache, sw.w.cat = list, now
 	flush(sw)
-	expiring(sw.m)
 	return list
 end
