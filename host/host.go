@@ -80,11 +80,19 @@ type Config struct {
 	// awaited (default 256); past it new ones are closed at once, so a
 	// flood of silent connections costs a bounded number of goroutines.
 	MaxPending int
-	Logger     *slog.Logger
+	// MaxPendingPerIP bounds those from one IP address (default 8); past
+	// it that address's new ones are closed at once, so that one address
+	// cannot hold every slot of MaxPending and keep the peers of every
+	// swarm out.
+	MaxPendingPerIP int
+	Logger          *slog.Logger
 }
 
-// Default of Config.MaxPending.
-const DefaultMaxPending = 256
+// Defaults of Config.MaxPending and Config.MaxPendingPerIP.
+const (
+	DefaultMaxPending      = 256
+	DefaultMaxPendingPerIP = 8
+)
 
 // Host carries the connections of many swarms. Create it with New, run
 // it with Run, and give its nodes node.Config.Host = the host.
@@ -94,6 +102,10 @@ type Host struct {
 	limit   *ratelimit.Limiter
 	turns   *node.Turns
 	pending chan struct{} // a slot per handshake awaited
+
+	pendingMu sync.Mutex // guards the following
+	// pendingBy counts the handshakes awaited by source IP (sourceIP).
+	pendingBy map[string]int
 
 	mu sync.Mutex // guards the following
 	// swarms holds the nodes of each swarm, in the order they attached.
@@ -118,6 +130,9 @@ func New(cfg Config) (*Host, error) {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
+	if cfg.MaxPendingPerIP <= 0 {
+		cfg.MaxPendingPerIP = DefaultMaxPendingPerIP
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,12 +141,13 @@ func New(cfg Config) (*Host, error) {
 		turns = nil
 	}
 	return &Host{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		limit:   ratelimit.New(cfg.UploadRate),
-		turns:   turns,
-		pending: make(chan struct{}, cfg.MaxPending),
-		swarms:  map[swarmKey][]*node.Node{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		limit:     ratelimit.New(cfg.UploadRate),
+		turns:     turns,
+		pending:   make(chan struct{}, cfg.MaxPending),
+		pendingBy: map[string]int{},
+		swarms:    map[swarmKey][]*node.Node{},
 	}, nil
 }
 
@@ -174,18 +190,58 @@ func (h *Host) acceptLoop(ctx context.Context, t Transport, wg *sync.WaitGroup) 
 			}
 			return fmt.Errorf("host: accept on %v: %w", t.Addr(), err)
 		}
-		select {
-		case h.pending <- struct{}{}:
-		default:
+		release, ok := h.reserve(sourceIP(c))
+		if !ok {
 			h.dropped.Add(1)
 			c.Close()
 			continue
 		}
 		wg.Go(func() {
-			defer func() { <-h.pending }()
+			defer release()
 			h.route(ctx, c)
 		})
 	}
+}
+
+// reserve takes a handshake slot for a connection from ip, within
+// MaxPending and MaxPendingPerIP, and returns what gives it back; ok is
+// false when either is full.
+func (h *Host) reserve(ip string) (release func(), ok bool) {
+	h.pendingMu.Lock()
+	defer h.pendingMu.Unlock()
+	if h.pendingBy[ip] >= h.cfg.MaxPendingPerIP {
+		return nil, false
+	}
+	select {
+	case h.pending <- struct{}{}:
+	default:
+		return nil, false
+	}
+	h.pendingBy[ip]++
+	return func() {
+		h.pendingMu.Lock()
+		defer h.pendingMu.Unlock()
+		if h.pendingBy[ip]--; h.pendingBy[ip] == 0 {
+			delete(h.pendingBy, ip)
+		}
+		<-h.pending
+	}, true
+}
+
+// sourceIP is the IP address c comes from, or its whole remote address
+// for a transport whose addresses have no IP.
+func sourceIP(c net.Conn) string {
+	a := c.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap().String()
+	}
+	if ip, _, err := net.SplitHostPort(a.String()); err == nil {
+		return ip
+	}
+	return a.String()
 }
 
 // route reads c's handshake and hands c to the node of its swarm, or says
@@ -283,7 +339,7 @@ type Stats struct {
 	// Routed counts connections handed to a node; NoSwarm, those that
 	// asked for a swarm the host does not hold (GOODBYE 11); Refused, those
 	// whose handshake was not a stampede one or did not come in time;
-	// Dropped, those closed unread past MaxPending.
+	// Dropped, those closed unread past MaxPending or MaxPendingPerIP.
 	Routed  int64 `json:"routed"`
 	NoSwarm int64 `json:"no_swarm"`
 	Refused int64 `json:"refused"`

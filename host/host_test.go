@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -383,6 +384,69 @@ func TestSharedUploadBudget(t *testing.T) {
 		// of the time both needed.
 		if first := min(took[0], took[1]); first < last/2 {
 			t.Errorf("one swarm done at %v, the other at %v: not sharing the budget", first, last)
+		}
+	})
+}
+
+// TestPendingPerIP: silent connections from one address hold no more than
+// MaxPendingPerIP of the handshake slots; past it that address's new
+// connections are closed at once, while a peer from another address is
+// still routed, however many the first one opens.
+func TestPendingPerIP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		f := newFile(t, 64*KiB, 16*KiB, 9)
+		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
+		synctest.Wait()
+
+		flood := nw.Host(memnet.HostConfig{})
+		dial := func() net.Conn {
+			t.Helper()
+			c, err := flood.Dial(ctx, h.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		for range host.DefaultMaxPendingPerIP {
+			dial()
+		}
+		synctest.Wait() // all accepted, their handshakes awaited
+		start := time.Now()
+		if n, err := dial().Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("past the cap: read %d bytes, %v; want EOF", n, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("past the cap the connection was closed after %v, want at once", took)
+		}
+		if got := h.Stats().Dropped; got != 1 {
+			t.Errorf("Dropped = %d, want 1", got)
+		}
+		// Enough to fill every slot of the host were they all held.
+		for range host.DefaultMaxPending {
+			dial()
+		}
+		synctest.Wait()
+
+		c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mine := wire.Handshake{Root: f.m.Root, Size: uint64(f.m.Size), PeerID: wire.NewPeerID()}
+		if _, err := wire.Exchange(ctx, c, mine); err != nil {
+			t.Fatalf("a peer from another address: %v", err)
+		}
+		if s := h.Stats(); s.Routed != 1 || s.Dropped != 1+host.DefaultMaxPending {
+			t.Errorf("stats %+v, want 1 routed and %d dropped", s, 1+host.DefaultMaxPending)
+		}
+		cancel()
+		if err := <-seedDone; err != nil {
+			t.Errorf("seed: %v", err)
 		}
 	})
 }
