@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -52,14 +53,12 @@ func (s *Server) startAPI() error {
 // stale socket of an earlier run removed first.
 func (s *Server) listenAPI() (net.Listener, error) {
 	addr := s.cfg.API
-	if !strings.Contains(addr, "/") {
-		if _, _, err := net.SplitHostPort(addr); err == nil {
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return nil, fmt.Errorf("daemon: api: %w", err)
-			}
-			return ln, nil
+	if IsTCP(addr) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: api: %w", err)
 		}
+		return ln, nil
 	}
 	if fi, err := os.Lstat(addr); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
@@ -86,6 +85,16 @@ func (s *Server) listenAPI() (net.Listener, error) {
 		}
 	}
 	return &credListener{Listener: ln, uid: os.Getuid(), gid: gid, log: s.log}, nil
+}
+
+// IsTCP reports whether an API address is HOST:PORT (TCP) rather than a
+// unix socket's path: it has no slash and splits as host and port.
+func IsTCP(addr string) bool {
+	if strings.Contains(addr, "/") {
+		return false
+	}
+	_, _, err := net.SplitHostPort(addr)
+	return err == nil
 }
 
 // credListener admits the callers the socket's permissions mean to admit,
@@ -119,13 +128,18 @@ func (l *credListener) Accept() (net.Conn, error) {
 	}
 }
 
-// cred is who called: a unix socket peer's user and primary group.
-type cred struct{ uid, gid int }
+// cred is who called: a unix socket peer's user, its primary group and
+// its supplementary groups.
+type cred struct {
+	uid, gid int
+	groups   []int
+}
 
 // admitted decides who may use the API: root, the daemon's user, and the
-// members (by primary group) of the socket's group.
+// members of the socket's group (by primary or supplementary group, as
+// the kernel admits them to a socket of mode 0660).
 func admitted(c cred, uid, gid int) bool {
-	return c.uid == 0 || c.uid == uid || c.gid == gid
+	return c.uid == 0 || c.uid == uid || c.gid == gid || slices.Contains(c.groups, gid)
 }
 
 // loadToken returns the TCP API's token: the configured one, the one in
@@ -277,8 +291,8 @@ func (s *Server) addDownload(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		apiError(w, http.StatusBadRequest, "path %q exists and is not a regular file", path)
+	if _, err := os.Lstat(path); err == nil {
+		apiError(w, http.StatusConflict, "path %q exists: the daemon never writes over a file it did not write (remove it first)", path)
 		return
 	}
 	s.add(w, &job{Job: Job{Kind: KindDownload, URL: u.String(), Path: path, Size: -1}})
@@ -331,7 +345,7 @@ func (s *Server) add(w http.ResponseWriter, j *job) {
 	}
 	j.ID, j.Added, j.State = newID(), time.Now(), StateQueued
 	s.jobs[j.ID] = j
-	s.startLocked(j)
+	s.startLocked(j, true)
 	s.persistLocked()
 	writeJSON(w, http.StatusCreated, j.live())
 }
@@ -350,11 +364,17 @@ func (s *Server) Jobs() []Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Job{}
-	for _, j := range s.jobs {
+	for _, j := range s.sortedLocked() {
 		out = append(out, j.live())
 	}
-	slices.SortFunc(out, func(a, b Job) int { return a.Added.Compare(b.Added) })
 	return out
+}
+
+// sortedLocked is the jobs, oldest first.
+func (s *Server) sortedLocked() []*job {
+	js := slices.Collect(maps.Values(s.jobs))
+	slices.SortFunc(js, func(a, b *job) int { return a.Added.Compare(b.Added) })
+	return js
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -384,6 +404,11 @@ func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return
 	}
+	if j.State == StateRemoving {
+		s.mu.Unlock()
+		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
+		return
+	}
 	ended := j.ended
 	if j.cancel != nil {
 		j.stop = StatePaused
@@ -392,13 +417,28 @@ func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 		j.State = StatePaused
 	}
 	s.mu.Unlock()
-	if ended != nil {
-		<-ended
+	if !s.wait(r, ended) {
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.persistLocked()
 	writeJSON(w, http.StatusOK, j.live())
+}
+
+// wait waits for done (nil: at once), or until the request or the daemon
+// ends (false: nothing more to answer).
+func (s *Server) wait(r *http.Request, done <-chan struct{}) bool {
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-r.Context().Done():
+	case <-s.ctx.Done():
+	}
+	return false
 }
 
 func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) {
@@ -408,16 +448,22 @@ func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		return
 	}
+	if j.State == StateRemoving {
+		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
+		return
+	}
 	if j.cancel == nil {
-		s.startLocked(j)
+		s.startLocked(j, true)
 		s.persistLocked()
 	}
 	writeJSON(w, http.StatusOK, j.live())
 }
 
 // removeJob stops a job and forgets it. With ?delete_data=true a
-// download's file (or part file) is deleted too; a seed's file, which the
-// daemon did not write, never is.
+// download's files go too: the file it published, its part file and the
+// part file's notes. A seed's file, which the daemon did not write, never
+// does. The job keeps its path (state "removing") until its run has ended
+// and its files are gone, so no new job can take the path meanwhile.
 func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 	del := false
 	if v := r.URL.Query().Get("delete_data"); v != "" {
@@ -436,34 +482,74 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return
 	}
+	if j.State == StateRemoving {
+		s.mu.Unlock()
+		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
+		return
+	}
 	if del && j.Kind == KindSeed {
 		s.mu.Unlock()
 		apiError(w, http.StatusBadRequest, "job %s seeds %s, a file the daemon did not write: it is never deleted", j.ID, j.Path)
 		return
 	}
-	delete(s.jobs, j.ID)
 	ended := j.ended
 	if j.cancel != nil {
-		j.stop = "removed"
+		j.stop = StateRemoving
 		j.cancel()
 	}
+	j.State = StateRemoving
 	s.persistLocked()
 	s.mu.Unlock()
-	if ended != nil {
-		<-ended
-	}
+
+	done := make(chan struct{})
 	res := RemoveResult{ID: j.ID, Removed: true}
-	if del {
-		for _, p := range []string{j.Path, j.Path + ".part"} {
-			if err := os.Remove(p); err == nil {
-				res.DataDeleted = true
-			} else if !errors.Is(err, os.ErrNotExist) {
-				apiError(w, http.StatusInternalServerError, "job removed, but deleting its data: %v", err)
-				return
-			}
+	var derr error
+	s.wg.Go(func() {
+		defer close(done)
+		if ended != nil {
+			<-ended
 		}
+		if del {
+			res.DataDeleted, derr = s.deleteData(j)
+		}
+		s.mu.Lock()
+		delete(s.jobs, j.ID)
+		os.Remove(s.manifestPath(j.ID))
+		s.persistLocked()
+		s.mu.Unlock()
+	})
+	if !s.wait(r, done) {
+		return
+	}
+	if derr != nil {
+		apiError(w, http.StatusInternalServerError, "job removed, but deleting its data: %v", derr)
+		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// deleteData deletes what j's download wrote: the published file (only
+// if the download published it, never a file that was there before), the
+// part file and its notes, each checked against the allowed directories
+// again. It reports whether anything was deleted.
+func (s *Server) deleteData(j *job) (bool, error) {
+	paths := []string{j.Path + ".part", j.Path + ".part.meta"}
+	if j.Completed {
+		paths = append(paths, j.Path)
+	}
+	deleted := false
+	for _, p := range paths {
+		if _, err := s.confine(p); err != nil {
+			return deleted, err
+		}
+		switch err := os.Remove(p); {
+		case err == nil:
+			deleted = true
+		case !errors.Is(err, os.ErrNotExist):
+			return deleted, err
+		}
+	}
+	return deleted, nil
 }
 
 // Stats is the answer to GET /v1/stats.

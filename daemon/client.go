@@ -27,7 +27,7 @@ type Client struct {
 // HOST:PORT with token).
 func NewClient(addr, token string) *Client {
 	c := &Client{Addr: addr, Token: token}
-	if strings.Contains(addr, "/") {
+	if !IsTCP(addr) {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		c.hc = &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", addr) },
@@ -71,7 +71,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("daemon: no answer at %s: %w", c.Addr, err)
+		return fmt.Errorf("daemon: no answer at %s (is 'stampede daemon' running?): %w", c.Addr, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

@@ -146,7 +146,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			s.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+	// 0750: the socket's group must reach the socket inside.
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("daemon: state directory: %w", err)
 	}
 	for _, d := range cfg.AllowDirs {
@@ -159,6 +160,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		r, err := filepath.EvalSymlinks(d)
 		if err != nil {
 			return nil, fmt.Errorf("daemon: allowed directory: %w", err)
+		}
+		// A download must never be able to write the daemon's own state
+		// (its jobs, its token) or its cache: no allowed directory may
+		// hold them (the default, STATE-DIR/downloads, is beside them).
+		for _, own := range []string{cfg.StateDir, cfg.CacheDir} {
+			if o, err := filepath.EvalSymlinks(own); err == nil {
+				own = o
+			}
+			if r == own || within(r, own) {
+				return nil, fmt.Errorf("daemon: allowed directory %s holds %s, which the daemon keeps for itself", d, own)
+			}
 		}
 		s.allow = append(s.allow, r)
 	}
@@ -181,6 +193,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.goServe("peers", func() error { return s.host.Run(s.ctx) })
 
+	// The saved jobs are known before the API answers, so that its first
+	// requests see them (paths taken, the bounds); they start after.
+	s.mu.Lock()
+	for _, k := range saved {
+		if k.State == StateRemoving {
+			// Removed when the daemon stopped: gone, its data kept.
+			os.Remove(s.manifestPath(k.ID))
+			continue
+		}
+		s.jobs[k.ID] = &job{Job: k}
+	}
+	s.mu.Unlock()
 	if cfg.Gateway != "" || cfg.GatewayListener != nil {
 		if err := s.startGateway(); err != nil {
 			return nil, err
@@ -191,14 +215,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-
 	s.mu.Lock()
-	for _, k := range saved {
-		j := &job{Job: k}
-		s.jobs[j.ID] = j
+	for _, j := range s.sortedLocked() {
 		switch j.State {
 		case StateQueued, StateDownloading, StateSeeding:
-			s.startLocked(j)
+			s.startLocked(j, false)
 		}
 	}
 	s.mu.Unlock()
@@ -281,7 +302,7 @@ func (s *Server) startGateway() error {
 	}
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
-		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.serveStatus), Logger: s.log.With("part", "gateway"),
+		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

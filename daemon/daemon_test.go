@@ -13,6 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +46,20 @@ func randomBytes(n int, seed uint64) []byte {
 type testOrigin struct {
 	url   string
 	files map[string][]byte
+	sent  atomic.Int64 // body bytes of GETs answered
+	close func()
+}
+
+// countingWriter counts the body bytes of an answer.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n.Add(int64(n))
+	return n, err
 }
 
 func startOrigin(t *testing.T, rate int64, files map[string][]byte) *testOrigin {
@@ -62,10 +79,18 @@ func startOrigin(t *testing.T, rate int64, files map[string][]byte) *testOrigin 
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: srv.Handler()}
+	o := &testOrigin{url: "http://" + ln.Addr().String(), files: files}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w = countingWriter{w, &o.sent}
+		}
+		srv.Handler().ServeHTTP(w, r)
+	})}
 	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close(); srv.Close() })
-	return &testOrigin{url: "http://" + ln.Addr().String(), files: files}
+	var once sync.Once
+	o.close = func() { once.Do(func() { hs.Close(); srv.Close() }) }
+	t.Cleanup(o.close)
+	return o
 }
 
 // testDaemon is a daemon with its API on a unix socket in its state
@@ -346,6 +371,11 @@ func TestRestart(t *testing.T) {
 	if err := td.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
+	part, err := os.Stat(filepath.Join(allow, "big.bin.part"))
+	if err != nil {
+		t.Fatalf("no part file after the stop: %v", err)
+	}
+	sentBefore := o.sent.Load()
 
 	td = startDaemon(t, cfg)
 	jobs, err := td.c.Jobs(ctx)
@@ -357,6 +387,11 @@ func TestRestart(t *testing.T) {
 	}
 	b := td.waitState(t, big.ID, daemon.StateSeeding, 30*time.Second)
 	checkFile(t, b.Path, data)
+	// Resumed from the part file: the origin sent well under the whole
+	// file again (at least 1 MiB was verified before the stop).
+	if again := o.sent.Load() - sentBefore; again > int64(len(data))-MiB/2 {
+		t.Errorf("after the restart the origin sent %d of %d bytes (part file %d bytes): not resumed", again, len(data), part.Size())
+	}
 	s := td.waitState(t, small.ID, daemon.StateSeeding, 10*time.Second)
 	if s.Root == "" || s.Size != 256*KiB {
 		t.Errorf("the seed after the restart: %+v", s)
@@ -498,8 +533,29 @@ func TestQueue(t *testing.T) {
 	if _, err := td.c.Download(ctx, o.url+"/q3.bin", ""); !errors.As(err, &api) || api.Status != 429 {
 		t.Errorf("a third job past MaxJobs 2: %v, want 429", err)
 	}
-	td.waitState(t, first.ID, daemon.StateSeeding, 30*time.Second)
-	j := td.waitState(t, second.ID, daemon.StateSeeding, 30*time.Second)
+	for {
+		jobs, err := td.c.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		downloading, seeding := 0, 0
+		for _, j := range jobs {
+			switch j.State {
+			case daemon.StateDownloading:
+				downloading++
+			case daemon.StateSeeding:
+				seeding++
+			}
+		}
+		if downloading > 1 {
+			t.Fatalf("%d downloads at once, MaxDownloads is 1", downloading)
+		}
+		if seeding == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	j, _ := td.c.Job(ctx, second.ID)
 	checkFile(t, j.Path, data[:MiB])
 }
 
@@ -524,5 +580,159 @@ func TestSameFileTwice(t *testing.T) {
 	checkFile(t, j.Path, data)
 	if j.FromPeers == 0 {
 		t.Errorf("the second copy took %d bytes from peers, want it from the first copy", j.FromPeers)
+	}
+}
+
+// TestRestartSeedsWithoutOrigin: a restart seeds a downloaded file from
+// the manifest kept at completion, with the origin gone.
+func TestRestartSeedsWithoutOrigin(t *testing.T) {
+	data := randomBytes(MiB+11, 10)
+	o := startOrigin(t, 0, map[string][]byte{"kept.bin": data})
+	cfg := daemon.Config{StateDir: t.TempDir(), AllowDirs: []string{filepath.Join(t.TempDir(), "dl")}}
+	td := startDaemon(t, cfg)
+	j, err := td.c.Download(t.Context(), o.url+"/kept.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = td.waitState(t, j.ID, daemon.StateSeeding, 30*time.Second)
+	if err := td.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.close()
+	td = startDaemon(t, cfg)
+	k := td.waitState(t, j.ID, daemon.StateSeeding, 10*time.Second)
+	time.Sleep(200 * time.Millisecond) // a failure would show by now
+	if k, _ = td.c.Job(t.Context(), j.ID); k.State != daemon.StateSeeding || k.Root != j.Root {
+		t.Errorf("after the restart with the origin gone: %+v, want seeding root %s", k, j.Root)
+	}
+}
+
+// TestUnsafePaths: what lies on a job's path is checked when it is used,
+// not only when the job is added: a link in the part file's place is
+// never written through, a seed's file swapped for a link or a FIFO is
+// refused at once (never followed, never waited on), and a path that
+// exists already is never written over.
+func TestUnsafePaths(t *testing.T) {
+	data := randomBytes(300*KiB, 11)
+	o := startOrigin(t, 0, map[string][]byte{"u.bin": data})
+	td := startDaemon(t, daemon.Config{})
+	ctx := t.Context()
+	outside := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(outside, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A link at the part file.
+	dest := filepath.Join(td.allow, "u.bin")
+	if err := os.Symlink(outside, dest+".part"); err != nil {
+		t.Fatal(err)
+	}
+	j, err := td.c.Download(ctx, o.url+"/u.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = td.waitState(t, j.ID, daemon.StateFailed, 10*time.Second)
+	if b, _ := os.ReadFile(outside); string(b) != "keep me" {
+		t.Fatalf("written through the link: %q", b)
+	}
+	if fi, err := os.Lstat(dest); err == nil {
+		t.Fatalf("something was published at %s: %v", dest, fi.Mode())
+	}
+
+	// A path that exists.
+	var api *daemon.APIError
+	if err := os.WriteFile(filepath.Join(td.allow, "mine.bin"), []byte("user's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.c.Download(ctx, o.url+"/u.bin", filepath.Join(td.allow, "mine.bin")); !errors.As(err, &api) || api.Status != 409 {
+		t.Errorf("download over an existing file: %v, want 409", err)
+	}
+
+	// A seed whose file is swapped, while paused, for a link out and then
+	// for a FIFO.
+	seedPath := filepath.Join(td.allow, "seeded.bin")
+	if err := os.WriteFile(seedPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := td.c.Seed(ctx, daemon.SeedRequest{Path: seedPath, URL: o.url + "/u.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeded := td.waitState(t, s.ID, daemon.StateSeeding, 10*time.Second)
+	for _, swap := range []func() error{
+		func() error { return os.Symlink(outside, seedPath) },
+		func() error { return syscall.Mkfifo(seedPath, 0o644) },
+	} {
+		if _, err := td.c.Pause(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(seedPath)
+		if err := swap(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := td.c.Resume(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		f := td.waitState(t, s.ID, daemon.StateFailed, 5*time.Second)
+		if f.Root != seeded.Root {
+			t.Errorf("the swapped file was hashed and seeded: root %s, the seed's was %s", f.Root, seeded.Root)
+		}
+		if !strings.Contains(f.Error, "symbolic link") && !strings.Contains(f.Error, "too many levels") && !strings.Contains(f.Error, "not a regular file") {
+			t.Errorf("failed with %q: want the link or the FIFO named", f.Error)
+		}
+	}
+}
+
+// TestRemoveHoldsThePath: while a job is being removed its path stays
+// taken; delete_data deletes the part file of a download that never
+// published, and nothing else.
+func TestRemoveHoldsThePath(t *testing.T) {
+	data := randomBytes(4*MiB, 12)
+	o := startOrigin(t, MiB, map[string][]byte{"r.bin": data})
+	td := startDaemon(t, daemon.Config{})
+	ctx := t.Context()
+	j, err := td.c.Download(ctx, o.url+"/r.bin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, td, j.ID, 256*KiB)
+	removed := make(chan error, 1)
+	go func() {
+		_, err := td.c.Remove(ctx, j.ID, true)
+		removed <- err
+	}()
+	// Until the removal has ended, the path is taken.
+	for {
+		_, err := td.c.Download(ctx, o.url+"/r.bin", "")
+		var api *daemon.APIError
+		if err == nil {
+			select {
+			case rerr := <-removed:
+				if rerr != nil {
+					t.Fatal(rerr)
+				}
+				// Removed before our add: fine, the add came after.
+				goto done
+			default:
+				t.Fatal("a job took the path of one being removed")
+			}
+		}
+		if !errors.As(err, &api) || api.Status != 409 {
+			t.Fatalf("re-add during the removal: %v, want 409", err)
+		}
+		select {
+		case rerr := <-removed:
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			goto done
+		default:
+		}
+	}
+done:
+	for _, p := range []string{j.Path, j.Path + ".part", j.Path + ".part.meta"} {
+		if _, err := os.Lstat(p); err == nil && p != j.Path {
+			t.Errorf("%s is still there after delete_data", p)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,6 +34,7 @@ const (
 	StateSeeding     = "seeding"     // complete, serving its swarm
 	StateComplete    = "complete"    // complete, not seeding (past MaxSeeds)
 	StateFailed      = "failed"      // ended with Error
+	StateRemoving    = "removing"    // being removed (DELETE), its run ending
 )
 
 // Job is a download or a seed, as the API shows it and the state file keeps
@@ -151,14 +153,21 @@ func (s *Server) persistLocked() {
 
 // startLocked runs j: a download until complete and then its seeding, or
 // a seed. A download waits, queued, while MaxDownloads others download.
-func (s *Server) startLocked(j *job) {
+// used marks j as just used (added or resumed by the user; not a restart,
+// which keeps the order the seeds were used in).
+func (s *Server) startLocked(j *job, used bool) {
+	if s.ctx.Err() != nil {
+		return // stopping: the state stays for the next start
+	}
 	if j.Kind == KindDownload && !j.Completed && s.downloadingLocked() >= s.cfg.MaxDownloads {
 		j.State = StateQueued
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	j.cancel, j.ended, j.stop, j.Error = cancel, make(chan struct{}), "", ""
-	j.Used = time.Now()
+	if used || j.Used.IsZero() {
+		j.Used = time.Now()
+	}
 	seed := j.Kind == KindSeed || j.Completed
 	if seed {
 		j.State = StateSeeding
@@ -206,7 +215,7 @@ func (s *Server) startQueuedLocked() {
 		if s.downloadingLocked() >= s.cfg.MaxDownloads {
 			return
 		}
-		s.startLocked(j)
+		s.startLocked(j, false)
 	}
 }
 
@@ -235,6 +244,11 @@ func (s *Server) ended(j *job, err error) {
 // download runs j's download into j.Path, resuming a part file left by an
 // earlier run, and seeds the file after (until cancelled).
 func (s *Server) download(ctx context.Context, j *job) error {
+	// The path was checked when the job was added; what lies on it may
+	// have changed since (a directory swapped for a link).
+	if _, err := s.confine(j.Path); err != nil {
+		return err
+	}
 	d, err := fetch.New(fetch.Config{
 		URL: j.URL, Output: j.Path, Continue: true, Client: s.client, Logger: s.log.With("job", j.ID),
 		Swarm: fetch.SwarmConfig{SeedForever: true, Node: node.Config{Host: s.host}},
@@ -249,6 +263,10 @@ func (s *Server) download(ctx context.Context, j *job) error {
 	defer close(done)
 	s.wg.Go(func() { s.watchSeeding(j, d, done) })
 	res, err := d.Run(ctx)
+	published := d.Progress().Phase == "seeding" // the file is whole at j.Path
+	if published {
+		s.published(j, d)
+	}
 	if res != nil {
 		s.mu.Lock()
 		j.Origin = res.OriginRequests
@@ -257,10 +275,68 @@ func (s *Server) download(ctx context.Context, j *job) error {
 		}
 		s.mu.Unlock()
 	}
-	if err != nil && ctx.Err() != nil && res != nil && res.Path != "" {
+	if err != nil && ctx.Err() != nil && published {
 		return nil // cancelled while seeding: complete
 	}
 	return err
+}
+
+// published records that j's download put the whole file at j.Path: the
+// job is complete from now on, and its manifest is kept in StateDir, so a
+// restart seeds the file without asking the origin (once).
+func (s *Server) published(j *job, d *fetch.Download) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.Completed {
+		return
+	}
+	j.Completed = true
+	if m := d.Manifest(); m != nil {
+		j.Root = m.Root.String()
+		if err := s.saveManifest(j.ID, m); err != nil {
+			s.log.Warn("keeping the manifest", "id", j.ID, "err", err)
+		}
+	}
+	s.persistLocked()
+}
+
+// manifestPath is where j's manifest is kept.
+func (s *Server) manifestPath(id string) string {
+	return filepath.Join(s.cfg.StateDir, "manifests", id+".manifest")
+}
+
+func (s *Server) saveManifest(id string, m *manifest.Manifest) error {
+	data, err := m.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(s.manifestPath(id)), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.manifestPath(id)), id+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	return store.Publish(tmp, s.manifestPath(id))
+}
+
+// savedManifest is j's kept manifest, nil if there is none or it does
+// not name j's root.
+func (s *Server) savedManifest(j *job) *manifest.Manifest {
+	data, err := os.ReadFile(s.manifestPath(j.ID))
+	if err != nil {
+		return nil
+	}
+	m, err := manifest.Decode(bytes.NewReader(data))
+	if err != nil || m.Root.String() != j.Root {
+		return nil
+	}
+	return m
 }
 
 // watchSeeding marks j seeding when its download has published the file
@@ -280,23 +356,24 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 			j.Size = p.Size
 		}
 		if p.Phase == "seeding" && j.State == StateDownloading {
-			j.State, j.Used, j.Completed = StateSeeding, time.Now(), true
-			j.Root = d.Root()
+			j.State, j.Used = StateSeeding, time.Now()
 			s.startQueuedLocked()
-			s.persistLocked()
 			s.limitSeedsLocked()
 			s.mu.Unlock()
+			s.published(j, d)
 			return
 		}
 		s.mu.Unlock()
 	}
 }
 
-// seed serves j's complete file to its swarm until cancelled. The
-// manifest comes from the origin (URL), the file checked against it, or
-// is computed from the file for a seed announced to Tracker.
+// seed serves j's complete file to its swarm until cancelled. The file is
+// hashed again first. The manifest is the one kept when the daemon
+// downloaded the file, or comes from the origin (URL), the file checked
+// against it, or is computed from the file for a seed announced to
+// Tracker.
 func (s *Server) seed(ctx context.Context, j *job) error {
-	f, err := os.Open(j.Path)
+	f, err := s.openRegular(j.Path)
 	if err != nil {
 		return err
 	}
@@ -306,28 +383,40 @@ func (s *Server) seed(ctx context.Context, j *job) error {
 		return err
 	}
 	local, err := manifest.FromReaderAt(f, fi.Size(), filepath.Base(j.Path), 0)
-	f.Close()
 	if err != nil {
+		f.Close()
 		return err
 	}
 	m := local
-	if j.URL != "" {
+	saved := s.savedManifest(j)
+	switch {
+	case saved != nil:
+		if saved.Root != local.Root || saved.Size != local.Size {
+			f.Close()
+			return fmt.Errorf("%s changed since it was downloaded (root %s, %d bytes; it was %s, %d bytes)",
+				j.Path, local.Root, local.Size, saved.Root, saved.Size)
+		}
+		m = saved
+	case j.URL != "":
 		remote, err := fetch.Manifest(ctx, s.client, j.URL)
 		if err != nil {
+			f.Close()
 			return fmt.Errorf("the manifest of %s: %w", j.URL, err)
 		}
 		if remote.Root != local.Root || remote.Size != local.Size {
+			f.Close()
 			return fmt.Errorf("%s (root %s, %d bytes) is not the file at %s (root %s, %d bytes)",
 				j.Path, local.Root, local.Size, j.URL, remote.Root, remote.Size)
 		}
-		if len(remote.Trackers) == 0 {
-			return fmt.Errorf("the manifest of %s names no tracker: nobody could find this seed", j.URL)
-		}
 		m = remote
-	} else {
+	default:
 		m.Trackers = []string{j.Tracker}
 	}
-	st, err := store.OpenComplete(j.Path, m)
+	if len(m.Trackers) == 0 {
+		f.Close()
+		return fmt.Errorf("the manifest of %s names no tracker: nobody could find this seed", j.Path)
+	}
+	st, err := store.OpenCompleteFile(f, m)
 	if err != nil {
 		return err
 	}
@@ -400,4 +489,23 @@ func httpClientFor(t http.RoundTripper) *http.Client {
 		return fetch.NewClient(16)
 	}
 	return &http.Client{Transport: t}
+}
+
+// openRegular opens path for reading, checked again against the allowed
+// directories, never through a symbolic link as its last element and
+// never blocking on a FIFO, and only if it is a regular file.
+func (s *Server) openRegular(path string) (*os.File, error) {
+	if _, err := s.confine(path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|store.NoFollow|store.NonBlock, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return f, nil
 }

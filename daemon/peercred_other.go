@@ -11,5 +11,5 @@ import (
 // (0660) alone decides who connects, and the caller counts as the
 // daemon's own user.
 func peerCred(*net.UnixConn) (cred, error) {
-	return cred{os.Getuid(), os.Getgid()}, nil
+	return cred{os.Getuid(), os.Getgid(), nil}, nil
 }

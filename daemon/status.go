@@ -33,10 +33,10 @@ Swarms {{.Stats.Peers.Swarms}}; connections routed {{.Stats.Peers.Routed}}, for 
 refused {{.Stats.Peers.Refused}}, dropped {{.Stats.Peers.Dropped}}.</p>
 <p>From peers {{bytes .Stats.BytesFromPeers}}, to peers {{bytes .Stats.BytesToPeers}}.</p>
 <h2>Jobs</h2>
-{{if .Jobs}}<table><tr><th>id</th><th>kind</th><th>state</th><th>path</th><th>done</th><th>size</th><th>from peers</th><th>to peers</th><th>peers</th><th>error</th></tr>
-{{range .Jobs}}<tr><td>{{.ID}}</td><td>{{.Kind}}</td><td>{{.State}}</td><td>{{.Path}}</td><td class="n">{{pct .Done .Size}}</td>
-<td class="n">{{if ge .Size 0}}{{bytes .Size}}{{end}}</td><td class="n">{{bytes .FromPeers}}</td><td class="n">{{bytes .Uploaded}}</td><td class="n">{{.Peers}}</td><td>{{.Error}}</td></tr>
-{{end}}</table>{{else}}<p>None.</p>{{end}}
+{{if .Jobs}}<table><tr><th>id</th><th>kind</th><th>state</th>{{if .Private}}<th>path</th>{{end}}<th>done</th><th>size</th><th>from peers</th><th>to peers</th><th>peers</th>{{if .Private}}<th>error</th>{{end}}</tr>
+{{range .Jobs}}<tr><td>{{.ID}}</td><td>{{.Kind}}</td><td>{{.State}}</td>{{if $.Private}}<td>{{.Path}}</td>{{end}}<td class="n">{{pct .Done .Size}}</td>
+<td class="n">{{if ge .Size 0}}{{bytes .Size}}{{end}}</td><td class="n">{{bytes .FromPeers}}</td><td class="n">{{bytes .Uploaded}}</td><td class="n">{{.Peers}}</td>{{if $.Private}}<td>{{.Error}}</td>{{end}}</tr>
+{{end}}</table>{{if not .Private}}<p>Paths and errors are shown on the API's status page only.</p>{{end}}{{else}}<p>None.</p>{{end}}
 <h2>Origin requests by reason</h2>
 {{if .Reasons}}<table>{{range .Reasons}}<tr><td>{{.Name}}</td><td class="n">{{.Count}}</td></tr>{{end}}</table>{{else}}<p>None yet.</p>{{end}}
 </body></html>
@@ -47,7 +47,16 @@ type reason struct {
 	Count int
 }
 
-func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+// serveStatus is the API's status page: everything, for the callers the
+// API admits.
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) { s.status(w, true) }
+
+// servePublicStatus is the gateway's: anyone who reaches the gateway (any
+// local user; a web page, by DNS rebinding) sees it, so it leaves out
+// the jobs' paths and errors.
+func (s *Server) servePublicStatus(w http.ResponseWriter, r *http.Request) { s.status(w, false) }
+
+func (s *Server) status(w http.ResponseWriter, private bool) {
 	st := s.Stats()
 	var rs []reason
 	for k, v := range st.OriginRequests {
@@ -60,5 +69,6 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 		Stats   Stats
 		Jobs    []Job
 		Reasons []reason
-	}{st, s.Jobs(), rs})
+		Private bool
+	}{st, s.Jobs(), rs, private})
 }

@@ -1,6 +1,9 @@
 package fetch
 
-import "github.com/stampede-dev/stampede/node"
+import (
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/node"
+)
 
 // SwarmStats returns the counters of the download's swarm node (bytes from
 // and to peers, peers seen...), from any goroutine: nil before the node
@@ -23,4 +26,15 @@ func (d *Download) Root() string {
 	}
 	root, _ := nd.Swarm()
 	return root.String()
+}
+
+// Manifest is the file's manifest once the download has joined its swarm
+// (with its piece layer once the node knows it), nil before or outside a
+// swarm.
+func (d *Download) Manifest() *manifest.Manifest {
+	nd := d.peer.Load()
+	if nd == nil {
+		return nil
+	}
+	return nd.Manifest()
 }

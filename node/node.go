@@ -276,6 +276,10 @@ func (n *Node) Addr() net.Addr {
 	return n.ln.Addr()
 }
 
+// Manifest is the node's manifest; its piece layer is set once known
+// (Manifest.HasLayer).
+func (n *Node) Manifest() *manifest.Manifest { return n.m }
+
 // Stats returns a snapshot of the counters.
 func (n *Node) Stats() Stats {
 	n.mu.Lock()

@@ -54,26 +54,23 @@ func getViaDaemon(ctx context.Context, e *env, fs *flag.FlagSet, rawURL string, 
 		}
 		g.output = abs
 	}
+	dir, derr := daemon.DefaultStateDir()
 	if g.api == "" {
-		dir, err := daemon.DefaultStateDir()
-		if err != nil {
-			return withCode(exitUsage, err)
+		if derr != nil {
+			return withCode(exitUsage, derr)
 		}
 		g.api = filepath.Join(dir, daemon.APISocket)
-		if g.token == "" {
-			if b, err := os.ReadFile(filepath.Join(dir, daemon.TokenFile)); err == nil {
-				g.token = strings.TrimSpace(string(b))
-			}
+	}
+	if g.token == "" && daemon.IsTCP(g.api) && derr == nil {
+		// A TCP API's token, where a daemon of the same user keeps it.
+		if b, err := os.ReadFile(filepath.Join(dir, daemon.TokenFile)); err == nil {
+			g.token = strings.TrimSpace(string(b))
 		}
 	}
 	c := daemon.NewClient(g.api, g.token)
 	j, err := c.Download(ctx, rawURL, g.output)
 	if err != nil {
-		var api *daemon.APIError
-		if errors.As(err, &api) && api.Status == 400 {
-			return withCode(exitUsage, err)
-		}
-		return withCode(exitNetwork, fmt.Errorf("%w (is 'stampede daemon' running?)", err))
+		return withCode(apiExitCode(err), err)
 	}
 	name := filepath.Base(j.Path)
 	var seen atomic.Pointer[daemon.Job]
@@ -111,6 +108,21 @@ func getViaDaemon(ctx context.Context, e *env, fs *flag.FlagSet, rawURL string, 
 			name, units.Bytes(last.Size), last.Root, units.Bytes(last.FromPeers))
 	}
 	return nil
+}
+
+// apiExitCode maps an error of the daemon's API to get's exit codes: a
+// request the daemon refused is a usage error (2), no answer a network one
+// (4).
+func apiExitCode(err error) int {
+	var api *daemon.APIError
+	if !errors.As(err, &api) {
+		return exitNetwork
+	}
+	switch api.Status {
+	case 400, 401, 403, 409, 429:
+		return exitUsage
+	}
+	return exitFailure
 }
 
 // watchJob polls job id until it is complete, seeding, failed, paused or
