@@ -153,8 +153,9 @@ func New(cfg Config) (*Host, error) {
 
 // Run accepts connections on every transport and routes them until ctx
 // ends, then closes the transports and returns nil once the handshakes it
-// was reading are done. It returns early with an error if a transport's
-// listener fails.
+// was reading are done. A failed Accept (out of file descriptors, say) is
+// logged and tried again after a pause; Run returns early with an error
+// only if a transport's listener is closed under it.
 func (h *Host) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -181,15 +182,40 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 }
 
+// Pauses after a failed Accept: the first, and the most they double to.
+const (
+	minAcceptRetry = 5 * time.Millisecond
+	maxAcceptRetry = time.Second
+)
+
+// acceptLoop accepts t's connections and routes each in a goroutine of wg
+// until ctx ends or t's listener is closed. Other errors of Accept, such
+// as EMFILE, pass once connections close: it pauses (longer after each
+// failure in a row, as net/http.Server does) and accepts again, rather
+// than end the host and with it every swarm.
 func (h *Host) acceptLoop(ctx context.Context, t Transport, wg *sync.WaitGroup) error {
+	var retry time.Duration
 	for {
 		c, err := t.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("host: accept on %v: %w", t.Addr(), err)
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("host: accept on %v: %w", t.Addr(), err)
+			}
+			retry = min(max(2*retry, minAcceptRetry), maxAcceptRetry)
+			h.log.Warn("accept failed; retrying", "addr", t.Addr(), "err", err, "in", retry)
+			pause := time.NewTimer(retry)
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+				return nil
+			}
+			continue
 		}
+		retry = 0
 		release, ok := h.reserve(sourceIP(c))
 		if !ok {
 			h.dropped.Add(1)

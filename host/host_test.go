@@ -11,7 +11,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,6 +100,13 @@ func startHost(t *testing.T, ctx context.Context, nw *memnet.Network, cfg host.C
 		t.Fatal(err)
 	}
 	cfg.Transports = []host.Transport{memTransport{ln, mh}}
+	return runHost(t, ctx, cfg)
+}
+
+// runHost runs a host of cfg until ctx ends; the test fails if Run returns
+// an error.
+func runHost(t *testing.T, ctx context.Context, cfg host.Config) *host.Host {
+	t.Helper()
 	cfg.Logger = testLogger(t)
 	h, err := host.New(cfg)
 	if err != nil {
@@ -443,6 +452,86 @@ func TestPendingPerIP(t *testing.T) {
 		}
 		if s := h.Stats(); s.Routed != 1 || s.Dropped != 1+host.DefaultMaxPending {
 			t.Errorf("stats %+v, want 1 routed and %d dropped", s, 1+host.DefaultMaxPending)
+		}
+		cancel()
+		if err := <-seedDone; err != nil {
+			t.Errorf("seed: %v", err)
+		}
+	})
+}
+
+// flakyTransport is a memTransport whose Accept fails on the calls that
+// fail names (counting from 0), as a listener out of file descriptors
+// does, and records when each call came.
+type flakyTransport struct {
+	memTransport
+	fail map[int]bool
+
+	mu    sync.Mutex // guards the following
+	calls []time.Time
+}
+
+var errTooManyFiles = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+
+func (t *flakyTransport) Accept() (net.Conn, error) {
+	t.mu.Lock()
+	i := len(t.calls)
+	t.calls = append(t.calls, time.Now())
+	t.mu.Unlock()
+	if t.fail[i] {
+		return nil, errTooManyFiles
+	}
+	return t.memTransport.Accept()
+}
+
+// TestAcceptErrorRetried: an Accept that fails (EMFILE) does not stop the
+// host: it accepts again after 5 ms, twice as long after each failure in a
+// row and 5 ms again after a success, and routes what comes next.
+func TestAcceptErrorRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		mh := nw.Host(memnet.HostConfig{})
+		ln, err := mh.Listen(7000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Three failures, a success, one failure, then successes.
+		tr := &flakyTransport{memTransport: memTransport{ln, mh}, fail: map[int]bool{0: true, 1: true, 2: true, 4: true}}
+		h := runHost(t, ctx, host.Config{Transports: []host.Transport{tr}})
+		f := newFile(t, 64*KiB, 16*KiB, 10)
+		_, seedDone := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
+		synctest.Wait()
+
+		peer := nw.Host(memnet.HostConfig{})
+		for i := range 2 {
+			c, err := peer.Dial(ctx, h.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			mine := wire.Handshake{Root: f.m.Root, Size: uint64(f.m.Size), PeerID: wire.NewPeerID()}
+			if _, err := wire.Exchange(ctx, c, mine); err != nil {
+				t.Fatalf("peer %d: %v", i, err)
+			}
+			synctest.Wait()
+		}
+		if got := h.Stats().Routed; got != 2 {
+			t.Errorf("Routed = %d, want 2", got)
+		}
+		tr.mu.Lock()
+		calls := slices.Clone(tr.calls)
+		tr.mu.Unlock()
+		if len(calls) < 7 {
+			t.Fatalf("%d calls of Accept, want 7 or more", len(calls))
+		}
+		// The waits before the calls that follow a failure: 1, 2, 3 and 5.
+		want := map[int]time.Duration{1: 5 * time.Millisecond, 2: 10 * time.Millisecond, 3: 20 * time.Millisecond, 5: 5 * time.Millisecond}
+		for i, d := range want {
+			if got := calls[i].Sub(calls[i-1]); got != d {
+				t.Errorf("Accept call %d came %v after the failure before it, want %v", i, got, d)
+			}
 		}
 		cancel()
 		if err := <-seedDone; err != nil {
