@@ -270,8 +270,8 @@ func sourceIP(c net.Conn) string {
 	return a.String()
 }
 
-// route reads c's handshake and hands c to the node of its swarm, or says
-// there is none.
+// route reads c's handshake and hands c to the node of its swarm, or
+// declines it, in the goroutine Run waits for.
 func (h *Host) route(ctx context.Context, c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(wire.HandshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
@@ -291,24 +291,29 @@ func (h *Host) route(ctx context.Context, c net.Conn) {
 		return
 	}
 	h.mu.Lock()
-	var n *node.Node
-	if ns := h.swarms[swarmKey{theirs.Root, int64(theirs.Size)}]; len(ns) > 0 {
-		n = ns[0]
-	}
+	ns := slices.Clone(h.swarms[swarmKey{theirs.Root, int64(theirs.Size)}])
 	h.mu.Unlock()
-	if n == nil {
-		h.noSwarm.Add(1)
-		h.log.Debug("no such swarm", "from", c.RemoteAddr(), "root", manifest.Hash(theirs.Root), "size", theirs.Size)
-		// A handshake of no swarm (zero root and size) under a peer ID
-		// that is not the dialer's, so it reads as a wrong swarm.
-		none := wire.Handshake{PeerID: wire.NewPeerID()}
-		bye := &wire.Goodbye{Reason: wire.GoodbyeNoSwarm, Text: fmt.Sprintf("no swarm of root %x… size %d here", theirs.Root[:8], theirs.Size)}
-		wire.Decline(ctx, c, none, bye)
-		c.Close()
-		return
+	// The first node attached takes it, unless it is stopping (detached
+	// since the lookup): then the next.
+	for _, n := range ns {
+		if n.Adopt(c, theirs) {
+			h.routed.Add(1)
+			return
+		}
 	}
-	h.routed.Add(1)
-	n.Adopt(c, theirs)
+	h.noSwarm.Add(1)
+	// A handshake of no swarm (zero root and size) under a peer ID that is
+	// not the dialer's, so it reads as a wrong swarm. A node that is
+	// stopping gets the same, with its own reason: the host has not the
+	// node's peer ID to speak for it, and no swarm is what the dialer
+	// finds here the moment the node has stopped.
+	bye := &wire.Goodbye{Reason: wire.GoodbyeNoSwarm, Text: fmt.Sprintf("no swarm of root %x… size %d here", theirs.Root[:8], theirs.Size)}
+	if len(ns) > 0 {
+		bye = &wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "not running"}
+	}
+	h.log.Debug("declined", "from", c.RemoteAddr(), "root", manifest.Hash(theirs.Root), "size", theirs.Size, "reason", bye.Reason)
+	wire.Decline(ctx, c, wire.Handshake{PeerID: wire.NewPeerID()}, bye)
+	c.Close()
 }
 
 // Addr is the first transport's address: the one peers are told.
@@ -338,8 +343,9 @@ func (h *Host) Turns() *node.Turns { return h.turns }
 // (node.Node.Run does both). Two nodes of one swarm may be attached at
 // once (the same file downloaded to two places, or by the gateway and a
 // download): inbound connections go to the first attached, which has been
-// in the swarm longest, and the others dial out as usual, the first among
-// the peers they reach through this very host.
+// in the swarm longest (the next if it is stopping), and the others dial
+// out as usual, the first among the peers they reach through this very
+// host.
 func (h *Host) Attach(n *node.Node) (detach func(), err error) {
 	root, size := n.Swarm()
 	k := swarmKey{root, size}
@@ -363,9 +369,10 @@ type Stats struct {
 	// Swarms is how many nodes are attached now.
 	Swarms int `json:"swarms"`
 	// Routed counts connections handed to a node; NoSwarm, those that
-	// asked for a swarm the host does not hold (GOODBYE 11); Refused, those
-	// whose handshake was not a stampede one or did not come in time;
-	// Dropped, those closed unread past MaxPending or MaxPendingPerIP.
+	// asked for a swarm the host does not hold (GOODBYE 11) or whose nodes
+	// were all stopping (GOODBYE 7); Refused, those whose handshake was
+	// not a stampede one or did not come in time; Dropped, those closed
+	// unread past MaxPending or MaxPendingPerIP.
 	Routed  int64 `json:"routed"`
 	NoSwarm int64 `json:"no_swarm"`
 	Refused int64 `json:"refused"`

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -536,6 +537,68 @@ func TestAcceptErrorRetried(t *testing.T) {
 		cancel()
 		if err := <-seedDone; err != nil {
 			t.Errorf("seed: %v", err)
+		}
+	})
+}
+
+// TestNodeNotRunning: a connection for a swarm whose only attached node is
+// not running (it is stopping) gets a handshake of no swarm and GOODBYE 7,
+// from the host; one attached after it that runs gets the next.
+func TestNodeNotRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		f := newFile(t, 64*KiB, 16*KiB, 11)
+		idle, err := node.New(node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As a node's Run does, but not running.
+		detach, err := h.Attach(idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer detach()
+		geom, err := wire.NewGeometry(f.m.Size, f.m.PieceSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// exchange dials the host for f's swarm and returns the first
+		// frame after the handshakes.
+		exchange := func() (wire.Message, error) {
+			c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			mine := wire.Handshake{Root: f.m.Root, Size: uint64(f.m.Size), PeerID: wire.NewPeerID()}
+			if _, err := wire.Exchange(ctx, c, mine); err != nil {
+				return nil, err
+			}
+			return wire.NewReader(c, geom).Read()
+		}
+		if _, err := exchange(); !errors.Is(err, wire.ErrWrongSwarm) || !strings.Contains(err.Error(), "not running") {
+			t.Errorf("Exchange: %v, want ErrWrongSwarm and GOODBYE shutdown, not running", err)
+		}
+		if s := h.Stats(); s.NoSwarm != 1 || s.Routed != 0 {
+			t.Errorf("stats %+v, want 1 no-swarm and none routed", s)
+		}
+
+		_, done := run(t, ctx, node.Config{Manifest: f.m, Store: f.open(t, t.TempDir(), true), Host: h, SeedForever: true})
+		synctest.Wait()
+		if m, err := exchange(); err != nil {
+			t.Errorf("with a running node too: %v", err)
+		} else if _, ok := m.(*wire.HaveSet); !ok {
+			t.Errorf("with a running node too: got %#v, want HAVESET", m)
+		}
+		if s := h.Stats(); s.Routed != 1 {
+			t.Errorf("stats %+v, want 1 routed", s)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node: %v", err)
 		}
 	})
 }

@@ -138,8 +138,9 @@ type Host interface {
 	UploadLimit() *ratelimit.Limiter
 	Turns() *Turns
 	// Attach routes the connections that ask for n's swarm to n.Adopt
-	// until detach is called. It fails when another node of the host is
-	// in that swarm.
+	// until detach is called. Several nodes of one swarm may be attached
+	// at once: inbound connections go to the first attached. An error
+	// ends Run.
 	Attach(n *Node) (detach func(), err error)
 }
 
@@ -174,19 +175,16 @@ func (n *Node) accepting(ctx context.Context) (detach func(), err error) {
 // Adopt takes an accepted connection whose handshake, theirs, the caller
 // has read and found to name this node's swarm (a host routing by root,
 // Config.Host): the node answers with its own handshake and the peer joins
-// as any other. It returns at once, and c is the node's from then on. A
-// node not running (yet, or any more) answers GOODBYE shutdown.
-func (n *Node) Adopt(c net.Conn, theirs wire.Handshake) {
+// as any other. It returns at once, true, and c is the node's from then
+// on. A node not running (yet, or any more) returns false and leaves c
+// untouched, the caller's to answer and close: a goroutine of the node's
+// doing so could outlive Run.
+func (n *Node) Adopt(c net.Conn, theirs wire.Handshake) bool {
 	n.adoptMu.Lock()
 	defer n.adoptMu.Unlock()
 	ctx := n.adoptCtx
 	if ctx == nil {
-		go func() {
-			defer c.Close()
-			bye := &wire.Goodbye{Reason: wire.GoodbyeShutdown, Text: "not running"}
-			wire.Decline(context.Background(), c, n.hello(), bye)
-		}()
-		return
+		return false
 	}
 	n.wg.Go(func() {
 		hctx, cancel := context.WithTimeout(ctx, wire.HandshakeTimeout)
@@ -194,6 +192,7 @@ func (n *Node) Adopt(c net.Conn, theirs wire.Handshake) {
 		cancel()
 		n.handshaken(ctx, c, theirs, err, false, "")
 	})
+	return true
 }
 
 func (n *Node) acceptLoop(ctx context.Context) {
