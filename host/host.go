@@ -285,7 +285,9 @@ func (h *Host) route(ctx context.Context, c net.Conn) {
 		h.log.Debug("handshake refused", "from", c.RemoteAddr(), "err", err)
 		if errors.Is(err, wire.ErrVersion) {
 			bye := &wire.Goodbye{Reason: wire.GoodbyeVersion, Text: fmt.Sprintf("I speak versions 1 to %d", wire.Version)}
-			wire.Decline(ctx, c, wire.Handshake{PeerID: theirs.PeerID}, bye)
+			// Under a peer ID of our own: the dialer's would tell it
+			// that it has dialed itself.
+			wire.Decline(ctx, c, wire.Handshake{PeerID: wire.NewPeerID()}, bye)
 		}
 		c.Close()
 		return

@@ -602,3 +602,42 @@ func TestNodeNotRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestVersionDeclined: a handshake of a version the host does not speak
+// gets GOODBYE 1 under a peer ID of its own, not the dialer's.
+func TestVersionDeclined(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		nw := memnet.New()
+		h := startHost(t, ctx, nw, host.Config{})
+		c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		mine := wire.Handshake{PeerID: wire.NewPeerID()}
+		b, _ := mine.MarshalBinary()
+		b[4] = 0 // the version
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := wire.ReadHandshake(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if theirs.PeerID == mine.PeerID {
+			t.Errorf("the host answered under the dialer's own peer ID %v", mine.PeerID)
+		}
+		m, err := wire.NewReader(c, wire.Geometry{}).Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bye, ok := m.(*wire.Goodbye); !ok || bye.Reason != wire.GoodbyeVersion {
+			t.Errorf("got %#v, want GOODBYE %d", m, wire.GoodbyeVersion)
+		}
+		if s := h.Stats(); s.Refused != 1 {
+			t.Errorf("stats %+v, want 1 refused", s)
+		}
+	})
+}
