@@ -368,7 +368,8 @@ func (h *Host) Attach(n *node.Node) (detach func(), err error) {
 
 // Stats count what the host did with the connections it accepted.
 type Stats struct {
-	// Swarms is how many nodes are attached now.
+	// Swarms is how many swarms have a node attached now (several nodes
+	// of one swarm count once).
 	Swarms int `json:"swarms"`
 	// Routed counts connections handed to a node; NoSwarm, those that
 	// asked for a swarm the host does not hold (GOODBYE 11) or whose nodes
