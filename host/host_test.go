@@ -265,8 +265,8 @@ func TestNoSuchSwarm(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c2.Close()
-		if _, err := wire.Exchange(ctx, c2, mine); !errors.Is(err, wire.ErrWrongSwarm) {
-			t.Errorf("Exchange: %v, want ErrWrongSwarm", err)
+		if _, err := wire.Exchange(ctx, c2, mine); !errors.Is(err, wire.ErrWrongSwarm) || !strings.Contains(err.Error(), "no such swarm") {
+			t.Errorf("Exchange: %v, want ErrWrongSwarm and the host's reason, no such swarm", err)
 		}
 		cancel()
 		if err := <-seedDone; err != nil {
