@@ -659,6 +659,12 @@ func TestUnsafePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	seeded := td.waitState(t, s.ID, daemon.StateSeeding, 10*time.Second)
+	for seeded.Root == "" { // the file is hashed first
+		time.Sleep(10 * time.Millisecond)
+		if seeded, err = td.c.Job(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, swap := range []func() error{
 		func() error { return os.Symlink(outside, seedPath) },
 		func() error { return syscall.Mkfifo(seedPath, 0o644) },

@@ -351,6 +351,11 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 		case <-t.C:
 		}
 		p := d.Progress()
+		if p.Phase == "seeding" {
+			// Recorded complete (root, manifest) before it shows as
+			// seeding.
+			s.published(j, d)
+		}
 		s.mu.Lock()
 		if p.Size >= 0 {
 			j.Size = p.Size
@@ -359,8 +364,8 @@ func (s *Server) watchSeeding(j *job, d *fetch.Download, done <-chan struct{}) {
 			j.State, j.Used = StateSeeding, time.Now()
 			s.startQueuedLocked()
 			s.limitSeedsLocked()
+			s.persistLocked()
 			s.mu.Unlock()
-			s.published(j, d)
 			return
 		}
 		s.mu.Unlock()
