@@ -54,7 +54,9 @@
 //
 // An error from Redis (unreachable, timed out, out of memory) comes back
 // wrapping tracker.ErrStore; the tracker answers the announce 503 with a
-// tracker failure and goes on. Scripts are sent by SHA and again in full
+// tracker failure and goes on. Announces made at once go to Redis in one
+// call (see maxSending), and a call that fails fails each announce it
+// carried. Scripts are sent by SHA and again in full
 // when Redis has lost them (a restart). The scripts need one Redis, not a
 // Cluster: they touch the swarms' registry and a swarm's keys together.
 package redisstore
@@ -69,8 +71,10 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -114,6 +118,34 @@ type Store struct {
 	prefix string
 	owned  bool   // Close closes rdb
 	secret string // the estimator's key for swarms this store makes
+
+	mu      sync.Mutex
+	queue   []*call // announces waiting for a call to Redis
+	sending int     // announce calls to Redis under way, at most maxSending
+	batches int     // announce calls to Redis made, for the tests
+}
+
+// Announces are sent to Redis in groups (group commit): an announce made
+// while maxSending calls are under way waits, and the next call takes every
+// announce waiting then, up to maxBatch, in one run of the script. Redis
+// spends much of an announce's time in what every call costs (reading and
+// answering it, starting the script); a tracker serving many peers makes
+// announces at once. An announce made while fewer calls are under way goes
+// at once, alone: no timer, no wait.
+const (
+	maxSending = 2
+	maxBatch   = 64
+)
+
+// A call is one announce to send: the script's arguments for it, and
+// then its answer or the error of the call that carried it.
+type call struct {
+	ctx   context.Context
+	args  []any
+	taken bool // in a batch (under Store.mu)
+	res   any
+	err   error
+	done  chan struct{} // closed once res or err is set
 }
 
 // New returns a Store using rdb, which stays the caller's to close.
@@ -195,16 +227,24 @@ func (s *Store) Close() error {
 // them on as they are rather than format them.
 func (s *Store) args(now time.Time, more ...any) []any {
 	interval := s.limits.Interval.Milliseconds()
-	ms := now.UnixMilli()
+	ms, seed, cutoff, bucket := s.times(now)
 	return append([]any{
 		ms,
 		interval,
 		s.prefix,
 		(tracker.ExpiryIntervals + 1) * interval, // the TTL
-		1 + rand.IntN(1<<31-2),
-		ms - tracker.ExpiryIntervals*interval,
-		floorDiv(ms, max(interval/2, 1)), // the estimator's bucket
+		seed,
+		cutoff,
+		bucket,
 	}, more...)
+}
+
+// times returns the arguments now gives a script: now in ms, a random
+// seed, now less the expiry, the estimator's bucket.
+func (s *Store) times(now time.Time) (ms int64, seed int, cutoff, bucket int64) {
+	interval := s.limits.Interval.Milliseconds()
+	ms = now.UnixMilli()
+	return ms, 1 + rand.IntN(1<<31-2), ms - tracker.ExpiryIntervals*interval, floorDiv(ms, max(interval/2, 1))
 }
 
 func floorDiv(a, b int64) int64 {
@@ -229,28 +269,58 @@ func swarmName(root manifest.Hash, size int64) string {
 	return root.String() + ":" + strconv.FormatInt(size, 10)
 }
 
-// Announce implements tracker.Store.
+// Announce implements tracker.Store. Announces made at once on one Store
+// go to Redis together (see maxSending).
 func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr netip.AddrPort, now time.Time) (tracker.Outcome, error) {
 	var out tracker.Outcome
 	seeding := "0"
 	if req.Left == 0 {
 		seeding = "1"
 	}
-	res, err := announceScript.Run(ctx, s.rdb, nil, s.args(now,
+	ms, seed, cutoff, bucket := s.times(now)
+	c := &call{ctx: ctx, args: []any{
+		ms, seed, cutoff, bucket,
 		swarmName(req.Root, req.Size),
-		s.limits.MaxSwarms,
-		s.limits.MaxPeersPerSwarm,
 		req.ID.String(),
 		addr.Addr().String(),
 		strconv.Itoa(int(addr.Port())),
 		seeding,
 		string(req.Event),
 		req.NumWant,
-		s.secret,
-	)...).Slice()
-	if err != nil {
-		return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
+	}}
+	s.mu.Lock()
+	if s.sending < maxSending {
+		// Nothing waits (whoever finishes a call takes what waits): go.
+		s.sending++
+		s.batches++
+		s.mu.Unlock()
+		s.send(ctx, []*call{c})
+		s.sent()
+	} else {
+		c.done = make(chan struct{})
+		s.queue = append(s.queue, c)
+		s.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			if !c.taken {
+				s.queue = slices.DeleteFunc(s.queue, func(q *call) bool { return q == c })
+				s.mu.Unlock()
+				return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, ctx.Err())
+			}
+			s.mu.Unlock()
+			<-c.done // on its way: the call's own timeouts bound it
+		}
 	}
+	if c.err != nil {
+		return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, c.err)
+	}
+	res, ok := c.res.([]any)
+	if !ok {
+		return out, fmt.Errorf("%w: announce: %v (%T) from the script, want a list", tracker.ErrStore, c.res, c.res)
+	}
+	var err error
 	var nums [8]int64
 	if len(res) != 9 {
 		return out, fmt.Errorf("%w: announce: %d values from the script, want 9", tracker.ErrStore, len(res))
@@ -282,6 +352,102 @@ func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr 
 		return tracker.Outcome{}, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
 	}
 	return out, nil
+}
+
+// sent is called when a call to Redis is over: it sends what waits, from
+// a goroutine of its own so that the caller gets its answer, or notes
+// that one call fewer is under way.
+func (s *Store) sent() {
+	s.mu.Lock()
+	batch := s.take()
+	if batch == nil {
+		s.sending--
+	}
+	s.mu.Unlock()
+	if batch != nil {
+		go s.drain(batch)
+	}
+}
+
+// drain sends batches until nothing waits.
+func (s *Store) drain(batch []*call) {
+	for batch != nil {
+		ctx, cancel := batchContext(batch)
+		s.send(ctx, batch)
+		cancel()
+		s.mu.Lock()
+		if batch = s.take(); batch == nil {
+			s.sending--
+		}
+		s.mu.Unlock()
+	}
+}
+
+// take takes up to maxBatch of the announces waiting, oldest first, but
+// those whose caller gave up; nil if none. s.mu is held.
+func (s *Store) take() []*call {
+	var batch []*call
+	n := 0
+	for _, c := range s.queue {
+		n++
+		if c.ctx.Err() != nil {
+			continue // its caller returns the context's error
+		}
+		c.taken = true
+		batch = append(batch, c)
+		if len(batch) == maxBatch {
+			break
+		}
+	}
+	s.queue = s.queue[:copy(s.queue, s.queue[n:])]
+	if batch != nil {
+		s.batches++
+	}
+	return batch
+}
+
+// batchContext returns a context for a call carrying batch: one with the
+// latest of its callers' deadlines (a caller that gives up sooner stops
+// waiting for it), none if one has none.
+func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.Background(), last)
+}
+
+// send runs the announce script on batch, and hands each call its answer,
+// or the call's error.
+func (s *Store) send(ctx context.Context, batch []*call) {
+	args := s.args(time.UnixMilli(batch[0].args[0].(int64)),
+		s.limits.MaxSwarms,
+		s.limits.MaxPeersPerSwarm,
+		s.secret,
+	)
+	for _, c := range batch {
+		args = append(args, c.args...)
+	}
+	res, err := announceScript.Run(ctx, s.rdb, nil, args...).Slice()
+	if err == nil && len(res) != len(batch) {
+		err = fmt.Errorf("%d answers from the script, want %d", len(res), len(batch))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+		} else {
+			c.res = res[i]
+		}
+		if c.done != nil {
+			close(c.done)
+		}
+	}
 }
 
 // Peers implements tracker.Store.

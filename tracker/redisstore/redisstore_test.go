@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,4 +347,122 @@ func BenchmarkRedisStoreHTTP(b *testing.B) {
 func BenchmarkMiniredisStore(b *testing.B) {
 	_, url := miniRedis(b)
 	storetest.BenchmarkStore(b, benchStores(url), 8)
+}
+
+// queued starts n announces of peers started into one swarm while the
+// store is kept busy (as if maxSending calls were under way), waits until
+// they all wait, and returns their answers once one call has sent them.
+// fail, if given, runs before they are sent.
+func queued(t *testing.T, st *Store, n int, ctxs func(i int) context.Context, fail func()) ([]tracker.Outcome, []error) {
+	t.Helper()
+	st.mu.Lock()
+	st.sending = maxSending
+	st.mu.Unlock()
+	now := time.Unix(1e9, 0)
+	outs, errs := make([]tracker.Outcome, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id := tracker.PeerID{byte(i >> 8), byte(i), 0x5b}
+			addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 7000)
+			outs[i], errs[i] = st.Announce(ctxs(i), tracker.AnnounceRequest{Root: manifest.Hash{8}, Size: 100, ID: id, Port: 7000,
+				Left: 100, Event: tracker.EventStarted, NumWant: 50}, addr, now)
+		})
+	}
+	for {
+		st.mu.Lock()
+		k := len(st.queue)
+		st.mu.Unlock()
+		if k == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if fail != nil {
+		fail()
+	}
+	before := st.batchCount()
+	st.sent() // sends them, in one batch
+	st.sent() // nothing left: the other call "under way" ends
+	wg.Wait()
+	if got := st.batchCount() - before; got != 1 {
+		t.Errorf("%d announces sent in %d calls, want 1", n, got)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sending != 0 || len(st.queue) != 0 {
+		t.Errorf("after the batch: %d calls under way, %d announces waiting", st.sending, len(st.queue))
+	}
+	return outs, errs
+}
+
+func (s *Store) batchCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches
+}
+
+// TestStoreGroupCommit: announces made at once go in one call, each applied in
+// turn, and each caller gets its own answer: the k-th peer into the swarm
+// is told of a swarm of k and given the k-1 before it.
+func TestStoreGroupCommit(t *testing.T) {
+	_, url := miniRedis(t)
+	st := New(client(t, url), Config{})
+	outs, errs := queued(t, st, maxBatch, func(int) context.Context { return t.Context() }, nil)
+	order := make(map[int]int) // swarm size told -> peer
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("peer %d: %v", i, err)
+		}
+		order[outs[i].SwarmSize] = i
+	}
+	for k := 1; k <= maxBatch; k++ {
+		i, ok := order[k]
+		if !ok {
+			t.Fatalf("no peer told of a swarm of %d: %v", k, order)
+		}
+		out := outs[i]
+		if len(out.Peers) != min(k-1, 50) {
+			t.Errorf("peer %d, %d-th in: %d peers", i, k, len(out.Peers))
+		}
+		for _, p := range out.Peers {
+			j := int(p.ID[0])<<8 | int(p.ID[1])
+			if outs[j].SwarmSize >= k {
+				t.Errorf("peer %d, %d-th in, given peer %d, %d-th in", i, k, j, outs[j].SwarmSize)
+			}
+		}
+	}
+}
+
+// TestStoreGroupCommitFails: a call that fails fails every announce it carried;
+// one whose caller gave up while it waited is not sent.
+func TestStoreGroupCommitFails(t *testing.T) {
+	m, url := miniRedis(t)
+	st := New(client(t, url), Config{})
+	_, errs := queued(t, st, 8, func(int) context.Context { return t.Context() }, func() {
+		m.SetError("LOADING Redis is loading the dataset in memory")
+	})
+	for i, err := range errs {
+		if !errors.Is(err, tracker.ErrStore) {
+			t.Errorf("peer %d: %v, want a store error", i, err)
+		}
+	}
+	m.SetError("")
+
+	gone, cancel := context.WithCancel(t.Context())
+	outs, errs := queued(t, st, 8, func(i int) context.Context {
+		if i == 3 {
+			return gone
+		}
+		return t.Context()
+	}, cancel)
+	for i, err := range errs {
+		if i == 3 {
+			if !errors.Is(err, tracker.ErrStore) || !errors.Is(err, context.Canceled) {
+				t.Errorf("peer 3, gone: %v", err)
+			}
+		} else if err != nil || outs[i].SwarmSize > 7 {
+			t.Errorf("peer %d: %v, swarm of %d", i, err, outs[i].SwarmSize)
+		}
+	}
 }

@@ -19,15 +19,22 @@
 -- of the commands it calls: the times go to Redis as the strings given,
 -- and fields are written only when they change.
 
-local nowS, ttl, cutoffS, curS = ARGV[1], ARGV[4], ARGV[6], ARGV[7]
-local now = tonumber(nowS)
+local ttl = ARGV[4]
 local interval = tonumber(ARGV[2])
 local prefix = ARGV[3]
-local seed = tonumber(ARGV[5])
-local cutoff = tonumber(cutoffS)
-local cur = tonumber(curS)
+local nowS, now, seed, cutoffS, cutoff, curS, cur
+local EXPIRY -- a peer, or a swarm, silent this long is gone
 
-local EXPIRY = now - cutoff -- a peer, or a swarm, silent this long is gone
+-- at sets the time the decisions are taken at, and the random seed, as
+-- ARGV[1], [5], [6], [7] give them: announce.lua, which takes several
+-- announces in one call, sets each one's own before it.
+local function at(nowArg, seedArg, cutoffArg, curArg)
+	nowS, cutoffS, curS = nowArg, cutoffArg, curArg
+	now, seed, cutoff, cur = tonumber(nowS), tonumber(seedArg), tonumber(cutoffS), tonumber(curS)
+	EXPIRY = now - cutoff
+end
+at(ARGV[1], ARGV[5], ARGV[6], ARGV[7])
+
 local GAP = 1000            -- minAnnounceGap
 local ARRIVALS = 16         -- arrivalRing
 local DEPARTURES = 64       -- stoppedRing
