@@ -120,7 +120,7 @@ func (l *credListener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		who, err := peerCred(uc)
-		if err == nil && admitted(who, l.uid, l.gid) {
+		if err == nil && admitted(who, l.uid, l.gid, groupsOf) {
 			return c, nil
 		}
 		l.log.Warn("api: caller refused", "uid", who.uid, "gid", who.gid, "err", err)
@@ -128,18 +128,19 @@ func (l *credListener) Accept() (net.Conn, error) {
 	}
 }
 
-// cred is who called: a unix socket peer's user, its primary group and
-// its supplementary groups.
-type cred struct {
-	uid, gid int
-	groups   []int
-}
+// cred is who called: a unix socket peer's user and primary group.
+type cred struct{ uid, gid int }
 
 // admitted decides who may use the API: root, the daemon's user, and the
 // members of the socket's group (by primary or supplementary group, as
-// the kernel admits them to a socket of mode 0660).
-func admitted(c cred, uid, gid int) bool {
-	return c.uid == 0 || c.uid == uid || c.gid == gid || slices.Contains(c.groups, gid)
+// the kernel admits them to a socket of mode 0660). groups looks up a
+// user's supplementary groups, only when the rest does not admit it (it
+// may ask a directory service).
+func admitted(c cred, uid, gid int, groups func(uid int) []int) bool {
+	if c.uid == 0 || c.uid == uid || c.gid == gid {
+		return true
+	}
+	return c.uid >= 0 && slices.Contains(groups(c.uid), gid)
 }
 
 // loadToken returns the TCP API's token: the configured one, the one in
@@ -417,7 +418,7 @@ func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 		j.State = StatePaused
 	}
 	s.mu.Unlock()
-	if !s.wait(r, ended) {
+	if !s.wait(w, r, ended) {
 		return
 	}
 	s.mu.Lock()
@@ -426,9 +427,9 @@ func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j.live())
 }
 
-// wait waits for done (nil: at once), or until the request or the daemon
-// ends (false: nothing more to answer).
-func (s *Server) wait(r *http.Request, done <-chan struct{}) bool {
+// wait waits for done (nil: at once), or until the request ends (false:
+// nobody to answer) or the daemon stops (false, answered 503).
+func (s *Server) wait(w http.ResponseWriter, r *http.Request, done <-chan struct{}) bool {
 	if done == nil {
 		return true
 	}
@@ -437,6 +438,7 @@ func (s *Server) wait(r *http.Request, done <-chan struct{}) bool {
 		return true
 	case <-r.Context().Done():
 	case <-s.ctx.Done():
+		apiError(w, http.StatusServiceUnavailable, "the daemon is stopping; the job's state is kept for its next start")
 	}
 	return false
 }
@@ -487,6 +489,11 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
 		return
 	}
+	if s.ctx.Err() != nil {
+		s.mu.Unlock()
+		apiError(w, http.StatusServiceUnavailable, "the daemon is stopping")
+		return
+	}
 	if del && j.Kind == KindSeed {
 		s.mu.Unlock()
 		apiError(w, http.StatusBadRequest, "job %s seeds %s, a file the daemon did not write: it is never deleted", j.ID, j.Path)
@@ -518,7 +525,7 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		s.persistLocked()
 		s.mu.Unlock()
 	})
-	if !s.wait(r, done) {
+	if !s.wait(w, r, done) {
 		return
 	}
 	if derr != nil {

@@ -14,14 +14,20 @@ func TestAdmitted(t *testing.T) {
 		who  cred
 		want bool
 	}{
-		{cred{0, 0, nil}, true},
-		{cred{uid, 7, nil}, true},
-		{cred{2000, gid, nil}, true},
-		{cred{2000, 7, []int{3, gid}}, true}, // a member by supplementary group
-		{cred{2000, 7, []int{3}}, false},
-		{cred{-1, -1, nil}, false},
+		{cred{0, 0}, true},
+		{cred{uid, 7}, true},
+		{cred{2000, gid}, true},
+		{cred{3000, 7}, true}, // a member by supplementary group
+		{cred{2000, 7}, false},
+		{cred{-1, -1}, false},
 	} {
-		if got := admitted(c.who, uid, gid); got != c.want {
+		groups := func(u int) []int {
+			if u == 3000 {
+				return []int{3, gid}
+			}
+			return []int{3}
+		}
+		if got := admitted(c.who, uid, gid, groups); got != c.want {
 			t.Errorf("admitted(%+v) = %v, want %v", c.who, got, c.want)
 		}
 	}

@@ -162,14 +162,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("daemon: allowed directory: %w", err)
 		}
 		// A download must never be able to write the daemon's own state
-		// (its jobs, its token) or its cache: no allowed directory may
-		// hold them (the default, STATE-DIR/downloads, is beside them).
-		for _, own := range []string{cfg.StateDir, cfg.CacheDir} {
-			if o, err := filepath.EvalSymlinks(own); err == nil {
-				own = o
+		// (its jobs, its token, its manifests) or its cache: no allowed
+		// directory may hold them, nor lie inside the cache or the
+		// manifests (the default, STATE-DIR/downloads, is beside them).
+		for _, own := range []string{cfg.StateDir, cfg.CacheDir, filepath.Join(cfg.StateDir, "manifests")} {
+			if err := os.MkdirAll(own, 0o750); err != nil {
+				return nil, fmt.Errorf("daemon: %w", err)
 			}
-			if r == own || within(r, own) {
-				return nil, fmt.Errorf("daemon: allowed directory %s holds %s, which the daemon keeps for itself", d, own)
+			o, err := filepath.EvalSymlinks(own)
+			if err != nil {
+				return nil, fmt.Errorf("daemon: %w", err)
+			}
+			inside := own != cfg.StateDir && within(o, r)
+			if r == o || within(r, o) || inside {
+				return nil, fmt.Errorf("daemon: allowed directory %s overlaps %s, which the daemon keeps for itself", d, own)
 			}
 		}
 		s.allow = append(s.allow, r)
@@ -193,8 +199,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s.goServe("peers", func() error { return s.host.Run(s.ctx) })
 
-	// The saved jobs are known before the API answers, so that its first
-	// requests see them (paths taken, the bounds); they start after.
+	// The saved jobs are known, and started, before the API answers, so
+	// that its first requests see them (paths taken, the bounds) and
+	// cannot start one twice.
 	s.mu.Lock()
 	for _, k := range saved {
 		if k.State == StateRemoving {
@@ -203,6 +210,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			continue
 		}
 		s.jobs[k.ID] = &job{Job: k}
+	}
+	for _, j := range s.sortedLocked() {
+		switch j.State {
+		case StateQueued, StateDownloading, StateSeeding:
+			s.startLocked(j, false)
+		}
 	}
 	s.mu.Unlock()
 	if cfg.Gateway != "" || cfg.GatewayListener != nil {
@@ -215,14 +228,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	s.mu.Lock()
-	for _, j := range s.sortedLocked() {
-		switch j.State {
-		case StateQueued, StateDownloading, StateSeeding:
-			s.startLocked(j, false)
-		}
-	}
-	s.mu.Unlock()
 	s.log.Info("daemon started", "state", cfg.StateDir, "peers", s.peerAddr, "api", s.apiAddr, "gateway", s.gatewayAddr, "jobs", len(saved))
 	return s, nil
 }

@@ -600,10 +600,32 @@ func TestRestartSeedsWithoutOrigin(t *testing.T) {
 	}
 	o.close()
 	td = startDaemon(t, cfg)
-	k := td.waitState(t, j.ID, daemon.StateSeeding, 10*time.Second)
-	time.Sleep(200 * time.Millisecond) // a failure would show by now
-	if k, _ = td.c.Job(t.Context(), j.ID); k.State != daemon.StateSeeding || k.Root != j.Root {
-		t.Errorf("after the restart with the origin gone: %+v, want seeding root %s", k, j.Root)
+	// The seed's node joins the host only once it has a manifest: here
+	// the kept one, the origin being gone (asking it would fail the job
+	// after its retries, about 3 s).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := td.c.Stats(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := td.c.Job(t.Context(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.State == daemon.StateFailed {
+			t.Fatalf("after the restart with the origin gone: failed: %s", k.Error)
+		}
+		if st.Peers.Swarms == 1 {
+			if k.State != daemon.StateSeeding || k.Root != j.Root {
+				t.Errorf("after the restart with the origin gone: %+v, want seeding root %s", k, j.Root)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no swarm 10 s after the restart: %+v", k)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -709,23 +731,6 @@ func TestRemoveHoldsThePath(t *testing.T) {
 	}()
 	// Until the removal has ended, the path is taken.
 	for {
-		_, err := td.c.Download(ctx, o.url+"/r.bin", "")
-		var api *daemon.APIError
-		if err == nil {
-			select {
-			case rerr := <-removed:
-				if rerr != nil {
-					t.Fatal(rerr)
-				}
-				// Removed before our add: fine, the add came after.
-				goto done
-			default:
-				t.Fatal("a job took the path of one being removed")
-			}
-		}
-		if !errors.As(err, &api) || api.Status != 409 {
-			t.Fatalf("re-add during the removal: %v, want 409", err)
-		}
 		select {
 		case rerr := <-removed:
 			if rerr != nil {
@@ -733,6 +738,24 @@ func TestRemoveHoldsThePath(t *testing.T) {
 			}
 			goto done
 		default:
+		}
+		k, err := td.c.Download(ctx, o.url+"/r.bin", "")
+		var api *daemon.APIError
+		switch {
+		case err == nil:
+			// Allowed only once the removal is over: its answer comes.
+			if rerr := <-removed; rerr != nil {
+				t.Fatal(rerr)
+			}
+			if _, err := td.c.Job(ctx, j.ID); err == nil {
+				t.Fatal("a job took the path of one being removed")
+			}
+			if _, err := td.c.Remove(ctx, k.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			goto done
+		case !errors.As(err, &api) || api.Status != 409:
+			t.Fatalf("re-add during the removal: %v, want 409", err)
 		}
 	}
 done:

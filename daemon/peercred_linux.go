@@ -13,19 +13,19 @@ import (
 func peerCred(c *net.UnixConn) (cred, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return cred{-1, -1, nil}, err
+		return cred{-1, -1}, err
 	}
 	var uc *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		uc, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return cred{-1, -1, nil}, err
+		return cred{-1, -1}, err
 	}
 	if cerr != nil {
-		return cred{-1, -1, nil}, cerr
+		return cred{-1, -1}, cerr
 	}
-	return cred{int(uc.Uid), int(uc.Gid), groupsOf(int(uc.Uid))}, nil
+	return cred{int(uc.Uid), int(uc.Gid)}, nil
 }
 
 // groupsOf returns the supplementary groups of user uid (none if they

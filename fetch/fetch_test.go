@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -653,4 +654,34 @@ func TestStalledStreamResumes(t *testing.T) {
 		t.Errorf("ranges %q: want a resume from byte 50000", ranges)
 	}
 	_ = res
+}
+
+// TestStreamFIFOsRefused: a FIFO at a streamed download's part file ends
+// the download with a local error at once, and one at its notes is not
+// waited on either.
+func TestStreamFIFOsRefused(t *testing.T) {
+	data := randomData(100<<10, 9)
+	s := newTestServer(t, data)
+	s.noRange = true
+	for _, suffix := range []string{store.PartSuffix, ".part.meta"} {
+		out := filepath.Join(t.TempDir(), "out")
+		if err := syscall.Mkfifo(out+suffix, 0o644); err != nil {
+			t.Skip("no FIFOs here:", err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := get(t, s, func(c *Config) { c.Output, c.Continue = out, true })
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			// The notes are only read to decide whether to resume: a FIFO
+			// there may also be passed over (and the file fetched whole).
+			if !errors.Is(err, ErrLocal) && (suffix == store.PartSuffix || err != nil) {
+				t.Errorf("FIFO at %s: %v, want a local error", suffix, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("FIFO at %s: the download still waits after 10 s", suffix)
+		}
+	}
 }

@@ -282,7 +282,7 @@ func (o *plainOut) open(in *originclient.Resource) error {
 	meta := partMeta{URL: in.URL.String(), ETag: in.ETag, LastModified: in.LastModified, Size: in.Size}
 	resume := cfg.Continue
 	if resume {
-		if old, err := os.ReadFile(cfg.Output + metaSuffix); err == nil {
+		if old, err := readSmallRegular(cfg.Output+metaSuffix, 64<<10); err == nil {
 			var pm partMeta
 			if json.Unmarshal(old, &pm) != nil || pm.URL != meta.URL || pm.Size != meta.Size ||
 				pm.ETag != meta.ETag || pm.LastModified != meta.LastModified {
@@ -299,13 +299,17 @@ func (o *plainOut) open(in *originclient.Resource) error {
 			resume = false
 		}
 	}
-	flags := os.O_RDWR | os.O_CREATE | store.NoFollow
+	flags := os.O_RDWR | os.O_CREATE | store.NoFollow | store.NonBlock
 	if !resume {
 		flags |= os.O_TRUNC
 	}
 	f, err := os.OpenFile(part, flags, 0o644)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return fmt.Errorf("%w: %s is not a regular file", ErrLocal, part)
 	}
 	o.f = f
 	mb, _ := json.Marshal(meta)
@@ -396,12 +400,30 @@ func (o *plainOut) close() {
 }
 
 // writeNoFollow is os.WriteFile that never writes through a symbolic link
-// at path.
+// at path, nor waits on a FIFO there.
 func writeNoFollow(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|store.NoFollow, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|store.NoFollow|store.NonBlock, 0o644)
 	if err != nil {
 		return err
 	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return fmt.Errorf("%s is not a regular file", path)
+	}
 	_, err = f.Write(data)
 	return errors.Join(err, f.Close())
+}
+
+// readSmallRegular reads the file at path, at most max bytes, if it is a
+// regular file: never through a symbolic link, never waiting on a FIFO.
+func readSmallRegular(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|store.NoFollow|store.NonBlock, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }
