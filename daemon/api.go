@@ -398,16 +398,22 @@ func (s *Server) jobLocked(w http.ResponseWriter, r *http.Request) *job {
 	return j
 }
 
+// changeableLocked is jobLocked for a pause or a removal: a job being
+// removed answers 409.
+func (s *Server) changeableLocked(w http.ResponseWriter, r *http.Request) *job {
+	j := s.jobLocked(w, r)
+	if j != nil && j.State == StateRemoving {
+		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
+		return nil
+	}
+	return j
+}
+
 func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	j := s.jobLocked(w, r)
+	j := s.changeableLocked(w, r)
 	if j == nil {
 		s.mu.Unlock()
-		return
-	}
-	if j.State == StateRemoving {
-		s.mu.Unlock()
-		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
 		return
 	}
 	ended := j.ended
@@ -479,14 +485,9 @@ func (s *Server) removeJob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Lock()
-	j := s.jobLocked(w, r)
+	j := s.changeableLocked(w, r)
 	if j == nil {
 		s.mu.Unlock()
-		return
-	}
-	if j.State == StateRemoving {
-		s.mu.Unlock()
-		apiError(w, http.StatusConflict, "job %s is being removed", j.ID)
 		return
 	}
 	if s.ctx.Err() != nil {

@@ -604,7 +604,7 @@ func TestNodeNotRunning(t *testing.T) {
 }
 
 // TestVersionDeclined: a handshake of a version the host does not speak
-// gets GOODBYE 1 under a peer ID of its own, not the dialer's.
+// gets GOODBYE 2 (version) under a peer ID of its own, not the dialer's.
 func TestVersionDeclined(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
