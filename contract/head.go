@@ -9,7 +9,7 @@ import (
 )
 
 // MaxInlineHead bounds the encoded length of ManifestHeadHeader: an origin
-// sends no longer head, and a client reads none. A head is a few hundred
+// sends no head longer than this, and a client reads none. A head is a few hundred
 // bytes, its trackers' URLs most of it, and a proxy in front of the origin
 // may refuse an answer whose header outgrows its buffer (nginx's
 // proxy_buffer_size is 4 KiB by default), which would fail the probe

@@ -230,29 +230,11 @@ func TestNoSuchSwarm(t *testing.T) {
 		synctest.Wait()
 
 		other := newFile(t, 64*KiB, 16*KiB, 4)
-		c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		mine := wire.Handshake{Root: other.m.Root, Size: uint64(other.m.Size), PeerID: wire.NewPeerID()}
 		b, _ := mine.MarshalBinary()
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		theirs, err := wire.ReadHandshake(c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		theirs := declined(t, ctx, nw, h, b, wire.GoodbyeNoSwarm)
 		if theirs.Root != ([32]byte{}) || theirs.Size != 0 {
 			t.Errorf("answer names root %x size %d, want no swarm", theirs.Root[:8], theirs.Size)
-		}
-		m, err := wire.NewReader(c, wire.Geometry{}).Read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bye, ok := m.(*wire.Goodbye); !ok || bye.Reason != wire.GoodbyeNoSwarm {
-			t.Fatalf("got %#v, want GOODBYE %d", m, wire.GoodbyeNoSwarm)
 		}
 		if s := h.Stats(); s.NoSwarm != 1 || s.Routed != 0 {
 			t.Errorf("stats %+v, want 1 no-swarm and none routed", s)
@@ -611,33 +593,41 @@ func TestVersionDeclined(t *testing.T) {
 		defer cancel()
 		nw := memnet.New()
 		h := startHost(t, ctx, nw, host.Config{})
-		c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		mine := wire.Handshake{PeerID: wire.NewPeerID()}
 		b, _ := mine.MarshalBinary()
 		b[4] = 0 // the version
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		theirs, err := wire.ReadHandshake(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if theirs.PeerID == mine.PeerID {
+		if theirs := declined(t, ctx, nw, h, b, wire.GoodbyeVersion); theirs.PeerID == mine.PeerID {
 			t.Errorf("the host answered under the dialer's own peer ID %v", mine.PeerID)
-		}
-		m, err := wire.NewReader(c, wire.Geometry{}).Read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bye, ok := m.(*wire.Goodbye); !ok || bye.Reason != wire.GoodbyeVersion {
-			t.Errorf("got %#v, want GOODBYE %d", m, wire.GoodbyeVersion)
 		}
 		if s := h.Stats(); s.Refused != 1 {
 			t.Errorf("stats %+v, want 1 refused", s)
 		}
 	})
+}
+
+// declined dials h from a host of its own, sends the raw handshake hs, and
+// returns the host's handshake, checking that a GOODBYE of reason comes
+// next.
+func declined(t *testing.T, ctx context.Context, nw *memnet.Network, h *host.Host, hs []byte, reason wire.GoodbyeReason) wire.Handshake {
+	t.Helper()
+	c, err := nw.Host(memnet.HostConfig{}).Dial(ctx, h.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(hs); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := wire.ReadHandshake(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.NewReader(c, wire.Geometry{}).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bye, ok := m.(*wire.Goodbye); !ok || bye.Reason != reason {
+		t.Fatalf("got %#v, want GOODBYE %d", m, reason)
+	}
+	return theirs
 }

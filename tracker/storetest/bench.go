@@ -91,6 +91,16 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) tracker.Store, par
 
 func benchmarkStore(b *testing.B, st tracker.Store, parallelism int, w workload) {
 	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval, peers: w.peers}
+	measure(b, parallelism, func(ctx context.Context, i int) error {
+		req, addr := w.request(i)
+		_, err := st.Announce(ctx, req, addr, clock.Now())
+		return err
+	})
+}
+
+// measure runs announce, numbered from 1, from parallelism×GOMAXPROCS
+// goroutines for b.N calls, and reports the rate and the p99 latency.
+func measure(b *testing.B, parallelism int, announce func(ctx context.Context, i int) error) {
 	var next atomic.Int64
 	var lat latencies
 	b.SetParallelism(parallelism)
@@ -100,9 +110,9 @@ func benchmarkStore(b *testing.B, st tracker.Store, parallelism int, w workload)
 		ctx := context.Background()
 		var mine []time.Duration
 		for pb.Next() {
-			req, addr := w.request(int(next.Add(1)))
+			i := int(next.Add(1))
 			t0 := time.Now()
-			if _, err := st.Announce(ctx, req, addr, clock.Now()); err != nil {
+			if err := announce(ctx, i); err != nil {
 				b.Error(err)
 				return
 			}
@@ -138,27 +148,9 @@ func benchmarkHTTP(b *testing.B, st tracker.Store, parallelism int, w workload) 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	defer client.CloseIdleConnections()
 	base := "http://" + ln.Addr().String() + tracker.WellKnownPath
-
-	var next atomic.Int64
-	var lat latencies
-	b.SetParallelism(parallelism)
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		var mine []time.Duration
-		for pb.Next() {
-			req, _ := w.request(int(next.Add(1)))
-			t0 := time.Now()
-			if _, err := tracker.Announce(ctx, client, base, req); err != nil {
-				b.Error(err)
-				return
-			}
-			mine = append(mine, time.Since(t0))
-		}
-		lat.add(mine)
+	measure(b, parallelism, func(ctx context.Context, i int) error {
+		req, _ := w.request(i)
+		_, err := tracker.Announce(ctx, client, base, req)
+		return err
 	})
-	elapsed := time.Since(start)
-	b.StopTimer()
-	lat.report(b, elapsed)
 }
