@@ -17,17 +17,6 @@ func (d *Download) SwarmStats() *node.Stats {
 	return &st
 }
 
-// Root is the root of the file's manifest once the download has joined its
-// swarm ("" before, or outside a swarm).
-func (d *Download) Root() string {
-	nd := d.peer.Load()
-	if nd == nil {
-		return ""
-	}
-	root, _ := nd.Swarm()
-	return root.String()
-}
-
 // Manifest is the file's manifest once the download has joined its swarm
 // (with its piece layer once the node knows it), nil before or outside a
 // swarm.
