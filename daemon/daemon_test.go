@@ -247,6 +247,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"DELETE", "/v1/jobs/nope", "", 404, "no such job"},
 		{"DELETE", "/v1/jobs/nope?delete_data=maybe", "", 400, "delete_data"},
 		{"GET", "/v2/what", "", 404, "no such endpoint"},
+		{"POST", "/v1/downloads", `{"url": "http://o/f", "path": "` + strings.Repeat("a", 70<<10) + `"}`, 400, "too large"},
 	} {
 		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
 		resp, err := hc.Do(req)
