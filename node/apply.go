@@ -216,7 +216,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		case inSwarm:
 			n.log.Debug("origin: pieces in the swarm", "piece", a.Piece, "retry_after", ie.Wait)
 			res.InSwarm, res.Candidates = max(ie.Wait, time.Millisecond), a.Candidates
-		case err != nil && busy == 0:
+		case err != nil && busy == 0 && ctx.Err() == nil: // not when the node is stopping
 			n.log.Info("origin fetch failed", "piece", a.Piece, "err", err)
 		case busy > 0:
 			n.log.Debug("origin busy", "piece", a.Piece, "retry_after", busy)

@@ -49,7 +49,9 @@ func (n *Node) askTracker(ctx context.Context, why string) {
 			defer cancel()
 			resp, err := tracker.Announce(actx, n.cfg.HTTPClient, url, req)
 			if err != nil {
-				n.log.Info("tracker announce failed", "tracker", url, "err", err)
+				if ctx.Err() == nil { // not a failure: the node is stopping
+					n.log.Info("tracker announce failed", "tracker", url, "err", err)
+				}
 				n.post(ctx, swarm.TrackerPeers{}) // no news: the scheduler decides
 				return
 			}

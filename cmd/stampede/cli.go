@@ -20,6 +20,9 @@ type env struct {
 	stdout, stderr io.Writer
 	// stderrIsTerminal selects progress bars over plain lines.
 	stderrIsTerminal bool
+	// columns, if set, tells the terminal's width (0 when unknown), read at
+	// every redraw so a resized window is followed.
+	columns func() int
 	// ready, if set, is called by long-running servers with their listening
 	// address once they accept connections (tests use it instead of polling).
 	ready func(addr string)
@@ -31,6 +34,13 @@ func stdEnv() *env {
 		stdout:           os.Stdout,
 		stderr:           os.Stderr,
 		stderrIsTerminal: term.IsTerminal(int(os.Stderr.Fd())),
+		columns: func() int {
+			w, _, err := term.GetSize(int(os.Stderr.Fd()))
+			if err != nil {
+				return 0
+			}
+			return w
+		},
 	}
 }
 
@@ -130,6 +140,9 @@ func run(ctx context.Context, args []string, e *env) int {
 		return exitOK
 	}
 	fmt.Fprintf(e.stderr, "stampede %s: %v\n", name, err)
+	if sc, ok := errors.AsType[signalCause](context.Cause(ctx)); ok {
+		return 128 + int(sc.sig)
+	}
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		return ee.code
 	}
@@ -157,6 +170,7 @@ Exit codes:
   0 success            1 generic error        2 bad flags, arguments or URL
   3 local I/O error    4 network failure      7 protocol error (bad manifest, truncated body)
   8 server error       9 verification failed  10 file changed on the server
+  130 interrupted (Ctrl-C, SIGINT)            143 terminated (SIGTERM)
 `)
 }
 

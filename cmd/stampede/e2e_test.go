@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -373,6 +374,63 @@ func TestResumeAfterKill(t *testing.T) {
 	json.Unmarshal([]byte(stdout), &res)
 	if res.PiecesResumed == 0 || res.PiecesResumed >= res.Pieces {
 		t.Errorf("resumed %d of %d pieces; want some but not all", res.PiecesResumed, res.Pieces)
+	}
+}
+
+// TestInterruptedGet: Ctrl-C exits 130, as a shell reports a process SIGINT
+// ended, with one line that says what to do next and none per request cut
+// short; the resume that follows logs nothing alarming either.
+func TestInterruptedGet(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	www := t.TempDir()
+	data := randomBytes(16<<20, 5)
+	writeFile(t, www, "f", data)
+	base := startServe(t, www, "--rate", "16MB")
+	out := filepath.Join(t.TempDir(), "f")
+
+	cmd := exec.Command(bin, "get", base+"/f", "-o", out) // not -q: info logs on
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for sent := 0.0; sent < float64(len(data))/4; sent = metric(t, base, "stampede_origin_bytes_sent_total") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("origin sent only %.0f bytes in 20s", sent)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process we do not control
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("get after SIGINT: %v, want exit status 130; stderr:\n%s", err, stderr.String())
+	}
+	// Progress lines ("f  25% [...") may come first, every 5 s.
+	var got strings.Builder
+	for line := range strings.Lines(stderr.String()) {
+		if !strings.HasPrefix(line, "f ") {
+			got.WriteString(line)
+		}
+	}
+	want := "stampede get: interrupted; " + out + ".part is kept: resume with -c\n"
+	if got.String() != want {
+		t.Errorf("stderr after SIGINT:\n%s\nwant only:\n%s", stderr.String(), want)
+	}
+
+	code, _, errs := runCmd(t, "get", "-c", base+"/f", "-o", out)
+	if code != 0 {
+		t.Fatalf("resume exited %d: %s", code, errs)
+	}
+	sameFile(t, out, data)
+	for line := range strings.Lines(errs) {
+		if strings.Contains(line, "level=") || strings.Contains(line, "fail") || strings.Contains(line, "cancel") {
+			t.Errorf("a successful resume logged %q", line)
+		}
 	}
 }
 

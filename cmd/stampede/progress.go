@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
@@ -23,7 +24,9 @@ func startProgress(e *env, progress func() fetch.Progress, name string) (stop fu
 	wg.Go(func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		var m rateMeter
+		// Measured from the start, so the first line has a rate (a plain
+		// line comes only every 5 s).
+		m := rateMeter{last: time.Now(), lastDone: progress().Done}
 		drawn := false
 		for {
 			select {
@@ -35,7 +38,11 @@ func startProgress(e *env, progress func() fetch.Progress, name string) (stop fu
 			case now := <-t.C:
 				p := progress()
 				rate := m.update(now, p.Done)
-				line := progressLine(name, p, rate)
+				cols := 0
+				if e.stderrIsTerminal && e.columns != nil {
+					cols = e.columns()
+				}
+				line := progressLine(name, p, rate, cols)
 				if e.stderrIsTerminal {
 					fmt.Fprintf(e.stderr, "\r\033[K%s", line)
 				} else {
@@ -100,26 +107,85 @@ func (m *rateMeter) update(now time.Time, done int64) float64 {
 	return max(0, m.rate)
 }
 
-func progressLine(name string, p fetch.Progress, rate float64) string {
+// progressLine is one line of progress. On a terminal of cols columns (0:
+// no limit) it is fitted to cols-1, so it never wraps: the phase goes first,
+// then the bar narrows, then the name is shortened, then the bar goes.
+func progressLine(name string, p fetch.Progress, rate float64, cols int) string {
 	if p.Size < 0 {
-		return fmt.Sprintf("%s  %s  %s  %s", name, p.Phase, units.Bytes(p.Done), units.Rate(rate))
+		return fit(fmt.Sprintf("%s  %s  %s  %s", name, p.Phase, units.Bytes(p.Done), units.Rate(rate)), cols)
 	}
 	frac := 0.0
 	if p.Size > 0 {
 		frac = min(1, float64(p.Done)/float64(p.Size))
 	}
-	const width = 24
-	fill := int(frac * width)
-	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
-	if fill < width && fill > 0 {
-		bar = bar[:fill-1] + ">" + bar[fill:]
-	}
 	eta := "--:--"
 	if rate > 0 && p.Phase == "downloading" {
 		eta = fmtETA(time.Duration(float64(p.Size-p.Done) / rate * float64(time.Second)))
 	}
-	return fmt.Sprintf("%s %3.0f%% [%s] %s / %s  %s  ETA %s  %s", name, frac*100, bar,
-		units.Bytes(p.Done), units.Bytes(p.Size), units.Rate(rate), eta, p.Phase)
+	pct := fmt.Sprintf("%3.0f%%", frac*100)
+	stats := fmt.Sprintf("%s / %s  %s  ETA %s", units.Bytes(p.Done), units.Bytes(p.Size), units.Rate(rate), eta)
+	phase := "  " + p.Phase
+	const maxBar, minBar, minName = 24, 10, 12
+	bar := maxBar
+	line := func() string {
+		s := name + " " + pct + " "
+		if bar > 0 {
+			s += "[" + progressBar(frac, bar) + "] "
+		}
+		return s + stats + phase
+	}
+	if cols <= 0 {
+		return line()
+	}
+	room := cols - 1
+	over := func() int { return utf8.RuneCountInString(line()) - room }
+	if over() > 0 {
+		phase = ""
+	}
+	if n := over(); n > 0 {
+		bar = max(minBar, bar-n)
+	}
+	full := name
+	if n := over(); n > 0 {
+		name = shorten(full, max(minName, utf8.RuneCountInString(full)-n))
+	}
+	if over() > 0 {
+		bar, name = 0, full // the bar's room goes to the name
+		if n := over(); n > 0 {
+			name = shorten(full, max(1, utf8.RuneCountInString(full)-n))
+		}
+	}
+	return fit(line(), cols)
+}
+
+// progressBar draws frac of width as "===>   ".
+func progressBar(frac float64, width int) string {
+	fill := int(frac * float64(width))
+	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+	if fill < width && fill > 0 {
+		bar = bar[:fill-1] + ">" + bar[fill:]
+	}
+	return bar
+}
+
+// shorten cuts s to n runes, marking the cut with "…".
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	if n <= 1 {
+		return string(r[:n])
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// fit cuts line to cols-1 runes on a terminal of cols columns (0: no limit).
+func fit(line string, cols int) string {
+	if cols <= 0 {
+		return line
+	}
+	return shorten(line, max(1, cols-1))
 }
 
 func fmtETA(d time.Duration) string {
