@@ -57,10 +57,37 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 		return
 	}
 	if fi.IsDir() {
-		w.kind = kindOther
-		s.serveIndex(w, r, f)
+		s.serveDirPath(w, r, name, f)
 		return
 	}
+	s.serveFile(w, r, name, f, fi)
+}
+
+// serveDirPath answers for a directory as nginx and Go's FileServer do: with
+// its index.html when it has one (the site's front page, served as the file
+// with its manifest and page bundle), otherwise with a listing.
+func (s *Server) serveDirPath(w *respWriter, r *http.Request, name string, d *os.File) {
+	if !strings.HasSuffix(r.URL.Path, "/") {
+		w.kind = kindOther
+		http.Redirect(w, r, (&url.URL{Path: r.URL.Path + "/", RawQuery: r.URL.RawQuery}).String(), http.StatusMovedPermanently)
+		return
+	}
+	index := path.Join(name, "index.html")
+	if fi, err := s.root.Stat(index); err == nil && fi.Mode().IsRegular() {
+		if f, err := s.root.Open(index); err == nil {
+			defer f.Close()
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				s.serveFile(w, r, index, f, fi)
+				return
+			}
+		}
+	}
+	w.kind = kindOther
+	s.serveIndex(w, r, d)
+}
+
+// serveFile serves the regular file f, opened as name.
+func (s *Server) serveFile(w *respWriter, r *http.Request, name string, f *os.File, fi fs.FileInfo) {
 	v := fileValidators(fi)
 	h := w.Header()
 	h.Set("Etag", v.etag)
@@ -329,10 +356,6 @@ func manifestName(p string) string {
 
 // serveIndex lists a directory: enough to browse, nothing more.
 func (s *Server) serveIndex(w *respWriter, r *http.Request, d *os.File) {
-	if !strings.HasSuffix(r.URL.Path, "/") {
-		http.Redirect(w, r, (&url.URL{Path: r.URL.Path + "/", RawQuery: r.URL.RawQuery}).String(), http.StatusMovedPermanently)
-		return
-	}
 	entries, err := d.ReadDir(-1)
 	if err != nil {
 		s.log.Warn("cannot list a directory", "path", r.URL.Path, "err", err)
