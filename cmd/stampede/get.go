@@ -101,9 +101,24 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if output == "" {
 		output = fetch.RemoteName(u)
 	}
-	if output != "-" {
-		if fi, err := os.Stat(output); err == nil && fi.IsDir() {
-			output = filepath.Join(output, fetch.RemoteName(u))
+	streamed := output == "-"
+	stdout := e.stdout
+	if !streamed {
+		var into bool
+		if output, into, err = outputTarget(output, fetch.RemoteName(u)); err != nil {
+			return withCode(exitIO, err)
+		}
+		if into && cont {
+			return usageErrorf("-c: %s is not a regular file; there is nothing to resume", output)
+		}
+		if into {
+			// Opening a FIFO waits for its reader, as it does for curl.
+			f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+			if err != nil {
+				return withCode(exitIO, err)
+			}
+			defer f.Close()
+			stdout = intoFile{f}
 		}
 	}
 	level := slog.LevelInfo
@@ -114,8 +129,12 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		level = slog.LevelWarn // the progress bar says the rest
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	fetchOut := output
+	if _, ok := stdout.(intoFile); ok {
+		fetchOut = "-" // written in order into what -o names
+	}
 	d, err := fetch.New(fetch.Config{
-		URL: u.String(), Output: output, Stdout: e.stdout, Continue: cont,
+		URL: u.String(), Output: fetchOut, Stdout: stdout, Continue: cont,
 		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Logger: log,
 		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},
@@ -136,16 +155,22 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			msg := "interrupted"
-			if _, serr := os.Stat(output + store.PartSuffix); output != "-" && serr == nil {
+			if _, serr := os.Stat(output + store.PartSuffix); fetchOut != "-" && serr == nil {
 				msg += fmt.Sprintf("; %s%s is kept: resume with -c", output, store.PartSuffix)
 			}
 			return withCode(exitFailure, errors.New(msg))
 		}
 		return withCode(getExitCode(err), err)
 	}
+	if f, ok := stdout.(intoFile); ok {
+		if err := f.Close(); err != nil {
+			return withCode(exitIO, err)
+		}
+		res.Path = output
+	}
 	if asJSON {
 		w := e.stdout
-		if output == "-" {
+		if streamed {
 			w = e.stderr
 		}
 		enc := json.NewEncoder(w)
@@ -166,6 +191,30 @@ func runGet(ctx context.Context, e *env, args []string) error {
 			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
 	}
 	return nil
+}
+
+// intoFile is the device, FIFO or file behind a symbolic link that -o names,
+// written into rather than replaced.
+type intoFile struct{ *os.File }
+
+// outputTarget resolves what -o names. A directory, or a link to one, takes
+// the remote name. Nothing there, or a regular file: the download goes to a
+// part file renamed over it when complete (into false). Anything else is
+// written into (into true), as curl does, and never renamed over: a rename
+// would replace a device (as root, /dev/null itself) or a symbolic link (as
+// /dev/stdout is) with a regular file.
+func outputTarget(output, remote string) (path string, into bool, err error) {
+	if fi, err := os.Stat(output); err == nil && fi.IsDir() {
+		output = filepath.Join(output, remote)
+	}
+	fi, err := os.Lstat(output)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return output, false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return output, !fi.Mode().IsRegular(), nil
 }
 
 func displayName(output string) string {
