@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/internal/memnet"
 )
 
 // site writes a page with assets into dir and returns the page's HTML.
@@ -202,17 +204,19 @@ func TestBundleMemberChangingWhileRead(t *testing.T) {
 }
 
 func TestBundleOverloadAnswer(t *testing.T) {
-	dir := t.TempDir()
-	site(t, dir)
-	ts := start(t, Config{Dir: dir, MaxTransfers: 1})
-	m := ts.manifest(t, contract.BundlePrefix+"/index.html")
-	_, want := ts.do(t, "GET", contract.BundlePrefix+"/index.html")
-	holdHog(t, ts, dir)
-	res, body := ts.do(t, "GET", contract.BundlePrefix+"/index.html", contract.CapabilitiesHeader, contract.CapabilityOverload, "Range", "bytes=16384-32767")
-	if res.StatusCode != http.StatusPartialContent || res.Header.Get(contract.PieceHeader) != "1" {
-		t.Fatalf("capable GET of a bundle past the limit: %s, piece %q", res.Status, res.Header.Get(contract.PieceHeader))
-	}
-	if err := m.VerifyPiece(1, body); err != nil || !bytes.Equal(body, want[16384:32768]) {
-		t.Errorf("piece 1 of the bundle: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		site(t, dir)
+		ts := startMem(t, memnet.New(), Config{Dir: dir, MaxTransfers: 1})
+		m := ts.manifest(t, contract.BundlePrefix+"/index.html")
+		_, want := ts.do(t, "GET", contract.BundlePrefix+"/index.html")
+		holdHog(t, ts, dir)
+		res, body := ts.do(t, "GET", contract.BundlePrefix+"/index.html", contract.CapabilitiesHeader, contract.CapabilityOverload, "Range", "bytes=16384-32767")
+		if res.StatusCode != http.StatusPartialContent || res.Header.Get(contract.PieceHeader) != "1" {
+			t.Fatalf("capable GET of a bundle past the limit: %s, piece %q", res.Status, res.Header.Get(contract.PieceHeader))
+		}
+		if err := m.VerifyPiece(1, body); err != nil || !bytes.Equal(body, want[16384:32768]) {
+			t.Errorf("piece 1 of the bundle: %v", err)
+		}
+	})
 }

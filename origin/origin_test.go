@@ -21,10 +21,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -37,6 +39,9 @@ type testServer struct {
 	*Server
 	url    string
 	client *http.Client
+	// dial is what the test's clients dial with (http.Transport's
+	// DialContext); nil on loopback.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // start runs a Server for cfg on a loopback listener until the test ends.
@@ -47,11 +52,54 @@ func start(t *testing.T, cfg Config, setup ...func(*Server)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startOn(t, ln, cfg, setup...)
+	return startOn(t, ln, nil, cfg, setup...)
 }
 
-// startOn is start on the listener ln.
-func startOn(t *testing.T, ln net.Listener, cfg Config, setup ...func(*Server)) *testServer {
+// startMem is start on nw, an in-memory network, for tests inside a
+// testing/synctest bubble: there time is virtual, so a test can say how
+// long a shaped transfer or a timeout took and get the same answer on
+// every run. The server gets a host of nw, and so does the test's client;
+// an Upstream is reached from the server's host unless cfg has a Transport.
+// Everything is shut down before the bubble ends, which it requires.
+func startMem(t *testing.T, nw *memnet.Network, cfg Config, setup ...func(*Server)) *testServer {
+	t.Helper()
+	srv := nw.Host(memnet.HostConfig{})
+	if cfg.Upstream != nil && cfg.Transport == nil {
+		tr := &http.Transport{DialContext: srv.DialContext}
+		t.Cleanup(tr.CloseIdleConnections)
+		cfg.Transport = tr
+	}
+	ln, err := srv.Listen(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startOn(t, ln, nw.Host(memnet.HostConfig{}).DialContext, cfg, setup...)
+}
+
+// serveMem serves h on a host of nw until the test ends and returns its
+// URL: an upstream for startMem.
+func serveMem(t *testing.T, nw *memnet.Network, h http.Handler) string {
+	t.Helper()
+	ln, err := nw.Host(memnet.HostConfig{}).Listen(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	done := make(chan struct{})
+	go func() {
+		hs.Serve(ln)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		hs.Close()
+		<-done
+	})
+	return "http://" + ln.String()
+}
+
+// startOn is start on the listener ln, with clients that dial with dial
+// (nil: the default dialer).
+func startOn(t *testing.T, ln net.Listener, dial func(context.Context, string, string) (net.Conn, error), cfg Config, setup ...func(*Server)) *testServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
@@ -70,7 +118,7 @@ func startOn(t *testing.T, ln net.Listener, cfg Config, setup ...func(*Server)) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
-	tr := &http.Transport{}
+	tr := &http.Transport{DialContext: dial}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
 		cancel()
@@ -79,7 +127,7 @@ func startOn(t *testing.T, ln net.Listener, cfg Config, setup ...func(*Server)) 
 		}
 		s.Close()
 	})
-	return &testServer{Server: s, url: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}}
+	return &testServer{Server: s, url: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}, dial: dial}
 }
 
 // do sends a request and returns the response with its body read.
@@ -796,32 +844,41 @@ func TestWarm(t *testing.T) {
 
 // Serve stops waiting for transfers after ShutdownGrace and closes them.
 func TestServeShutdownCutsLongTransfers(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir, "f", randomBytes(1<<20, 52), t0)
-	s, err := New(Config{Dir: dir, CacheDir: t.TempDir(), Rate: 64 << 10, ShutdownGrace: 50 * time.Millisecond, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	res, err := http.Get("http://" + ln.Addr().String() + "/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
-	if body, err := io.ReadAll(res.Body); err == nil {
-		t.Errorf("the transfer completed (%d bytes) although the server shut down", len(body))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const grace = 50 * time.Millisecond
+		dir := t.TempDir()
+		writeFile(t, dir, "f", randomBytes(1<<20, 52), t0)
+		s, err := New(Config{Dir: dir, CacheDir: t.TempDir(), Rate: 64 << 10, ShutdownGrace: grace, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		nw := memnet.New()
+		ln, err := nw.Host(memnet.HostConfig{}).Listen(80)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx, ln) }()
+		client := &http.Client{Transport: &http.Transport{DialContext: nw.Host(memnet.HostConfig{}).DialContext}}
+		res, err := client.Get("http://" + ln.String() + "/f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		cancel()
+		stopping := time.Now()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if took := time.Since(stopping); took != grace {
+			t.Errorf("Serve returned %v after it was told to stop, want the grace (%v)", took, grace)
+		}
+		if body, err := io.ReadAll(res.Body); err == nil {
+			t.Errorf("the transfer completed (%d bytes) although the server shut down", len(body))
+		}
+	})
 }
 
 // FuzzCleanName checks that a URL path never becomes a name that climbs out

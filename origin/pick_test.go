@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -134,114 +136,114 @@ func TestSentLedgerResendAfter(t *testing.T) {
 // piece is not counted as sent; the same request without candidates (not a
 // swarm peer), or from a peer that knows no other, still gets it.
 func TestPickInSwarm(t *testing.T) {
-	dir := t.TempDir()
-	data := randomBytes(fileSize, 31)
-	writeFile(t, dir, "f", data, t0)
-	ts := start(t, Config{Dir: dir, ResendAfter: time.Minute})
-	m := ts.manifest(t, "/f")
-	if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 0 {
-		t.Fatalf("first request: got piece %d", p)
-	}
-	if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 1 {
-		t.Fatalf("second request: got piece %d, want the unsent candidate 1", p)
-	}
-	res, p := ts.pieceGet(t, m, data, 1, "0")
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) != "1" || p != -1 {
-		t.Fatalf("all sent just now: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
-	}
-	if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 59 || ra > 60 {
-		t.Errorf("Retry-After %q, want about 60 (ResendAfter)", res.Header.Get("Retry-After"))
-	}
-	if res.Header.Get("Etag") != "" || res.Header.Get("Content-Range") != "" {
-		t.Errorf("the 503 carries the file's headers: %v", res.Header)
-	}
-	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
-		t.Errorf("no candidates: got piece %d, want 1", p)
-	}
-	// A peer that knows no other peer has no swarm to leave them to.
-	if res, p := ts.pieceGet(t, m, data, 1, "0", contract.ReasonHeader, reasonNoPeers); p < 0 {
-		t.Errorf("a peer without peers: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
-	}
-	for series, want := range map[string]int64{
-		`stampede_origin_piece_sends_total{copy="first"}`:   2,
-		`stampede_origin_piece_sends_total{copy="again"}`:   2,
-		`stampede_origin_rejected_total{reason="in-swarm"}`: 1,
-	} {
-		if got := ts.metric(t, series); got != want {
-			t.Errorf("%s = %d, want %d", series, got, want)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		data := randomBytes(fileSize, 31)
+		writeFile(t, dir, "f", data, t0)
+		ts := startMem(t, memnet.New(), Config{Dir: dir, ResendAfter: time.Minute})
+		m := ts.manifest(t, "/f")
+		if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 0 {
+			t.Fatalf("first request: got piece %d", p)
 		}
-	}
+		if _, p := ts.pieceGet(t, m, data, 0, "1"); p != 1 {
+			t.Fatalf("second request: got piece %d, want the unsent candidate 1", p)
+		}
+		res, p := ts.pieceGet(t, m, data, 1, "0")
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) != "1" || p != -1 {
+			t.Fatalf("all sent just now: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
+		}
+		if ra := res.Header.Get("Retry-After"); ra != "60" {
+			t.Errorf("Retry-After %q, want 60 (ResendAfter)", ra)
+		}
+		if res.Header.Get("Etag") != "" || res.Header.Get("Content-Range") != "" {
+			t.Errorf("the 503 carries the file's headers: %v", res.Header)
+		}
+		if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
+			t.Errorf("no candidates: got piece %d, want 1", p)
+		}
+		// A peer that knows no other peer has no swarm to leave them to.
+		if res, p := ts.pieceGet(t, m, data, 1, "0", contract.ReasonHeader, reasonNoPeers); p < 0 {
+			t.Errorf("a peer without peers: %s, %s %q", res.Status, contract.InSwarmHeader, res.Header.Get(contract.InSwarmHeader))
+		}
+		for series, want := range map[string]int64{
+			`stampede_origin_piece_sends_total{copy="first"}`:   2,
+			`stampede_origin_piece_sends_total{copy="again"}`:   2,
+			`stampede_origin_rejected_total{reason="in-swarm"}`: 1,
+		} {
+			if got := ts.metric(t, series); got != want {
+				t.Errorf("%s = %d, want %d", series, got, want)
+			}
+		}
+	})
 }
 
 // TestPickInSwarmCountsFromDelivery: the resend window starts when a
 // piece's body has gone out, not when it was asked for: a piece that took
 // longer than the window to send is still refused right after.
 func TestPickInSwarmCountsFromDelivery(t *testing.T) {
-	dir := t.TempDir()
-	data := randomBytes(fileSize, 37)
-	writeFile(t, dir, "f", data, t0)
-	const window = 300 * time.Millisecond
-	ts := start(t, Config{Dir: dir, ResendAfter: window, Rate: 16 << 10})
-	m := ts.manifest(t, "/f")
-	// A first piece empties the rate limiter's burst; the next is shaped.
-	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
-		t.Fatalf("warm-up request: got piece %d", p)
-	}
-	begin := time.Now()
-	if _, p := ts.pieceGet(t, m, data, 0, "0"); p != 0 {
-		t.Fatalf("first request: got piece %d", p)
-	}
-	if took := time.Since(begin); took < 2*window {
-		t.Fatalf("piece 0 took %v to send; the test needs over %v", took, 2*window)
-	}
-	if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) == "" {
-		t.Errorf("right after a slow send: %s, want 503 in swarm (the window counts from the end of the body)", res.Status)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		data := randomBytes(fileSize, 37)
+		writeFile(t, dir, "f", data, t0)
+		const window = 300 * time.Millisecond
+		ts := startMem(t, memnet.New(), Config{Dir: dir, ResendAfter: window, Rate: 16 << 10})
+		m := ts.manifest(t, "/f")
+		// A first piece empties the rate limiter's burst; the next is shaped.
+		if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 {
+			t.Fatalf("warm-up request: got piece %d", p)
+		}
+		begin := time.Now()
+		if _, p := ts.pieceGet(t, m, data, 0, "0"); p != 0 {
+			t.Fatalf("first request: got piece %d", p)
+		}
+		if took := time.Since(begin); took < 2*window {
+			t.Fatalf("piece 0 took %v to send; the test needs over %v", took, 2*window)
+		}
+		if res, _ := ts.pieceGet(t, m, data, 0, "0"); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get(contract.InSwarmHeader) == "" {
+			t.Errorf("right after a slow send: %s, want 503 in swarm (the window counts from the end of the body)", res.Status)
+		}
+	})
 }
 
 // TestPickInSwarmCutShort: a piece whose body the peer stopped taking did
 // not go out: it is not "in the swarm", and the next swarm peer gets it.
 func TestPickInSwarmCutShort(t *testing.T) {
-	dir := t.TempDir()
-	data := randomBytes(32<<20, 41) // 64 KiB pieces: several limiter chunks each
-	writeFile(t, dir, "f", data, t0)
-	ts := start(t, Config{Dir: dir, ResendAfter: time.Minute, Rate: 64 << 10})
-	m := ts.manifest(t, "/f")
-	if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 { // empties the limiter's burst
-		t.Fatalf("warm-up request: got piece %d", p)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, "GET", ts.url+"/f", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", m.PieceLen(0)-1))
-	req.Header.Set(contract.CandidatesHeader, "0")
-	res, err := ts.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != http.StatusPartialContent {
-		t.Fatalf("first request: %s", res.Status)
-	}
-	if _, err := io.ReadFull(res.Body, make([]byte, 100)); err != nil {
-		t.Fatal(err)
-	}
-	cancel() // the peer gives up a few bytes into the piece
-	res.Body.Close()
-	// The origin notices when its next write fails; until then the piece
-	// is on its way and refused.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res, p := ts.pieceGet(t, m, data, 0, "0")
-		if p == 0 {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		data := randomBytes(32<<20, 41) // 64 KiB pieces: several limiter chunks each
+		writeFile(t, dir, "f", data, t0)
+		ts := startMem(t, memnet.New(), Config{Dir: dir, ResendAfter: time.Minute, Rate: 64 << 10})
+		m := ts.manifest(t, "/f")
+		if _, p := ts.pieceGet(t, m, data, 1, ""); p != 1 { // empties the limiter's burst
+			t.Fatalf("warm-up request: got piece %d", p)
 		}
-		if res.Header.Get(contract.InSwarmHeader) == "" || time.Now().After(deadline) {
+		ctx, cancel := context.WithCancel(t.Context())
+		req, err := http.NewRequestWithContext(ctx, "GET", ts.url+"/f", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", m.PieceLen(0)-1))
+		req.Header.Set(contract.CandidatesHeader, "0")
+		res, err := ts.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusPartialContent {
+			t.Fatalf("first request: %s", res.Status)
+		}
+		if _, err := io.ReadFull(res.Body, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		cancel() // the peer gives up a few bytes into the piece
+		res.Body.Close()
+		// The origin notices as soon as the connection is gone (net/http ends
+		// the request's context); until then the piece is on its way and
+		// refused. Let it notice.
+		synctest.Wait()
+		if res, p := ts.pieceGet(t, m, data, 0, "0"); p != 0 {
 			t.Fatalf("after the first body was cut short: %s (in swarm %q), want piece 0", res.Status, res.Header.Get(contract.InSwarmHeader))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 }
 
 // pieceGet asks for piece i offering cands, as a stampede peer does, and
@@ -351,26 +353,28 @@ func TestPickPiece(t *testing.T) {
 // for (the handout prefers it), not for the piece the pick chose: the
 // pick is taken back with the request's own Range.
 func TestPickThenOverloadAnswer(t *testing.T) {
-	dir := t.TempDir()
-	data := randomBytes(fileSize, 31)
-	writeFile(t, dir, "f", data, t0)
-	ts := start(t, Config{Dir: dir, MaxTransfers: 1, OverloadWindow: time.Hour})
-	m := ts.manifest(t, "/f")
-	if _, p := ts.pieceGet(t, m, data, 0, ""); p != 0 { // piece 0 sent once
-		t.Fatalf("got piece %d", p)
-	}
-	holdHog(t, ts, dir)
-	off := m.PieceOffset(0)
-	res, _ := ts.do(t, "GET", "/f", "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(0)-1),
-		contract.CandidatesHeader, "1-3", contract.CapabilitiesHeader, contract.CapabilityOverload)
-	if res.StatusCode != http.StatusPartialContent || res.Header.Get("Retry-After") == "" {
-		t.Fatalf("capable client past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
-	}
-	if got := res.Header.Get(contract.PieceHeader); got != "0" {
-		t.Errorf("overload answer carries piece %s, want 0, the piece asked", got)
-	}
-	// The pick's choice was taken back: piece 1 is still unsent.
-	if n := ts.metric(t, `stampede_origin_piece_picks_total`); n != 0 {
-		t.Errorf("%d picks counted, want 0", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		data := randomBytes(fileSize, 31)
+		writeFile(t, dir, "f", data, t0)
+		ts := startMem(t, memnet.New(), Config{Dir: dir, MaxTransfers: 1, OverloadWindow: time.Hour})
+		m := ts.manifest(t, "/f")
+		if _, p := ts.pieceGet(t, m, data, 0, ""); p != 0 { // piece 0 sent once
+			t.Fatalf("got piece %d", p)
+		}
+		holdHog(t, ts, dir)
+		off := m.PieceOffset(0)
+		res, _ := ts.do(t, "GET", "/f", "Range", fmt.Sprintf("bytes=%d-%d", off, off+m.PieceLen(0)-1),
+			contract.CandidatesHeader, "1-3", contract.CapabilitiesHeader, contract.CapabilityOverload)
+		if res.StatusCode != http.StatusPartialContent || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("capable client past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
+		}
+		if got := res.Header.Get(contract.PieceHeader); got != "0" {
+			t.Errorf("overload answer carries piece %s, want 0, the piece asked", got)
+		}
+		// The pick's choice was taken back: piece 1 is still unsent.
+		if n := ts.metric(t, `stampede_origin_piece_picks_total`); n != 0 {
+			t.Errorf("%d picks counted, want 0", n)
+		}
+	})
 }

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/memnet"
 )
 
 func mustParse(t *testing.T, s string) *url.URL {
@@ -28,7 +30,7 @@ func mustParse(t *testing.T, s string) *url.URL {
 // files from a map, with an ETag and a Last-Modified unless told not to,
 // and counts the requests it gets.
 type fakeUpstream struct {
-	*httptest.Server
+	URL string
 
 	mu    sync.Mutex // guards the following
 	files map[string]upstreamFile
@@ -48,38 +50,49 @@ type upstreamFile struct {
 	head string
 }
 
+// newFakeUpstream serves a fakeUpstream on loopback until the test ends.
 func newFakeUpstream(t *testing.T) *fakeUpstream {
 	u := &fakeUpstream{files: make(map[string]upstreamFile), count: make(map[string]int)}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		f, ok := u.files[r.URL.RequestURI()]
-		u.count[r.Method+" "+r.URL.RequestURI()]++
-		u.mu.Unlock()
-		switch {
-		case !ok:
-			http.NotFound(w, r)
-		case f.status != 0:
-			http.Error(w, "upstream says no", f.status)
-		default:
-			if f.etag != "" {
-				w.Header().Set("Etag", f.etag)
-			}
-			if f.ignoreIfRange {
-				r.Header.Del("If-Range")
-			}
-			if f.head != "" {
-				w.Header().Set(contract.ManifestHeadHeader, f.head)
-			}
-			if r.Header.Get(contract.WantHeader) != "" {
-				u.mu.Lock()
-				u.count["asked for a head"]++
-				u.mu.Unlock()
-			}
-			http.ServeContent(w, r, "", f.modTime, bytes.NewReader(f.data))
-		}
-	}))
-	t.Cleanup(u.Close)
+	srv := httptest.NewServer(u)
+	t.Cleanup(srv.Close)
+	u.URL = srv.URL
 	return u
+}
+
+// newMemUpstream is newFakeUpstream on nw (startMem).
+func newMemUpstream(t *testing.T, nw *memnet.Network) *fakeUpstream {
+	u := &fakeUpstream{files: make(map[string]upstreamFile), count: make(map[string]int)}
+	u.URL = serveMem(t, nw, u)
+	return u
+}
+
+func (u *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	f, ok := u.files[r.URL.RequestURI()]
+	u.count[r.Method+" "+r.URL.RequestURI()]++
+	u.mu.Unlock()
+	switch {
+	case !ok:
+		http.NotFound(w, r)
+	case f.status != 0:
+		http.Error(w, "upstream says no", f.status)
+	default:
+		if f.etag != "" {
+			w.Header().Set("Etag", f.etag)
+		}
+		if f.ignoreIfRange {
+			r.Header.Del("If-Range")
+		}
+		if f.head != "" {
+			w.Header().Set(contract.ManifestHeadHeader, f.head)
+		}
+		if r.Header.Get(contract.WantHeader) != "" {
+			u.mu.Lock()
+			u.count["asked for a head"]++
+			u.mu.Unlock()
+		}
+		http.ServeContent(w, r, "", f.modTime, bytes.NewReader(f.data))
+	}
 }
 
 func (u *fakeUpstream) set(uri string, f upstreamFile) {
@@ -295,25 +308,28 @@ func TestUpstreamErrors(t *testing.T) {
 }
 
 func TestUpstreamOverload(t *testing.T) {
-	up := newFakeUpstream(t)
-	up.set("/f", upstreamFile{data: randomBytes(1<<20, 33), etag: `"x"`})
-	done := make(chan struct{}, 10)
-	ts := start(t, Config{Upstream: mustParse(t, up.URL), MaxTransfers: 1, Rate: 256 << 10}, func(s *Server) {
-		s.testHookTransferDone = func() { done <- struct{}{} }
+	synctest.Test(t, func(t *testing.T) {
+		nw := memnet.New()
+		up := newMemUpstream(t, nw)
+		up.set("/f", upstreamFile{data: randomBytes(1<<20, 33), etag: `"x"`})
+		done := make(chan struct{}, 10)
+		ts := startMem(t, nw, Config{Upstream: mustParse(t, up.URL), MaxTransfers: 1, Rate: 256 << 10}, func(s *Server) {
+			s.testHookTransferDone = func() { done <- struct{}{} }
+		})
+		held := holdTransfer(t, ts, "/f")
+		res, _ := ts.do(t, "GET", "/f")
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+			t.Errorf("past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
+		}
+		if res, _ := ts.do(t, "HEAD", "/f"); res.StatusCode != 200 {
+			t.Errorf("HEAD past the limit: %s", res.Status)
+		}
+		held.Body.Close()
+		<-done
+		if res, _ := ts.do(t, "GET", "/f", "Range", "bytes=0-9"); res.StatusCode != 206 {
+			t.Errorf("after the transfer ended: %s", res.Status)
+		}
 	})
-	held := holdTransfer(t, ts, "/f")
-	res, _ := ts.do(t, "GET", "/f")
-	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
-		t.Errorf("past the limit: %s, Retry-After %q", res.Status, res.Header.Get("Retry-After"))
-	}
-	if res, _ := ts.do(t, "HEAD", "/f"); res.StatusCode != 200 {
-		t.Errorf("HEAD past the limit: %s", res.Status)
-	}
-	held.Body.Close()
-	<-done
-	if res, _ := ts.do(t, "GET", "/f", "Range", "bytes=0-9"); res.StatusCode != 206 {
-		t.Errorf("after the transfer ended: %s", res.Status)
-	}
 }
 
 func TestTarget(t *testing.T) {
