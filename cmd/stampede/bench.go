@@ -48,7 +48,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		from     = fs.Bool("from-json", false, "the arguments are reports (NAME.json) to render again (html, table, --doc), not scenarios to run")
 		sysNames []string
 	)
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -179,14 +179,20 @@ func runHelp(ctx context.Context, e *env, args []string) error {
 		printUsage(e.stdout)
 		return nil
 	}
-	cmd := lookup(args[0])
-	if cmd == nil || cmd.name == "help" {
-		return usageErrorf("no command %q", args[0])
+	name := args[0]
+	if name == "-h" || name == "--help" || name == "-help" {
+		name = "help"
 	}
-	// Every command prints its own flags on -h.
-	e2 := *e
-	e2.stderr = e.stdout
-	return cmd.run(ctx, &e2, []string{"-h"})
+	cmd := lookup(name)
+	switch {
+	case cmd == nil:
+		return usageErrorf("no command %q; run 'stampede help' for the list", args[0])
+	case cmd.name == "help":
+		fmt.Fprint(e.stdout, "Usage: stampede help [COMMAND]\n\nWithout COMMAND, list the commands and the exit codes; with one, show its\nflags (as 'stampede COMMAND --help' does).\n")
+		return nil
+	}
+	// Every command prints its own help, on stdout, on -h.
+	return cmd.run(ctx, e, []string{"-h"})
 }
 
 // version is set at link time by the Makefile.
@@ -197,34 +203,46 @@ func runVersion(_ context.Context, e *env, _ []string) error {
 	return nil
 }
 
-// newFlagSet returns a FlagSet whose usage text names the command and whose
-// errors come back to run (which prints them once) instead of exiting.
-func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: stampede %s %s\n\n%s\n\nFlags:\n", name, args, about)
-		fs.PrintDefaults()
-	}
-	return fs
+// flagSet is a command's flags and the help text that goes with them.
+type flagSet struct {
+	*flag.FlagSet
+	help func() // prints the help on stdout
 }
 
-// parseArgs parses flags placed anywhere among the positional arguments, as
+// newFlagSet returns the flags of command name. Their errors come back to
+// run, which prints them once; -h and --help print the help on stdout.
+func newFlagSet(e *env, name, args, about string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the flag package's own messages are the errors run prints
+	fs.Usage = func() {} // called on errors too: help is printed by parse
+	f := &flagSet{FlagSet: fs}
+	f.help = func() {
+		fs.SetOutput(e.stdout)
+		defer fs.SetOutput(io.Discard)
+		fmt.Fprintf(e.stdout, "Usage: stampede %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+	}
+	return f
+}
+
+// parse parses flags placed anywhere among the positional arguments, as
 // wget and curl allow ("stampede get URL -o FILE"); "--" ends the flags.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+// -h and --help print the help and return flag.ErrHelp.
+func (f *flagSet) parse(args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := f.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				f.help()
 				return nil, err
 			}
-			return nil, withCode(exitUsage, err)
+			return nil, withCode(exitUsage, fmt.Errorf("%w (run 'stampede help %s')", err, f.Name()))
 		}
-		rest := fs.Args()
+		rest := f.Args()
 		if len(rest) == 0 {
 			return pos, nil
 		}
-		// fs.Parse stops at the first positional argument or after "--".
+		// Parse stops at the first positional argument or after "--".
 		consumed := len(args) - len(rest)
 		if consumed > 0 && args[consumed-1] == "--" {
 			return append(pos, rest...), nil

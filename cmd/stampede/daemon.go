@@ -37,7 +37,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.Var(&allow, "allow-dir", "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
 	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
 	fs.BoolVar(&verbose, "v", false, "log every job and connection decision")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		serveArgs = fs.String("serve-args", "", "extra `ARGS` for the origin's stampede serve")
 		getArgs   = fs.String("get-args", "", "extra `ARGS` for the stampede peers' get")
 	)
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&viaD, "daemon", false, "hand the download to the running stampede daemon and show its progress (the daemon downloads, verifies and seeds)")
 	fs.StringVar(&apiAddr, "api", "", "the daemon's API: unix socket `PATH` or HOST:PORT (default: the daemon's default, STATE-DIR/api.sock)")
 	fs.StringVar(&apiToken, "api-token", "", "the token of a daemon's TCP API (default: read from STATE-DIR/api-token)")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("want exactly one URL, got %d arguments (run 'stampede help get')", len(pos))
 	}
 	if viaD {
-		return getViaDaemon(ctx, e, fs, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: quiet, asJSON: asJSON})
+		return getViaDaemon(ctx, e, fs.FlagSet, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: quiet, asJSON: asJSON})
 	}
 	if apiAddr != "" || apiToken != "" {
 		return usageErrorf("--api and --api-token go with --daemon")

@@ -17,7 +17,7 @@ func runManifest(_ context.Context, e *env, args []string) error {
 	rootOnly := fs.Bool("root", false, "print only the root (equal to a BitTorrent v2 pieces root)")
 	workers := fs.Int("workers", 0, "hashing goroutines (0: one per CPU)")
 	stats := fs.Bool("stats", false, "print hashing time and throughput to stderr")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

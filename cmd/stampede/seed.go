@@ -33,7 +33,7 @@ the same content; with --tracker, the manifest is computed from FILE.`)
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload, `RATE` (0: unlimited)")
 	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

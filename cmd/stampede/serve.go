@@ -64,7 +64,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	storeURL := fs.String("store", "", storeUsage)
 	quiet := fs.Bool("q", false, "log only warnings and errors")
 	verbose := fs.Bool("v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

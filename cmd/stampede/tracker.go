@@ -68,7 +68,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
 	storeURL := fs.String("store", "", storeUsage)
 	quiet := fs.Bool("q", false, "log only warnings and errors")
-	pos, err := parseArgs(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
