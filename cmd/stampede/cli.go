@@ -214,7 +214,7 @@ type flagSet struct {
 func newFlagSet(e *env, name, args, about string) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the flag package's own messages are the errors run prints
-	fs.Usage = func() {} // called on errors too: help is printed by parse
+	fs.Usage = func() {}     // called on errors too: help is printed by parse
 	f := &flagSet{FlagSet: fs}
 	f.help = func() {
 		fs.SetOutput(e.stdout)
