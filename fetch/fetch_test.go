@@ -17,9 +17,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/originclient"
 	"github.com/stampede-dev/stampede/store"
 )
 
@@ -32,7 +34,7 @@ func testLogger(t *testing.T) *slog.Logger {
 func get(t *testing.T, s *testServer, mod func(*Config)) (*Result, string, error) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	cfg := Config{URL: s.url(), Output: out, Logger: testLogger(t), InitialDeadline: 2 * time.Second}
+	cfg := Config{URL: s.url(), Output: out, Logger: testLogger(t), InitialDeadline: 2 * time.Second, Client: s.client}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -303,26 +305,46 @@ func TestRetryAfter503(t *testing.T) {
 }
 
 func TestRetryAfter503GivesUp(t *testing.T) {
-	s := newTestServer(t, randomData(2<<20, 12))
-	// Serve normally until the window has grown, then only 503s: the many
-	// parallel 503s share one pause, so patience is spent by the clock, not
-	// by the number of answers.
-	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
-		if n < 40 {
-			return false
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemTestServer(t, randomData(2<<20, 12))
+		// Serve faster and faster until the window has grown (a piece
+		// faster than the average opens it), then only 503s: the many
+		// parallel 503s share one pause, so patience is spent by the
+		// clock, not by the number of answers.
+		var (
+			mu     sync.Mutex
+			busyAt []time.Time // when each 503 was sent
+		)
+		s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+			if n < 40 {
+				time.Sleep(time.Duration(40-n) * time.Millisecond)
+				return false
+			}
+			mu.Lock()
+			busyAt = append(busyAt, time.Now())
+			mu.Unlock()
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		})
+		_, _, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 2 * time.Second })
+		if se, ok := errors.AsType[*StatusError](err); !ok || se.Code != http.StatusServiceUnavailable {
+			t.Fatalf("err = %v, want a 503 StatusError", err)
 		}
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "busy", http.StatusServiceUnavailable)
-		return true
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 1; i < len(busyAt); i++ {
+			if gap := busyAt[i].Sub(busyAt[i-1]); gap > 0 && gap < time.Second {
+				t.Fatalf("asked again %v after a 503 with Retry-After 1 s", gap)
+			}
+		}
+		// Patience is MaxRetryAfter of pauses, and one pause more when
+		// pieces asked for before the first 503 come in after it: a piece
+		// starts the count again.
+		if d := time.Since(busyAt[0]); d < 2*time.Second || d > 3*time.Second+50*time.Millisecond {
+			t.Errorf("gave up %v after the first 503, want after 2 or 3 pauses of the 1 s Retry-After", d)
+		}
 	})
-	start := time.Now()
-	_, _, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 2 * time.Second })
-	if se, ok := errors.AsType[*StatusError](err); !ok || se.Code != http.StatusServiceUnavailable {
-		t.Fatalf("err = %v, want a 503 StatusError", err)
-	}
-	if d := time.Since(start); d < 900*time.Millisecond {
-		t.Errorf("gave up after %v without waiting out a Retry-After", d)
-	}
 }
 
 // TestRetryAfter503PatienceResetsOnProgress: 503 waits count against
@@ -331,74 +353,87 @@ func TestRetryAfter503GivesUp(t *testing.T) {
 // a 1.5 s MaxRetryAfter in total, but not either one alone: the download
 // ends. (With the patience counted over the whole download it gave up.)
 func TestRetryAfter503PatienceResetsOnProgress(t *testing.T) {
-	data := randomData(2<<20, 14)
-	s := newTestServer(t, data)
-	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
-		if n == 20 || n == 60 {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-			return true
+	synctest.Test(t, func(t *testing.T) {
+		data := randomData(2<<20, 14)
+		s := newMemTestServer(t, data)
+		s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+			if n == 20 || n == 60 {
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return true
+			}
+			return false
+		})
+		start := time.Now()
+		_, out, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 1500 * time.Millisecond })
+		if err != nil {
+			t.Fatalf("a download that moved between two stretches of 503s gave up: %v", err)
 		}
-		return false
+		if d := time.Since(start); d < 2*time.Second || d > 2*time.Second+50*time.Millisecond {
+			t.Errorf("done after %v, want after the two 1 s pauses of the two 503s", d)
+		}
+		mustEqualFile(t, out, data)
 	})
-	start := time.Now()
-	_, out, err := get(t, s, func(c *Config) { c.MaxRetryAfter = 1500 * time.Millisecond })
-	if err != nil {
-		t.Fatalf("a download that moved between two stretches of 503s gave up: %v", err)
-	}
-	if d := time.Since(start); d < 1800*time.Millisecond {
-		t.Errorf("done after %v: the two stretches of 503s did not both make it wait", d)
-	}
-	mustEqualFile(t, out, data)
 }
 
 func TestStalledPieceAskedAgain(t *testing.T) {
-	data := randomData(200<<10, 13)
-	s := newTestServer(t, data)
-	var stalled atomic.Int32
-	release := make(chan struct{})
-	defer close(release)
-	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
-		if rangeStart(r) != 4*manifest.BlockSize || stalled.Add(1) > 1 {
-			return false
+	synctest.Test(t, func(t *testing.T) {
+		data := randomData(200<<10, 13)
+		s := newMemTestServer(t, data)
+		var stalled atomic.Int32
+		release := make(chan struct{})
+		defer close(release)
+		s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+			if rangeStart(r) != 4*manifest.BlockSize || stalled.Add(1) > 1 {
+				return false
+			}
+			select { // a connection that never delivers
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return true
+		})
+		const deadline = 300 * time.Millisecond
+		start := time.Now()
+		res, out, err := get(t, s, func(c *Config) { c.InitialDeadline = deadline })
+		if err != nil {
+			t.Fatal(err)
 		}
-		select { // a connection that never delivers
-		case <-release:
-		case <-r.Context().Done():
+		// The pieces measured before it take no time here, so they can
+		// only bring its deadline down, to the floor.
+		if d := time.Since(start); d > deadline {
+			t.Errorf("done after %v: the stalled piece was not asked again within its deadline, %v", d, deadline)
 		}
-		return true
+		mustEqualFile(t, out, data)
+		if res.OriginRequests["retry-late"] < 1 {
+			t.Errorf("origin requests %v: want a retry-late", res.OriginRequests)
+		}
 	})
-	res, out, err := get(t, s, func(c *Config) { c.InitialDeadline = 300 * time.Millisecond })
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustEqualFile(t, out, data)
-	if res.OriginRequests["retry-late"] < 1 {
-		t.Errorf("origin requests %v: want a retry-late", res.OriginRequests)
-	}
 }
 
 func TestStdoutInOrder(t *testing.T) {
-	data := randomData(700<<10, 14)
-	s := newTestServer(t, data)
-	// Delay early pieces so later ones arrive first.
-	s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
-		if off := rangeStart(r); off >= 0 && off < 4*manifest.BlockSize {
-			time.Sleep(30 * time.Millisecond) // shapes arrival order only; nothing waits on it
+	synctest.Test(t, func(t *testing.T) {
+		data := randomData(700<<10, 14)
+		s := newMemTestServer(t, data)
+		// Delay early pieces so later ones arrive first.
+		s.setHook(func(w http.ResponseWriter, r *http.Request, _ int) bool {
+			if off := rangeStart(r); off >= 0 && off < 4*manifest.BlockSize {
+				time.Sleep(30 * time.Millisecond) // in the bubble's time: later pieces surely come first
+			}
+			return false
+		})
+		var buf bytes.Buffer
+		res, _, err := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MemoryBudget = 8 * manifest.BlockSize })
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
+		if !bytes.Equal(buf.Bytes(), data) {
+			t.Fatalf("stdout got %d bytes, not equal to the %d sent", buf.Len(), len(data))
+		}
+		if res.Verified != "merkle" {
+			t.Errorf("verified = %q", res.Verified)
+		}
 	})
-	var buf bytes.Buffer
-	res, _, err := get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &buf; c.MemoryBudget = 8 * manifest.BlockSize })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf.Bytes(), data) {
-		t.Fatalf("stdout got %d bytes, not equal to the %d sent", buf.Len(), len(data))
-	}
-	if res.Verified != "merkle" {
-		t.Errorf("verified = %q", res.Verified)
-	}
 }
 
 func TestResume(t *testing.T) {
@@ -631,29 +666,36 @@ func TestManifestEncodings(t *testing.T) {
 }
 
 func TestStalledStreamResumes(t *testing.T) {
-	data := randomData(200<<10, 21)
-	s := newTestServer(t, data)
-	s.noManifest, s.reprDigest = true, true
-	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
-		if n > 0 {
-			return false
+	synctest.Test(t, func(t *testing.T) {
+		data := randomData(200<<10, 21)
+		s := newMemTestServer(t, data)
+		s.noManifest, s.reprDigest = true, true
+		s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+			if n > 0 {
+				return false
+			}
+			w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(data[:50000])
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // stall until the client gives up
+			return true
+		})
+		const idle = 300 * time.Millisecond
+		start := time.Now()
+		res, out, err := get(t, s, func(c *Config) { c.IdleTimeout = idle })
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
-		w.WriteHeader(http.StatusOK)
-		w.Write(data[:50000])
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // stall until the client gives up
-		return true
+		if d, want := time.Since(start), idle+originclient.Backoff(1); d != want {
+			t.Errorf("done after %v, want after the idle timeout and the first pause, %v", d, want)
+		}
+		mustEqualFile(t, out, data)
+		if _, ranges := s.stats(); len(ranges) != 2 || ranges[1] != "bytes=50000-" {
+			t.Errorf("ranges %q: want a resume from byte 50000", ranges)
+		}
+		_ = res
 	})
-	res, out, err := get(t, s, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustEqualFile(t, out, data)
-	if _, ranges := s.stats(); len(ranges) != 2 || ranges[1] != "bytes=50000-" {
-		t.Errorf("ranges %q: want a resume from byte 50000", ranges)
-	}
-	_ = res
 }
 
 // TestStreamFIFOsRefused: a FIFO at a streamed download's part file ends

@@ -22,7 +22,7 @@ import (
 // request, never the download. (Alone in its swarm, it fetches the whole
 // manifest for the piece layer in every case.)
 func TestInlineManifestHead(t *testing.T) {
-	o := startOverloadOrigin(t, 1<<20, origin.Config{})
+	o := startOverloadOrigin(t, nil, 1<<20, origin.Config{})
 	for _, tc := range []struct {
 		name string
 		edit func(t *testing.T, head string) string // the header as the client gets it

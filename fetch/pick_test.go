@@ -22,7 +22,7 @@ import (
 // the pieces are in the swarm.
 func TestSwarmOriginPicks(t *testing.T) {
 	// A minute: the fetches below must all count as just now.
-	o := startOverloadOrigin(t, 4<<20, origin.Config{ResendAfter: time.Minute})
+	o := startOverloadOrigin(t, nil, 4<<20, origin.Config{ResendAfter: time.Minute})
 	const peers = 3
 	fetchers, m := originFetchers(t, o.url, peers)
 	n := m.NumPieces()
@@ -59,7 +59,7 @@ func TestSwarmOriginPicks(t *testing.T) {
 // piece; the next one, from another peer while the first copy is recent,
 // is told the piece is in the swarm instead of being sent a second copy.
 func TestSwarmOwnCandidate(t *testing.T) {
-	o := startOverloadOrigin(t, 4<<20, origin.Config{ResendAfter: time.Minute})
+	o := startOverloadOrigin(t, nil, 4<<20, origin.Config{ResendAfter: time.Minute})
 	fetchers, _ := originFetchers(t, o.url, 2)
 	const piece = 3
 	fo := swarm.FetchOrigin{Piece: piece, Reason: swarm.ReasonNoPeerHasIt, Candidates: []int{piece}}

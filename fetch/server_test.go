@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/internal/memnet"
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -21,6 +22,9 @@ import (
 type testServer struct {
 	t   *testing.T
 	srv *httptest.Server
+	// client reaches srv; nil for a server on loopback, which the
+	// download's default client reaches.
+	client *http.Client
 
 	mu         sync.Mutex // guards the following
 	data       []byte
@@ -50,6 +54,36 @@ func newUnstartedTestServer(t *testing.T, data []byte) *testServer {
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// newMemTestServer is newTestServer on an in-memory network, for a test
+// inside a synctest bubble: there the pauses and timeouts of a download
+// take exactly their virtual time, so a test can assert how long it
+// waited. get sends the download's requests through s.client.
+func newMemTestServer(t *testing.T, data []byte) *testServer {
+	s := newUnstartedTestServer(t, data)
+	s.srv.Listener.Close() // httptest's, on loopback
+	nw := memnet.New()
+	ln, err := nw.Host(memnet.HostConfig{}).Listen(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.srv.Listener = ln
+	s.srv.Start()
+	s.client = memClient(t, nw.Host(memnet.HostConfig{}), 16)
+	return s
+}
+
+// memClient is NewClient(parallel) dialing from h. Its idle connections
+// are closed at the test's end, so that no connection's goroutine
+// outlives a synctest bubble.
+func memClient(t *testing.T, h *memnet.Host, parallel int) *http.Client {
+	c := NewClient(parallel)
+	tr := c.Transport.(*http.Transport)
+	tr.DialContext = h.DialContext
+	tr.Proxy = nil // memnet's addresses are not to be sent to a proxy from the environment
+	t.Cleanup(tr.CloseIdleConnections)
+	return c
 }
 
 func (s *testServer) url() string { return s.srv.URL + "/file" }
