@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
@@ -96,18 +97,20 @@ func TestPatience(t *testing.T) {
 // TestIdleBodyCountsOnlyReads: the time a reader spends between reads (its
 // own work, a slow disk) does not count against the idle timeout.
 func TestIdleBodyCountsOnlyReads(t *testing.T) {
-	const idle = 100 * time.Millisecond
-	ctx, cancel := context.WithCancelCause(t.Context())
-	b := newIdleBody(ctx, io.NopCloser(strings.NewReader("abcd")), idle, cancel)
-	defer b.Close()
-	buf := make([]byte, 1)
-	for i := range 4 {
-		if _, err := b.Read(buf); err != nil {
-			t.Fatalf("read %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 100 * time.Millisecond
+		ctx, cancel := context.WithCancelCause(t.Context())
+		b := newIdleBody(ctx, io.NopCloser(strings.NewReader("abcd")), idle, cancel)
+		defer b.Close()
+		buf := make([]byte, 1)
+		for i := range 4 {
+			if _, err := b.Read(buf); err != nil {
+				t.Fatalf("read %d: %v", i, err)
+			}
+			time.Sleep(3 * idle) // the reader's own work, in the bubble's time
 		}
-		time.Sleep(3 * idle)
-	}
-	if err := context.Cause(ctx); err != nil {
-		t.Fatalf("the body was cancelled (%v) while its reader was busy between reads", err)
-	}
+		if err := context.Cause(ctx); err != nil {
+			t.Fatalf("the body was cancelled (%v) while its reader was busy between reads", err)
+		}
+	})
 }
