@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/originclient"
+	"github.com/stampede-dev/stampede/store"
 )
 
 // Error classes (package originclient's, the same values). Every error
@@ -61,7 +63,12 @@ type Config struct {
 	// means the remote name (see RemoteName) in the current directory.
 	Output string
 	Stdout io.Writer
-	// Continue resumes from an existing Output+".part".
+	// An existing Output+".part" is resumed whether or not Continue is set:
+	// its pieces are verified again against the manifest (without one, it
+	// is resumed only when its record of the server's validators matches,
+	// and discarded with a warning otherwise). Continue also finds a
+	// complete Output already there: verified against the manifest, it is
+	// not downloaded again (Result.AlreadyComplete).
 	Continue bool
 	// LimitRate caps the download rate in bytes per second (0: unlimited).
 	LimitRate int64
@@ -145,11 +152,20 @@ type Result struct {
 	Verified string  `json:"verified"` // "merkle", "sha256", "repr-digest" or "none"
 	Root     string  `json:"root,omitempty"`
 	Pieces   int     `json:"pieces,omitempty"`
-	// PiecesResumed were found verified on disk when resuming.
-	PiecesResumed int `json:"pieces_resumed,omitempty"`
-	// BytesReceived counts body bytes received, duplicates and rejected
-	// pieces included; it exceeds Size by the waste.
+	// PiecesResumed were found verified on disk when resuming, and
+	// BytesResumed their bytes: not downloaded this time, and not in
+	// RateBps, which is the rate of the bytes that were.
+	PiecesResumed int   `json:"pieces_resumed,omitempty"`
+	BytesResumed  int64 `json:"bytes_resumed"`
+	// AlreadyComplete: with Continue, the file at Path was already whole
+	// and verified, and nothing was downloaded.
+	AlreadyComplete bool `json:"already_complete,omitempty"`
+	// BytesReceived counts the body bytes received from the server (HTTP),
+	// duplicates and rejected pieces included. Bytes from peers are
+	// BytesFromPeers (and Swarm's account). Together they exceed the
+	// bytes downloaded by the waste.
 	BytesReceived  int64 `json:"bytes_received"`
+	BytesFromPeers int64 `json:"bytes_from_peers"`
 	PiecesRejected int   `json:"pieces_rejected"`
 	// OriginRequests counts requests to the origin by reason.
 	OriginRequests map[string]int `json:"origin_requests"`
@@ -162,6 +178,9 @@ type Progress struct {
 	Phase string // "connecting", "verifying", "downloading", "finishing"
 	Size  int64  // -1 while unknown
 	Done  int64  // bytes verified and written (or checked on disk while verifying)
+	// Resumed is the part of Done found on disk when resuming, set once
+	// the check is over: Done less Resumed is what this run downloaded.
+	Resumed int64
 	// Uploaded counts piece bytes sent to other peers (0 outside a swarm).
 	Uploaded int64
 }
@@ -177,8 +196,12 @@ type Download struct {
 	phase    atomic.Value // string
 	size     atomic.Int64
 	done     atomic.Int64
+	resumed  atomic.Int64 // Progress.Resumed
 	received atomic.Int64
-	peer     atomic.Pointer[node.Node] // the swarm's node, once started
+	// resume: continue from the part file (with Continue, or when there is
+	// one), decided by Run.
+	resume bool
+	peer   atomic.Pointer[node.Node] // the swarm's node, once started
 
 	sk        sink      // opened once per download (see openSink)
 	completed time.Time // when the file was published, if before Run ends (seeding)
@@ -250,7 +273,7 @@ func RemoteName(u *url.URL) string {
 
 // Progress returns a snapshot; safe from any goroutine.
 func (d *Download) Progress() Progress {
-	p := Progress{Phase: d.phase.Load().(string), Size: d.size.Load(), Done: d.done.Load()}
+	p := Progress{Phase: d.phase.Load().(string), Size: d.size.Load(), Done: d.done.Load(), Resumed: d.resumed.Load()}
 	if nd := d.peer.Load(); nd != nil {
 		p.Uploaded = nd.Stats().BytesToPeers
 	}
@@ -271,7 +294,9 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 	// the origin's link at its start. Resuming verifies what is on disk
 	// first, which takes the layer.
 	swarm := !d.cfg.Swarm.Disabled && d.cfg.Output != "-"
-	headOnly := swarm && !d.cfg.Continue
+	part := d.partExists()
+	d.resume = d.cfg.Continue || part
+	headOnly := swarm && !d.resume
 	in, err := d.oc.Probe(ctx, u, headOnly)
 	if err != nil {
 		return nil, err
@@ -302,6 +327,18 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 			d.size.Store(m.Size)
 		}
 	}
+	if m != nil && d.cfg.Continue && !part {
+		done, err := d.alreadyComplete(m)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			res.Size, res.Verified, res.AlreadyComplete = m.Size, "merkle", true
+			res.PiecesResumed, res.BytesResumed = m.NumPieces(), m.Size
+			res.OriginRequests = d.oc.Requests()
+			return res, nil
+		}
+	}
 	switch {
 	case m != nil && len(m.Trackers) > 0 && swarm:
 		err = d.runSwarm(ctx, m, in, res)
@@ -327,12 +364,47 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 		end = d.completed // not counting the time spent seeding
 	}
 	res.Seconds = end.Sub(start).Seconds()
+	res.BytesResumed = d.resumed.Load()
 	if res.Seconds > 0 {
-		res.RateBps = float64(res.Size) / res.Seconds
+		res.RateBps = float64(res.Size-res.BytesResumed) / res.Seconds
 	}
 	res.BytesReceived = d.received.Load() + d.oc.Received()
+	if res.Swarm != nil {
+		res.BytesFromPeers = res.Swarm.BytesFromPeers
+	}
 	res.OriginRequests = d.oc.Requests()
 	return res, nil
+}
+
+// partExists reports whether Output has a part file, which is then resumed
+// with or without Continue (see Config.Continue).
+func (d *Download) partExists() bool {
+	if d.cfg.Output == "-" {
+		return false
+	}
+	fi, err := os.Lstat(d.cfg.Output + store.PartSuffix)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// alreadyComplete reports whether Output is already the whole file m
+// describes (with Continue and no part file: wget's "already fully
+// retrieved"), verifying every piece.
+func (d *Download) alreadyComplete(m *manifest.Manifest) (bool, error) {
+	d.phase.Store("verifying")
+	ok, err := store.IsComplete(d.cfg.Output, m, func(done, total int) {
+		d.done.Store(int64(done) * m.PieceSize)
+	})
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrLocal, err)
+	}
+	if ok {
+		d.done.Store(m.Size)
+		d.resumed.Store(m.Size)
+		d.cfg.Logger.Info("the file is already complete and verified; nothing to download", "path", d.cfg.Output)
+	} else {
+		d.done.Store(0)
+	}
+	return ok, nil
 }
 
 // storeSize shows the size the probe found, if it found one.

@@ -285,6 +285,36 @@ func TestPlainServerTruncationResumes(t *testing.T) {
 	}
 }
 
+// TestPlainPartResumedWhenValidatorsMatch: without a manifest, a part file
+// left by an interrupted run is resumed without -c when the server's
+// validators match the ones recorded with it, and only then.
+func TestPlainPartResumedWhenValidatorsMatch(t *testing.T) {
+	data := randomData(300<<10, 21)
+	s := newTestServer(t, data)
+	s.noManifest, s.reprDigest = true, true
+	out := filepath.Join(t.TempDir(), "out")
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		w.Header().Set("Content-Length", "307200")
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:100000])
+		panic(http.ErrAbortHandler) // the body cut short
+	})
+	d, _ := New(Config{URL: s.url(), Output: out, Logger: testLogger(t), NoRetries: true})
+	if _, err := d.Run(t.Context()); err == nil {
+		t.Fatal("the interrupted run succeeded")
+	}
+	s.setHook(nil)
+	_, before := s.stats()
+	res, _, err := get(t, s, func(c *Config) { c.Output = out })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if _, ranges := s.stats(); res.BytesResumed != 100000 || len(ranges) != len(before)+1 || ranges[len(before)] != "bytes=100000-" {
+		t.Errorf("bytes_resumed %d, requests with ranges %q after %d, want one from byte 100000", res.BytesResumed, ranges, len(before))
+	}
+}
+
 func TestRetryAfter503(t *testing.T) {
 	data := randomData(100<<10, 11)
 	s := newTestServer(t, data)
@@ -436,7 +466,16 @@ func TestStdoutInOrder(t *testing.T) {
 	})
 }
 
+// TestResume: a part file left by an interrupted run is resumed, with -c
+// and without: its pieces are verified again, a damaged one fetched again,
+// and the rest not downloaded twice nor counted in the rate.
 func TestResume(t *testing.T) {
+	for _, cont := range []bool{true, false} {
+		t.Run(fmt.Sprintf("continue=%v", cont), func(t *testing.T) { testResume(t, cont) })
+	}
+}
+
+func testResume(t *testing.T, cont bool) {
 	data := randomData(1<<20, 15)
 	s := newTestServer(t, data)
 	out := filepath.Join(t.TempDir(), "out")
@@ -467,7 +506,8 @@ func TestResume(t *testing.T) {
 
 	s.setHook(nil)
 	before, _ := s.stats()
-	d, _ = New(Config{URL: s.url(), Output: out, Logger: testLogger(t), Continue: true})
+	var logs syncLog
+	d, _ = New(Config{URL: s.url(), Output: out, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Continue: cont})
 	res, err := d.Run(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -478,11 +518,91 @@ func TestResume(t *testing.T) {
 	if res.PiecesResumed < 10 || res.PiecesResumed > 20 {
 		t.Errorf("resumed %d pieces, want 10..20 (20 served, one damaged)", res.PiecesResumed)
 	}
+	if res.BytesResumed != int64(res.PiecesResumed)*manifest.BlockSize {
+		t.Errorf("bytes_resumed %d for %d pieces resumed", res.BytesResumed, res.PiecesResumed)
+	}
 	if fetched := after - before; fetched != pieces-res.PiecesResumed {
 		t.Errorf("second run fetched %d pieces, want %d", fetched, pieces-res.PiecesResumed)
 	}
 	if !containsString(ranges[before:], "bytes=81920-98303") {
 		t.Errorf("damaged piece 5 was not fetched again")
+	}
+	if said := strings.Contains(logs.String(), "resuming the partial download"); said == cont {
+		t.Errorf("continue=%v: said it was resuming: %v; log:\n%s", cont, said, logs.String())
+	}
+}
+
+// syncLog collects a logger's lines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestContinueAlreadyComplete: -c on a file that is already whole verifies
+// it and downloads nothing (wget's "already fully retrieved"); a file that
+// differs is downloaded again and replaced.
+func TestContinueAlreadyComplete(t *testing.T) {
+	data := randomData(300<<10, 16)
+	s := newTestServer(t, data)
+	out := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.stats()
+	res, _, err := get(t, s, func(c *Config) { c.Output = out; c.Continue = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.stats(); !res.AlreadyComplete || after != before || res.BytesResumed != int64(len(data)) {
+		t.Errorf("already complete %v, %d piece requests, bytes_resumed %d", res.AlreadyComplete, after-before, res.BytesResumed)
+	}
+	mustNotExist(t, out+store.PartSuffix)
+
+	other := append([]byte(nil), data...)
+	other[len(other)-1] ^= 1
+	if err := os.WriteFile(out, other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err = get(t, s, func(c *Config) { c.Output = out; c.Continue = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AlreadyComplete {
+		t.Error("a file differing in its last byte was taken for complete")
+	}
+	mustEqualFile(t, out, data)
+}
+
+// TestPartOfAnotherFileStartsOver: without -c, a part file holding nothing
+// of this file is discarded with a warning, and the download is whole.
+func TestPartOfAnotherFileStartsOver(t *testing.T) {
+	data := randomData(200<<10, 17)
+	s := newTestServer(t, data)
+	out := filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(out+store.PartSuffix, randomData(len(data), 18), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncLog
+	d, _ := New(Config{URL: s.url(), Output: out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	res, err := d.Run(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.PiecesResumed != 0 || !strings.Contains(logs.String(), "level=WARN msg=\"the part file holds no piece of this file; starting over\"") {
+		t.Errorf("resumed %d pieces; log:\n%s", res.PiecesResumed, logs.String())
 	}
 }
 

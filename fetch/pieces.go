@@ -52,13 +52,14 @@ func (d *Download) runPieces(ctx context.Context, m *manifest.Manifest, in *orig
 	for range nbuf {
 		free <- nil // allocated on first use
 	}
-	sk, err := d.openSink(m, d.cfg.Continue)
+	sk, err := d.openSink(m, d.resume)
 	if err != nil {
 		return err
 	}
 	todo := sk.missing()
 	res.PiecesResumed = m.NumPieces() - len(todo)
 	d.done.Store(m.Size - bytesOf(m, todo))
+	d.resumed.Store(d.done.Load())
 	d.phase.Store("downloading")
 
 	win := newWindow(2, min(d.cfg.MaxParallel, nbuf), d.cfg.InitialDeadline)

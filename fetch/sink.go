@@ -50,6 +50,14 @@ func (d *Download) openSink(m *manifest.Manifest, resume bool) (sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrLocal, err)
 	}
+	if resume && !d.cfg.Continue { // found, not asked for: say what became of it
+		part := d.cfg.Output + store.PartSuffix
+		if n := st.Count(); n > 0 {
+			d.cfg.Logger.Info("resuming the partial download; its pieces were verified again", "part", part, "pieces", n, "of", m.NumPieces())
+		} else {
+			d.cfg.Logger.Warn("the part file holds no piece of this file; starting over", "part", part)
+		}
+	}
 	d.sk = &fileSink{st: st}
 	return d.sk, nil
 }

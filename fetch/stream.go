@@ -39,11 +39,12 @@ func (d *Download) runStream(ctx context.Context, in *originclient.Resource, m *
 func (d *Download) streamPieces(ctx context.Context, in *originclient.Resource, m *manifest.Manifest, res *Result) error {
 	free := make(chan []byte, 1)
 	free <- make([]byte, m.PieceSize)
-	sk, err := d.openSink(m, d.cfg.Continue)
+	sk, err := d.openSink(m, d.resume)
 	if err != nil {
 		return err
 	}
 	res.PiecesResumed = m.NumPieces() - len(sk.missing())
+	d.resumed.Store(m.Size - bytesOf(m, sk.missing()))
 	d.phase.Store("downloading")
 	var (
 		busyWaited time.Duration
@@ -280,7 +281,7 @@ func (o *plainOut) open(in *originclient.Resource) error {
 	}
 	part := cfg.Output + store.PartSuffix
 	meta := partMeta{URL: in.URL.String(), ETag: in.ETag, LastModified: in.LastModified, Size: in.Size}
-	resume := cfg.Continue
+	resume := o.d.resume
 	if resume {
 		if old, err := readSmallRegular(cfg.Output+metaSuffix, 64<<10); err == nil {
 			var pm partMeta
@@ -325,6 +326,10 @@ func (o *plainOut) open(in *originclient.Resource) error {
 		}
 		o.off = n
 		o.d.done.Store(n)
+		o.d.resumed.Store(n)
+		if !cfg.Continue {
+			cfg.Logger.Info("resuming the partial download: the server's validators match its record", "part", part, "bytes", n)
+		}
 		o.d.phase.Store("downloading")
 	}
 	return nil

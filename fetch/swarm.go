@@ -50,7 +50,7 @@ type SwarmConfig struct {
 // where they can, from the origin under the scheduler's origin protection,
 // and go to peers while we download and for SeedTime after.
 func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *originclient.Resource, res *Result) error {
-	sk, err := d.openSink(m, d.cfg.Continue)
+	sk, err := d.openSink(m, d.resume)
 	if err != nil {
 		return err
 	}
@@ -60,6 +60,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *origi
 	}
 	res.PiecesResumed = fs.st.Count()
 	d.done.Store(storedBytes(m, fs))
+	d.resumed.Store(d.done.Load())
 	d.phase.Store("downloading")
 
 	// Origin fetches reuse the piece path of the HTTP downloader: the same

@@ -116,6 +116,44 @@ func OpenCompleteFile(f *os.File, m *manifest.Manifest) (*File, error) {
 	return s, nil
 }
 
+// IsComplete reports whether the regular file at path is the whole file m
+// describes, every piece verified. A file of another size, or another kind
+// (a link, a FIFO), is not, and is not read. onVerify is called as in Open.
+func IsComplete(path string, m *manifest.Manifest, onVerify func(done, total int)) (bool, error) {
+	switch fi, err := os.Lstat(path); {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("store: %w", err)
+	case !fi.Mode().IsRegular() || fi.Size() != m.Size:
+		return false, nil
+	}
+	// Checked again on the open file: the path may have changed since.
+	f, err := os.OpenFile(path, os.O_RDONLY|NoFollow|NonBlock, 0)
+	if err != nil {
+		return false, fmt.Errorf("store: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != m.Size {
+		return false, nil
+	}
+	buf := make([]byte, m.PieceSize)
+	total := m.NumPieces()
+	for i := range total {
+		data := buf[:m.PieceLen(i)]
+		if _, err := f.ReadAt(data, m.PieceOffset(i)); err != nil {
+			return false, fmt.Errorf("store: read piece %d of %s: %w", i, path, err)
+		}
+		if m.VerifyPiece(i, data) != nil {
+			return false, nil
+		}
+		if onVerify != nil {
+			onVerify(i+1, total)
+		}
+	}
+	return true, nil
+}
+
 // rescan verifies the pieces present in the part file.
 func (s *File) rescan(onVerify func(done, total int)) error {
 	fi, err := s.f.Stat()

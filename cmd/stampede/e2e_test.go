@@ -428,10 +428,20 @@ func TestInterruptedGet(t *testing.T) {
 	}
 	sameFile(t, out, data)
 	for line := range strings.Lines(errs) {
-		if strings.Contains(line, "level=") || strings.Contains(line, "fail") || strings.Contains(line, "cancel") {
+		if strings.Contains(line, "level=") && !strings.Contains(line, "level=INFO msg=\"resuming") ||
+			strings.Contains(line, "fail") || strings.Contains(line, "cancel") {
 			t.Errorf("a successful resume logged %q", line)
 		}
 	}
+	if !strings.Contains(errs, "resumed from f.part") {
+		t.Errorf("the resume's summary does not say what was resumed: %q", errs)
+	}
+	// Once more with -c: complete already, so nothing is downloaded.
+	code, _, errs = runCmd(t, "get", "-c", base+"/f", "-o", out)
+	if code != 0 || !strings.Contains(errs, "f: already complete (16.0 MiB), verified: merkle") {
+		t.Errorf("-c on the complete file: exit %d: %q", code, errs)
+	}
+	sameFile(t, out, data)
 }
 
 func metric(t *testing.T, base, name string) float64 {

@@ -51,7 +51,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&output, "output", "", "same as -o")
 	fs.BoolVar(&remote, "O", false, "save under the remote file name (the default when -o is absent)")
 	fs.BoolVar(&remote, "remote-name", false, "same as -O")
-	fs.BoolVar(&cont, "c", false, "continue an interrupted download from FILE.part, re-verifying what is there")
+	fs.BoolVar(&cont, "c", false, "continue: also when FILE is already there, complete and verified, download nothing (FILE.part is always resumed, its pieces verified again)")
 	fs.BoolVar(&cont, "continue", false, "same as -c")
 	fs.BoolVar(&quiet, "q", false, "no progress and no summary; errors and warnings only")
 	fs.BoolVar(&quiet, "quiet", false, "same as -q")
@@ -187,8 +187,18 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		if res.Verified == "none" {
 			verified = "UNVERIFIED"
 		}
-		fmt.Fprintf(e.stderr, "%s: %s in %s (%s), %s\n", displayName(output), units.Bytes(res.Size),
-			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
+		switch {
+		case res.AlreadyComplete:
+			fmt.Fprintf(e.stderr, "%s: already complete (%s), %s; nothing downloaded\n", displayName(output), units.Bytes(res.Size), verified)
+		case res.BytesResumed > 0:
+			fmt.Fprintf(e.stderr, "%s: %s, %s of it downloaded in %s (%s) and %s resumed from %s, %s\n", displayName(output),
+				units.Bytes(res.Size), units.Bytes(res.Size-res.BytesResumed),
+				(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps),
+				units.Bytes(res.BytesResumed), filepath.Base(output)+store.PartSuffix, verified)
+		default:
+			fmt.Fprintf(e.stderr, "%s: %s in %s (%s), %s\n", displayName(output), units.Bytes(res.Size),
+				(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
+		}
 	}
 	return nil
 }

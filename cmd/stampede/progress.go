@@ -27,6 +27,8 @@ func startProgress(e *env, progress func() fetch.Progress, name string) (stop fu
 		// Measured from the start, so the first line has a rate (a plain
 		// line comes only every 5 s).
 		m := rateMeter{last: time.Now(), lastDone: progress().Done}
+		// The rate is of bytes downloaded: not of those found on disk
+		// (Resumed), nor of the check that finds them.
 		drawn := false
 		for {
 			select {
@@ -37,7 +39,12 @@ func startProgress(e *env, progress func() fetch.Progress, name string) (stop fu
 				return
 			case now := <-t.C:
 				p := progress()
-				rate := m.update(now, p.Done)
+				var rate float64
+				if p.Phase == "verifying" {
+					m = rateMeter{last: now}
+				} else {
+					rate = m.update(now, p.Done-p.Resumed)
+				}
 				cols := 0
 				if e.stderrIsTerminal && e.columns != nil {
 					cols = e.columns()
