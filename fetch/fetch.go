@@ -105,7 +105,10 @@ type Config struct {
 	// (default 60s); the stream is then resumed or retried.
 	IdleTimeout time.Duration
 	Client      *http.Client
-	Logger      *slog.Logger
+	// Header is sent with every request to the server (originclient's
+	// Config.Header): never to peers or trackers.
+	Header http.Header
+	Logger *slog.Logger
 	// Swarm configures the peer side; by default a download whose manifest
 	// names trackers joins the swarm (not with Output "-").
 	Swarm SwarmConfig
@@ -238,7 +241,7 @@ func New(cfg Config) (*Download, error) {
 	}
 	d := &Download{cfg: cfg, url: u, lim: ratelimit.New(cfg.LimitRate)}
 	d.oc = originclient.New(originclient.Config{
-		Client: cfg.Client, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
+		Client: cfg.Client, Header: cfg.Header, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
 		MaxRetryAfter: cfg.MaxRetryAfter, IdleTimeout: cfg.IdleTimeout, OriginIdleTimeout: cfg.Swarm.OriginIdleTimeout,
 	})
 	d.phase.Store("connecting")

@@ -17,10 +17,14 @@
 package originclient
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +71,10 @@ const DefaultRetries = 5
 type Config struct {
 	// Client sends the requests (default NewHTTPClient(16)).
 	Client *http.Client
+	// Header is sent with every request to the origin (stampede get's
+	// --header, --user-agent, --user), before the request's own headers;
+	// a User-Agent here replaces "stampede". Peers never see it.
+	Header http.Header
 	// Logger receives the client's log (default: discard).
 	Logger *slog.Logger
 	// Limiter caps the rate at which bodies are read (nil: unlimited).
@@ -104,11 +112,50 @@ type Config struct {
 // one host: enough idle connections to reuse one per request in flight, and
 // no transparent decompression (bytes must arrive exactly as hashed).
 func NewHTTPClient(parallel int) *http.Client {
+	c, _ := HTTPOptions{Parallel: parallel}.Client()
+	return c
+}
+
+// HTTPOptions are the transport settings a user may choose: stampede get's
+// --proxy, --cacert, --insecure and --connect-timeout.
+type HTTPOptions struct {
+	// Parallel is the most requests in flight to one host (default 16).
+	Parallel int
+	// Proxy, if set, carries every request; otherwise the environment's
+	// (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) does.
+	Proxy *url.URL
+	// RootCAs, if set, replaces the system's certificate authorities.
+	RootCAs *x509.CertPool
+	// Insecure skips checking the server's certificate.
+	Insecure bool
+	// ConnectTimeout bounds connecting, TLS handshake included (default 30s).
+	ConnectTimeout time.Duration
+}
+
+// Client returns an HTTP client with o's settings (see NewHTTPClient).
+func (o HTTPOptions) Client() (*http.Client, error) {
+	if o.Parallel <= 0 {
+		o.Parallel = 16
+	}
+	if o.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("%w: connect timeout %v", ErrUsage, o.ConnectTimeout)
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 30 * time.Second
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 2*parallel + 2
+	t.MaxIdleConnsPerHost = 2*o.Parallel + 2
 	t.DisableCompression = true
 	t.ResponseHeaderTimeout = 60 * time.Second
-	return &http.Client{Transport: t}
+	t.DialContext = (&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = o.ConnectTimeout
+	if o.Proxy != nil {
+		t.Proxy = http.ProxyURL(o.Proxy)
+	}
+	if o.RootCAs != nil || o.Insecure {
+		t.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs, InsecureSkipVerify: o.Insecure}
+	}
+	return &http.Client{Transport: t}, nil
 }
 
 // Client talks to origins. It is safe for concurrent use; it counts the

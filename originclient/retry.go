@@ -26,10 +26,13 @@ func (c *Client) Do(ctx context.Context, method string, u *url.URL, hdr http.Hea
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	req.Header.Set("User-Agent", "stampede")
+	for k, v := range c.cfg.Header {
+		req.Header[k] = v
+	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	req.Header.Set("User-Agent", "stampede")
 	if method == http.MethodGet && reason != "manifest" {
 		// The origin counts its file requests by why they were made.
 		req.Header.Set(contract.ReasonHeader, reason)
