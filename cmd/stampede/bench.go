@@ -8,11 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stampede-dev/stampede/bench"
 	"github.com/stampede-dev/stampede/internal/units"
 )
@@ -41,8 +41,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		work     = fs.String("workdir", "", "make the scratch directory in `DIR` (default: the system's temporary directory)")
 		list     = fs.Bool("list", false, "list the standard scenarios and exit")
 		cleanup  = fs.Bool("cleanup", false, "delete network namespaces left by bench runs that died, and exit")
-		quiet    = fs.Bool("q", false, "no live progress")
-		verbose  = fs.Bool("v", false, "log each run")
+		quiet    = fs.BoolP("quiet", "q", false, "no live progress")
+		verbose  = fs.BoolP("verbose", "v", false, "log each run")
 		serveArg = fs.String("serve-args", "", "extra `ARGS` for the origin's stampede serve (added to the scenario's serve_args)")
 		getArgs  = fs.String("get-args", "", "extra `ARGS` for the stampede peers' get (added to the scenario's get_args)")
 		from     = fs.Bool("from-json", false, "the arguments are reports (NAME.json) to render again (html, table, --doc), not scenarios to run")
@@ -114,7 +114,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		cmdline := "stampede bench " + strings.Join(args, " ")
 		if len(scenarios) > 1 {
-			cmdline = benchCommand(args, paths[i])
+			cmdline = benchCommand(fs, paths[i])
 		}
 		rep, err := runScenario(ctx, e, bench.Config{Scenario: sc, Backend: *backend, Systems: sysNames, Reps: *reps,
 			Bin: *bin, WorkDir: *work, Command: cmdline, SkipUnavailable: *skip}, !*quiet, *verbose)
@@ -178,32 +178,29 @@ func rerender(e *env, files []string, out, doc string) error {
 }
 
 // benchCommand is the command that reruns one scenario of a longer
-// invocation: the same flags, that scenario only.
-func benchCommand(args []string, scenario string) string {
-	var flags []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") {
-			continue
+// invocation: the same flags but --doc, that scenario only.
+func benchCommand(fs *flagSet, scenario string) string {
+	words := []string{"stampede", "bench"}
+	fs.Visit(func(f *pflag.Flag) {
+		switch {
+		case f.Name == "doc":
+		case f.Value.Type() == "bool" && f.Value.String() == "true":
+			words = append(words, "--"+f.Name)
+		case f.Value.Type() == "bool":
+			words = append(words, "--"+f.Name+"=false")
+		default:
+			words = append(words, "--"+f.Name, shellQuote(f.Value.String()))
 		}
-		name := strings.TrimLeft(a, "-")
-		if name == "doc" || strings.HasPrefix(name, "doc=") {
-			if !strings.Contains(a, "=") {
-				i++
-			}
-			continue
-		}
-		flags = append(flags, a)
-		if !strings.Contains(a, "=") && i+1 < len(args) && !isBoolBenchFlag(name) {
-			flags = append(flags, args[i+1])
-			i++
-		}
-	}
-	return strings.TrimSpace("stampede bench " + strings.Join(flags, " ") + " " + scenario)
+	})
+	return strings.Join(append(words, shellQuote(scenario)), " ")
 }
 
-func isBoolBenchFlag(name string) bool {
-	return slices.Contains([]string{"skip-unavailable", "list", "cleanup", "q", "v"}, name)
+// shellQuote quotes s for a POSIX shell, if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,=+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func cmpOr(a, b string) string {

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
 
@@ -26,6 +27,9 @@ type env struct {
 	// ready, if set, is called by long-running servers with their listening
 	// address once they accept connections (tests use it instead of polling).
 	ready func(addr string)
+	// describe, if set, is handed the command's flags by parse, and the
+	// command returns errDescribed without running (see describe).
+	describe func(*flagSet)
 }
 
 func stdEnv() *env {
@@ -136,7 +140,7 @@ func run(ctx context.Context, args []string, e *env) int {
 	if err == nil {
 		return exitOK
 	}
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
 	}
 	fmt.Fprintf(e.stderr, "stampede %s: %v\n", name, err)
@@ -158,102 +162,231 @@ func lookup(name string) *command {
 	return nil
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprintf(w, "stampede: survive a flash crowd by turning it into the delivery network.\n\nUsage:\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  stampede %-8s %-22s %s\n", c.name, c.args, c.summary)
-	}
-	fmt.Fprint(w, `
-Run 'stampede help COMMAND' for a command's flags.
+// tagline is what stampede is for: the first line of its help.
+const tagline = "survive a flash crowd by turning it into the delivery network"
 
-Exit codes:
-  0 success            1 generic error        2 bad flags, arguments or URL
+// flagSyntax says how flags are written.
+const flagSyntax = `Flags are GNU style: a long flag has two dashes (--output FILE or
+--output=FILE), a short one has one (-o FILE), and short ones combine (-qc).
+Flags go anywhere among the arguments; "--" ends them.`
+
+// exitCodes is the table of exit codes.
+const exitCodes = `  0 success            1 generic error        2 bad flags, arguments or URL
   3 local I/O error    4 network failure      7 protocol error (bad manifest, truncated body)
   8 server error       9 verification failed  10 file changed on the server
   130 interrupted (Ctrl-C, SIGINT)            143 terminated (SIGTERM)
-`)
+`
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "stampede: %s.\n\nUsage:\n", tagline)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  stampede %-8s %-22s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintf(w, `
+Run 'stampede help COMMAND' for a command's flags.
+
+%s
+
+Exit codes:
+%s`, flagSyntax, exitCodes)
 }
 
-func runHelp(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
+const helpAbout = `Without COMMAND, list the commands and the exit codes; with one, show its
+flags (as 'stampede COMMAND --help' does).`
+
+func runHelp(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "help", "[COMMAND]", helpAbout)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 1:
+		return usageErrorf("want one COMMAND, got %q (run 'stampede help help')", pos)
+	case len(pos) == 0:
 		printUsage(e.stdout)
 		return nil
 	}
-	name := args[0]
-	if name == "-h" || name == "--help" || name == "-help" {
-		name = "help"
+	cmd := lookup(pos[0])
+	if cmd == nil {
+		return usageErrorf("no command %q; run 'stampede help' for the list", pos[0])
 	}
-	cmd := lookup(name)
-	switch {
-	case cmd == nil:
-		return usageErrorf("no command %q; run 'stampede help' for the list", args[0])
-	case cmd.name == "help":
-		fmt.Fprint(e.stdout, "Usage: stampede help [COMMAND]\n\nWithout COMMAND, list the commands and the exit codes; with one, show its\nflags (as 'stampede COMMAND --help' does).\n")
-		return nil
-	}
-	// Every command prints its own help, on stdout, on -h.
-	return cmd.run(ctx, e, []string{"-h"})
+	describe(cmd).writeHelp(e.stdout)
+	return nil
 }
 
 // version is set at link time by the Makefile.
 var version = "dev"
 
-func runVersion(_ context.Context, e *env, _ []string) error {
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "version", "", "Print the version: the commit stampede was built from (git describe).")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("version takes no arguments, got %q", pos)
+	}
 	fmt.Fprintf(e.stdout, "stampede %s\n", version)
 	return nil
 }
 
-// flagSet is a command's flags and the help text that goes with them.
+// flagSet is a command's flags and the rest of its help: the usage line and
+// what the command does.
 type flagSet struct {
-	*flag.FlagSet
-	help func() // prints the help on stdout
+	*pflag.FlagSet
+	e           *env
+	args, about string
+	help        bool // -h, --help
 }
 
-// newFlagSet returns the flags of command name. Their errors come back to
-// run, which prints them once; -h and --help print the help on stdout.
+// helpColumns is the width the help's flag lines are wrapped to.
+const helpColumns = 80
+
+// newFlagSet returns the flags of command name, taking positional
+// arguments args, with -h, --help. Their errors come back to run, which
+// prints them once.
 func newFlagSet(e *env, name, args, about string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // the flag package's own messages are the errors run prints
-	fs.Usage = func() {}     // called on errors too: help is printed by parse
-	f := &flagSet{FlagSet: fs}
-	f.help = func() {
-		fs.SetOutput(e.stdout)
-		defer fs.SetOutput(io.Discard)
-		fmt.Fprintf(e.stdout, "Usage: stampede %s %s\n\n%s\n\nFlags:\n", name, args, about)
-		fs.PrintDefaults()
-	}
+	f := &flagSet{FlagSet: pflag.NewFlagSet(name, pflag.ContinueOnError), e: e, args: args, about: about}
+	f.BoolVarP(&f.help, "help", "h", false, "show this help")
 	return f
 }
 
-// parse parses flags placed anywhere among the positional arguments, as
-// wget and curl allow ("stampede get URL -o FILE"); "--" ends the flags.
-// -h and --help print the help and return flag.ErrHelp.
-func (f *flagSet) parse(args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := f.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				f.help()
-				return nil, err
-			}
-			return nil, withCode(exitUsage, fmt.Errorf("%w (run 'stampede help %s')", err, f.Name()))
+// usage is the command's usage line, "stampede NAME ARGS".
+func (f *flagSet) usage() string {
+	return strings.TrimSpace("stampede " + f.Name() + " " + f.args)
+}
+
+func (f *flagSet) writeHelp(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", f.usage(), f.about)
+	type line struct{ names, usage string }
+	var lines []line
+	width := 0
+	f.VisitAll(func(fl *pflag.Flag) {
+		names := "    --" + fl.Name
+		if fl.Shorthand != "" {
+			names = "-" + fl.Shorthand + ", --" + fl.Name
 		}
-		rest := f.Args()
-		if len(rest) == 0 {
-			return pos, nil
+		if value := flagValue(fl); value != "" {
+			names += " " + value
 		}
-		// Parse stops at the first positional argument or after "--".
-		consumed := len(args) - len(rest)
-		if consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		_, usage := pflag.UnquoteUsage(fl)
+		lines = append(lines, line{names, usage + defaultText(fl)})
+		width = max(width, len(names))
+	})
+	// Usage wraps beside the names; pflag's own layout would add
+	// "[=true|false]" to every switch.
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, l.names, wrapWords(l.usage, helpColumns-width-4, width+4))
 	}
 }
 
-// stringsFlag collects a repeatable flag.
-type stringsFlag []string
+// flagValue is the name of a flag's value in the help (FILE, HOST:PORT,
+// duration); "" for a bool flag, which takes none.
+func flagValue(f *pflag.Flag) string {
+	if f.Value.Type() == "bool" {
+		return ""
+	}
+	name, _ := pflag.UnquoteUsage(f)
+	return name
+}
 
-func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
-func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+// defaultText is the " (default X)" after a flag's usage in the help; none
+// for a zero default.
+func defaultText(f *pflag.Flag) string {
+	switch {
+	case f.Value.Type() == "string" && f.DefValue != "":
+		return fmt.Sprintf(" (default %q)", f.DefValue)
+	case f.Value.Type() == "string", slices.Contains([]string{"0", "0s", "false", "[]"}, f.DefValue):
+		return ""
+	}
+	return " (default " + f.DefValue + ")"
+}
+
+// wrapWords breaks s into lines of at most width columns (a longer word
+// has one to itself), each after the first indented by indent spaces.
+func wrapWords(s string, width, indent int) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case n+1+len(word) > width:
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
+}
+
+// parse parses the flags GNU style: anywhere among the positional
+// arguments, as wget and curl allow ("stampede get URL -o FILE"), short
+// ones combined ("-qc"), "--" ending them. It returns the positional
+// arguments. -h and --help print the help on stdout and return
+// pflag.ErrHelp.
+func (f *flagSet) parse(args []string) ([]string, error) {
+	if f.e.describe != nil {
+		f.e.describe(f)
+		return nil, errDescribed
+	}
+	var err error
+	switch name := f.singleDashLong(args); name {
+	case "help":
+		f.help = true // asking for help in the old syntax gets it
+	case "":
+		err = f.Parse(args)
+	default:
+		err = fmt.Errorf("-%s: a long flag takes two dashes: --%s", name, name)
+	}
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("%w (run 'stampede help %s')", err, f.Name()))
+	}
+	if f.help {
+		f.writeHelp(f.e.stdout)
+		return nil, pflag.ErrHelp
+	}
+	return f.Args(), nil
+}
+
+// singleDashLong returns the first long flag in args written with one dash,
+// as Go's flag package allowed. GNU syntax reads "-continue" as -c and
+// -o ntinue; saying so is kinder than a file named "ntinue".
+func (f *flagSet) singleDashLong(args []string) string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			if name, _, _ := strings.Cut(a[1:], "="); f.Lookup(name) != nil {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// errDescribed is what a command returns when it was run only to define
+// its flags.
+var errDescribed = errors.New("flags described; command not run")
+
+// describe returns the flags of c, ready to parse, by running c with
+// env.describe set. Every command defines its flags and calls parse before
+// it does anything else, so what shows a command's flags reads them from
+// their one definition, without a second list to keep in step.
+func describe(c *command) *flagSet {
+	var fs *flagSet
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
+	e.describe = func(f *flagSet) { fs, e.describe = f, nil }
+	// Cancelled, so that a command breaking the rule stops at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.run(ctx, e, nil); !errors.Is(err, errDescribed) {
+		panic("stampede " + c.name + " must define its flags with newFlagSet and call parse before anything else")
+	}
+	return fs
+}

@@ -21,7 +21,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	var (
 		cfg              daemon.Config
 		upStr, cacheSize string
-		allow            stringsFlag
+		allow            []string
 		quiet, verbose   bool
 	)
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "keep jobs, the API socket and the cache in `DIR` (default $STATE_DIRECTORY, $XDG_STATE_HOME/stampede or ~/.local/state/stampede)")
@@ -34,9 +34,9 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.IntVar(&cfg.MaxCacheSeeds, "max-cache-seeds", gateway.DefaultMaxSeeds, "most files of the cache seeded at once, the most recently used (0: none)")
 	fs.IntVar(&cfg.MaxSeeds, "max-seeds", daemon.DefaultMaxSeeds, "most downloads and seeds served at once, the most recently used")
 	fs.IntVar(&cfg.MaxDownloads, "max-downloads", daemon.DefaultMaxDownloads, "most downloads under way at once; the others wait in a queue")
-	fs.Var(&allow, "allow-dir", "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
-	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
-	fs.BoolVar(&verbose, "v", false, "log every job and connection decision")
+	fs.StringArrayVar(&allow, "allow-dir", nil, "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
+	fs.BoolVarP(&quiet, "quiet", "q", false, "log only warnings and errors")
+	fs.BoolVarP(&verbose, "verbose", "v", false, "log every job and connection decision")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		seed      = fs.Uint64("seed", 1, "seed for the data and the arrivals")
 		out       = fs.String("out", ".", "write report.html and report.json to `DIR`")
 		bin       = fs.String("bin", "", "the stampede binary to run as origin and peers (default: this one)")
-		quiet     = fs.Bool("q", false, "no live progress")
+		quiet     = fs.BoolP("quiet", "q", false, "no live progress")
 		serveArgs = fs.String("serve-args", "", "extra `ARGS` for the origin's stampede serve")
 		getArgs   = fs.String("get-args", "", "extra `ARGS` for the stampede peers' get")
 	)

@@ -132,9 +132,13 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, stderr)
 		}
 	}
-	got := benchCommand([]string{"--doc", "docs/benchmarks.md", "--out", "o", "-q", "--reps=2", "a", "b"}, "bench/scenarios/a.txt")
-	if got != "stampede bench --out o -q --reps=2 bench/scenarios/a.txt" {
-		t.Errorf("benchCommand = %q", got)
+	fs := describe(lookup("bench"))
+	if _, err := fs.parse([]string{"--doc", "docs/benchmarks.md", "--out", "o", "-qv", "--reps=2", "--serve-args", "--rate 8Mbit", "a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	got := benchCommand(fs, "bench/scenarios/a.txt")
+	if want := "stampede bench --out o --quiet --reps 2 --serve-args '--rate 8Mbit' --verbose bench/scenarios/a.txt"; got != want {
+		t.Errorf("benchCommand = %q, want %q", got, want)
 	}
 }
 

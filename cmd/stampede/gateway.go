@@ -26,7 +26,7 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	maxSeeds := fs.Int("max-seeds", gateway.DefaultMaxSeeds, "most complete files seeded at once, the most recently used (0: none)")
 	peerListen := fs.String("peer-listen", ":0", "accept the peers of every file on `HOST:PORT` (port 0: one the system picks)")
 	upStr := fs.String("max-upload-rate", "0", "cap what we upload to peers, all files together, `RATE` (0: unlimited)")
-	quiet := fs.Bool("q", false, "log only warnings and errors")
+	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -65,7 +65,7 @@ func TestGatewayFlags(t *testing.T) {
 		}
 	}
 	code, stdout, _ := runCmd(t, "help", "gateway")
-	if code != 0 || !strings.Contains(stdout, "--cache-size") && !strings.Contains(stdout, "-cache-size") {
+	if code != 0 || !strings.Contains(stdout, "--cache-size") {
 		t.Errorf("help gateway: exit %d:\n%s", code, stdout)
 	}
 }

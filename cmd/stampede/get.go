@@ -47,15 +47,11 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		apiAddr  string
 		apiToken string
 	)
-	fs.StringVar(&output, "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
-	fs.StringVar(&output, "output", "", "same as -o")
-	fs.BoolVar(&remote, "O", false, "save under the remote file name (the default when -o is absent)")
-	fs.BoolVar(&remote, "remote-name", false, "same as -O")
-	fs.BoolVar(&cont, "c", false, "continue: also when FILE is already there, complete and verified, download nothing (FILE.part is always resumed, its pieces verified again)")
-	fs.BoolVar(&cont, "continue", false, "same as -c")
-	fs.BoolVar(&quiet, "q", false, "no progress and no summary; errors and warnings only")
-	fs.BoolVar(&quiet, "quiet", false, "same as -q")
-	fs.BoolVar(&verbose, "v", false, "log every retry and decision")
+	fs.StringVarP(&output, "output", "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
+	fs.BoolVarP(&remote, "remote-name", "O", false, "save under the remote file name (the default when -o is absent)")
+	fs.BoolVarP(&cont, "continue", "c", false, "continue: also when FILE is already there, complete and verified, download nothing (FILE.part is always resumed, its pieces verified again)")
+	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress and no summary; errors and warnings only")
+	fs.BoolVarP(&verbose, "verbose", "v", false, "log every retry and decision")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -)")
 	fs.BoolVar(&progJSON, "progress-json", false, "report progress as one JSON object per line on stderr, every 0.5s (for harnesses)")
 	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
@@ -69,7 +65,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we have sent or are sending it, less what it sent us, is under 2 pieces")
 	fs.BoolVar(&viaD, "daemon", false, "hand the download to the running stampede daemon and show its progress (the daemon downloads, verifies and seeds)")
 	fs.StringVar(&apiAddr, "api", "", "the daemon's API: unix socket `PATH` or HOST:PORT (default: the daemon's default, STATE-DIR/api.sock)")
-	fs.StringVar(&apiToken, "api-token", "", "the token of a daemon's TCP API (default: read from STATE-DIR/api-token)")
+	fs.StringVar(&apiToken, "api-token", "", "the `TOKEN` of a daemon's TCP API (default: read from STATE-DIR/api-token)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stampede-dev/stampede/daemon"
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
@@ -26,14 +26,14 @@ type daemonGet struct {
 
 // daemonGetFlags are the get flags that go with --daemon; the others shape
 // a download in this process, which --daemon does not run.
-var daemonGetFlags = []string{"daemon", "api", "api-token", "o", "output", "O", "remote-name", "q", "quiet", "json"}
+var daemonGetFlags = []string{"daemon", "api", "api-token", "output", "remote-name", "quiet", "json"}
 
 // getViaDaemon hands the download of rawURL to the daemon and shows its
 // progress until the file is complete (the daemon then seeds it) or the
 // job fails. Interrupted, it stops watching; the daemon goes on.
-func getViaDaemon(ctx context.Context, e *env, fs *flag.FlagSet, rawURL string, g daemonGet) error {
+func getViaDaemon(ctx context.Context, e *env, fs *pflag.FlagSet, rawURL string, g daemonGet) error {
 	var other []string
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		if !slices.Contains(daemonGetFlags, f.Name) {
 			other = append(other, "--"+f.Name)
 		}

@@ -23,16 +23,16 @@ file's manifest (and so its trackers) comes from the server, and FILE must be
 the same content; with --tracker, the manifest is computed from FILE.`)
 	var (
 		src      string
-		trackers stringsFlag
+		trackers []string
 		listen   string
 		upStr    string
 		quiet    bool
 	)
 	fs.StringVar(&src, "url", "", "the file's `URL` on its origin (for the manifest and trackers)")
-	fs.Var(&trackers, "tracker", "announce to tracker `URL` (repeatable)")
+	fs.StringArrayVar(&trackers, "tracker", nil, "announce to tracker `URL` (repeatable)")
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload, `RATE` (0: unlimited)")
-	fs.BoolVar(&quiet, "q", false, "log only warnings and errors")
+	fs.BoolVarP(&quiet, "quiet", "q", false, "log only warnings and errors")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -45,7 +45,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 32 MiB per bundle. Not in --upstream mode.`)
 	listen := fs.String("listen", ":8080", "listen on `HOST:PORT`")
 	upstream := fs.String("upstream", "", "front the web server at `URL` instead of serving a DIR")
-	rate := fs.String("rate", "0", "cap the egress of file bodies, e.g. 8Mbit, 100MB (0: unlimited)")
+	rate := fs.String("rate", "0", "cap the egress of file bodies to `RATE`, e.g. 8Mbit, 100MB (0: unlimited)")
 	maxTransfers := fs.Int("max-transfers", origin.DefaultMaxTransfers, "most downloads sent at once; past it, overload answers or 503 with Retry-After")
 	retryAfter := fs.Duration("retry-after", 0, "Retry-After to send with a 503 or an overload answer, e.g. 10s (0: estimated from the load)")
 	overloadTransfers := fs.Int("overload-transfers", origin.DefaultOverloadTransfers,
@@ -58,12 +58,11 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		"end a response whose client takes none of its bytes for this long, freeing its slot (0: never)")
 	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR`, swept of those of files gone or changed and kept under 256 MiB (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
-	var trackers stringsFlag
-	fs.Var(&trackers, "tracker", "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
+	trackers := fs.StringArray("tracker", nil, "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	storeURL := fs.String("store", "", storeUsage)
-	quiet := fs.Bool("q", false, "log only warnings and errors")
-	verbose := fs.Bool("v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
+	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
+	verbose := fs.BoolP("verbose", "v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -135,16 +134,16 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		return usageErrorf("--warm needs a DIR")
 	}
 	switch {
-	case *noTracker && len(trackers) > 0:
+	case *noTracker && len(*trackers) > 0:
 		return usageErrorf("give --tracker URL or --no-tracker, not both")
-	case len(trackers) > 0:
-		for _, t := range trackers {
+	case len(*trackers) > 0:
+		for _, t := range *trackers {
 			u, err := url.Parse(t)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return usageErrorf("--tracker %q: want an http:// or https:// announce URL", t)
 			}
 		}
-		cfg.Trackers = trackers
+		cfg.Trackers = *trackers
 	case !*noTracker:
 		tcfg := tracker.Config{Logger: cfg.Logger}
 		store, closeStore, err := openStore(ctx, *storeURL, tcfg.Limits())

@@ -174,8 +174,8 @@ func TestServeHelp(t *testing.T) {
 	if code := run(t.Context(), []string{"help", "serve"}, e); code != exitOK {
 		t.Fatalf("help serve: exit %d", code)
 	}
-	for _, flag := range []string{"-listen", "-upstream", "-rate", "-max-transfers", "-retry-after", "-cache-dir", "-warm", "-tracker", "-no-tracker",
-		"-overload-transfers", "-overload-copies", "-overload-window", "-write-idle-timeout", "-resend-after", "stampede-bundle"} {
+	for _, flag := range []string{"--listen", "--upstream", "--rate", "--max-transfers", "--retry-after", "--cache-dir", "--warm", "--tracker", "--no-tracker",
+		"--overload-transfers", "--overload-copies", "--overload-window", "--write-idle-timeout", "--resend-after", "-q, --quiet", "-v, --verbose", "stampede-bundle"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
 		}

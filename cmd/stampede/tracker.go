@@ -67,7 +67,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	maxPeers := fs.Int("max-peers", tracker.DefaultMaxPeersPerSwarm, "peers kept per swarm (the swarm-size estimate counts beyond them)")
 	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
 	storeURL := fs.String("store", "", storeUsage)
-	quiet := fs.Bool("q", false, "log only warnings and errors")
+	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -113,7 +113,7 @@ func TestTrackerHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("help tracker: exit %d", code)
 	}
-	for _, flag := range []string{"-listen", "-interval", "-max-peers", "-max-swarms", "-store"} {
+	for _, flag := range []string{"--listen", "--interval", "--max-peers", "--max-swarms", "--store", "-q, --quiet"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("help tracker does not mention %s:\n%s", flag, stdout)
 		}
