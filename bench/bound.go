@@ -36,13 +36,22 @@ func CrowdOf(s *Scenario) Crowd {
 // peer receiving one, the third the crowd's whole upload capacity carrying
 // N copies. An uncapped peer upload makes the third term vanish.
 func (c Crowd) TKR() float64 {
+	origin, download, crowd := c.TKRTerms()
+	return max(origin, download, crowd)
+}
+
+// TKRTerms are the three terms of T_KR, in its order: the origin sending
+// one copy, the slowest peer receiving one, the N copies through every
+// upload. A term is 0 when its rates are uncapped. A report shows them so
+// a reader can see which limit binds.
+func (c Crowd) TKRTerms() (origin, download, crowd float64) {
 	f := float64(c.Size)
 	n := float64(len(c.Up))
-	t := max(div(f, c.OriginUp), div(f, minCapped(c.Down)))
+	origin, download = div(f, c.OriginUp), div(f, minCapped(c.Down))
 	if sum, ok := sumCapped(c.Up); ok {
-		t = max(t, div(n*f, c.OriginUp+sum))
+		crowd = div(n*f, c.OriginUp+sum)
 	}
-	return t
+	return origin, download, crowd
 }
 
 // TKRR is T_KR when the origin sends at most r copies of the file in all

@@ -35,7 +35,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	fmt.Fprintf(&b, `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>stampede bench: %s</title>
+<title>%s</title>
 <style>
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#222;max-width:1020px;margin:24px auto;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:3px}
@@ -51,14 +51,20 @@ pre{background:#f7f7f7;padding:8px 10px;font-size:12.5px;overflow:auto}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 .rng{color:#666;font-size:12px}.rng.bad,.bad{color:#b00020}
 .wide{overflow-x:auto}
+.headline{font-size:17px;background:#f4f8f4;border-left:4px solid #2ca02c;padding:8px 14px;margin:14px 0}
+.headline p{margin:4px 0}.headline table{font-size:14px}
+dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help ul{margin:2px 0;padding-left:20px}
 </style></head><body>
-`, esc(r.Title()))
-	fmt.Fprintf(&b, "<h1>stampede bench: %s</h1>\n<p class=\"sub\">%s</p>\n", esc(r.Title()), esc(sc.Summary()))
+`, esc(r.Heading()))
+	fmt.Fprintf(&b, "<h1>%s</h1>\n<p class=\"sub\">%s</p>\n", esc(r.Heading()), esc(sc.Summary()))
 	if sc.Description != "" {
 		fmt.Fprintf(&b, "<p>%s</p>\n", esc(sc.Description))
 	}
-	fmt.Fprintf(&b, "<p>Bounds (fluid model): <b>T<sub>KR</sub> = %s</b>; plain HTTP needs at least <b>%s</b>. "+
-		"T<sub>KR</sub>(R) depends on each system's origin bytes R (in copies of the file).</p>\n",
+	if h, ok := r.Headline(); ok {
+		b.WriteString(h.html())
+	}
+	fmt.Fprintf(&b, "<p>Bounds (fluid model): <b>T<sub>KR</sub> = %s</b>, the least time any system could take with these caps; "+
+		"plain HTTP needs at least <b>%s</b>. They are explained under the table.</p>\n",
 		esc(secs(r.TKR)), esc(secs(r.HTTPBound)))
 
 	b.WriteString("<h2>Summary</h2>\n<div class=\"wide\"><table>\n")
@@ -85,8 +91,7 @@ details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table></div>\n")
-	b.WriteString(`<p class="sub">Times in seconds: mean, p50 and p90 of the peers' completion times (process start to verified exit); ` +
-		`last is the first arrival to the last completion. With several runs, each figure is the median over them; the plots show the run with the median last completion.</p>` + "\n")
+	b.WriteString(r.helpHTML())
 
 	b.WriteString("<h2>Completion</h2>\n")
 	b.WriteString(r.cdfPlot().svg())
@@ -94,19 +99,19 @@ details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 
 	b.WriteString("<h2>Origin</h2>\n")
 	b.WriteString(r.originRatePlot().svg())
-	b.WriteString("<figcaption>The origin's egress (Mbit/s, averaged over 1 s, or 0.5 s for short runs), from its byte counter polled every 0.5 s. Dashed: its cap.</figcaption>\n")
+	b.WriteString("<figcaption>The origin's egress (Mbit/s, averaged over 1 s, or 0.5 s for runs under 20 s), from its byte counter polled every 0.5 s. Dashed: its cap; dotted: when each system's last peer was done.</figcaption>\n")
 	b.WriteString(r.originCopiesPlot().svg())
 	b.WriteString("<figcaption>The origin's bytes so far, in copies of the file (R at the end).</figcaption>\n")
 
 	b.WriteString("<h2>Peers</h2>\n")
 	b.WriteString(r.peerUploadPlot().svg())
-	b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for short runs), as the peers count it (stampede get reports its bytes sent to peers every 0.5 s). Systems marked derived have clients that do not count it (aria2c, curl): their curve is the peers' verified bytes minus the origin's bytes, per interval, which lags and catches up in bursts, so it is clipped at the peers' total upload cap (dashed).</figcaption>\n")
+	b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for runs under 20 s), as the peers count it (stampede get reports its bytes sent to peers every 0.5 s). Systems marked derived have clients that do not count it (aria2c, curl): their curve is the peers' verified bytes minus the origin's bytes, per interval, which lags and catches up in bursts, so it is clipped at the peers' total upload cap (dashed).</figcaption>\n")
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
 		}
 		b.WriteString(r.progressPlot(s).svg())
-		fmt.Fprintf(&b, "<figcaption>%s, run %d: each line is one peer's download progress.</figcaption>\n",
+		fmt.Fprintf(&b, "<figcaption>%s, run %d: each line is one peer's download progress. These charts share their time axis.</figcaption>\n",
 			esc(s.Label), s.Runs[s.Shown].Rep)
 	}
 
@@ -218,12 +223,12 @@ func (r *Report) cdfPlot() *plot {
 }
 
 func (r *Report) originRatePlot() *plot {
-	p := &plot{Title: "Origin egress", XLabel: "time (s)", Note: r.offChart(), YLabel: "Mbit/s", XMax: r.focusTime()}
+	p := &plot{Title: "Origin egress", XLabel: "time (s)", YLabel: "Mbit/s", XMax: r.timeAxis(), VLines: r.doneMarkers()}
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
 		}
-		p.Lines = append(p.Lines, plotLine{Name: s.Label, Color: colorOf(s.System), Pts: mbits(rates(s.Runs[s.Shown].Origin, r.rateWindow())), Width: 1.8})
+		p.Lines = append(p.Lines, plotLine{Name: s.Label, Color: colorOf(s.System), Pts: mbits(rates(s.Runs[s.Shown].Origin, rateWindow(s))), Width: 1.8})
 	}
 	if r.Scenario.OriginUp > 0 {
 		p.HLines = append(p.HLines, marker{At: float64(r.Scenario.OriginUp) * 8 / 1e6, Label: "cap", Color: "#888", Dash: "6,4"})
@@ -232,7 +237,7 @@ func (r *Report) originRatePlot() *plot {
 }
 
 func (r *Report) originCopiesPlot() *plot {
-	p := &plot{Title: "Origin bytes so far", XLabel: "time (s)", Note: r.offChart(), YLabel: "copies of the file", XMax: r.focusTime()}
+	p := &plot{Title: "Origin bytes so far", XLabel: "time (s)", YLabel: "copies of the file", XMax: r.timeAxis(), VLines: r.doneMarkers()}
 	f := float64(r.Scenario.Size)
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
@@ -249,7 +254,7 @@ func (r *Report) originCopiesPlot() *plot {
 }
 
 func (r *Report) peerUploadPlot() *plot {
-	p := &plot{Title: "Peer upload", XLabel: "time (s)", Note: r.offChart(), YLabel: "Mbit/s", XMax: r.focusTime()}
+	p := &plot{Title: "Peer upload", XLabel: "time (s)", YLabel: "Mbit/s", XMax: r.timeAxis(), VLines: r.doneMarkers()}
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
@@ -258,10 +263,10 @@ func (r *Report) peerUploadPlot() *plot {
 		name := s.Label
 		var pts []Point
 		if run.PeerBytesCounted {
-			pts = rates(run.Uploaded, r.rateWindow())
+			pts = rates(run.Uploaded, rateWindow(s))
 		} else {
 			name += " (derived)"
-			pts = peerUpload(run, r.rateWindow())
+			pts = peerUpload(run, rateWindow(s))
 			if sum, ok := sumCapped(CrowdOf(r.Scenario).Up); ok {
 				// Progress is reported every 0.5 s, so the derived rate
 				// lags and catches up in bursts; the caps (checked by
@@ -290,10 +295,11 @@ func peerUpload(run *RunResult, window float64) []Point {
 	return rates(cum, window)
 }
 
-// rateWindow is the interval rates are averaged over: a second, or half
-// of one (the sampling period) when the runs shown last under 20 s.
-func (r *Report) rateWindow() float64 {
-	if r.focusTime() < 20 {
+// rateWindow is the interval a system's rates are averaged over: a
+// second, or half of one (the sampling period) when its run shown lasts
+// under 20 s, so that a short run still has a shape.
+func rateWindow(s *SystemResult) float64 {
+	if shownEnd(s) < 20 {
 		return 0.5
 	}
 	return 1
@@ -301,7 +307,7 @@ func (r *Report) rateWindow() float64 {
 
 func (r *Report) progressPlot(s *SystemResult) *plot {
 	run := s.Runs[s.Shown]
-	p := &plot{Title: "Download progress: " + s.Label, XLabel: "time (s)", YLabel: "fraction of the file", YMax: 1, H: 230}
+	p := &plot{Title: "Download progress: " + s.Label, XLabel: "time (s)", YLabel: "fraction of the file", YMax: 1, H: 230, XMax: r.timeAxis()}
 	for _, pr := range run.Peers {
 		if len(pr.Progress) == 0 {
 			continue
@@ -327,38 +333,30 @@ func shownEnd(s *SystemResult) float64 {
 	return t
 }
 
-// focusTime is the time axis of the charts over time: long enough for
-// every system that ends within four times the fastest one. A system much
-// slower (plain HTTP beside a swarm) runs off the chart rather than squash
-// the others into its first tenth; offChart says so on the chart.
-func (r *Report) focusTime() float64 {
-	fastest := math.Inf(1)
-	for _, s := range r.Systems {
-		if len(s.Runs) > 0 && shownEnd(s) > 0 {
-			fastest = min(fastest, shownEnd(s))
-		}
-	}
+// timeAxis is where the charts over time end: the end of the longest run
+// shown, so that every chart covers all of every system's run, and charts
+// side by side compare at a glance (a swarm's seconds beside plain HTTP's
+// minutes).
+func (r *Report) timeAxis() float64 {
 	t := 0.0
 	for _, s := range r.Systems {
-		if len(s.Runs) > 0 && shownEnd(s) <= 4*fastest {
+		if len(s.Runs) > 0 {
 			t = max(t, shownEnd(s))
 		}
 	}
 	return t
 }
 
-func (r *Report) offChart() string {
-	focus := r.focusTime()
-	var off []string
+// doneMarkers mark when each system's last peer was done: a short run
+// ends early on the shared time axis, and its lines stop there.
+func (r *Report) doneMarkers() []marker {
+	var ms []marker
 	for _, s := range r.Systems {
-		if len(s.Runs) > 0 && shownEnd(s) > focus {
-			off = append(off, fmt.Sprintf("%s goes on to %.0f s", s.Label, shownEnd(s)))
+		if len(s.Runs) > 0 && s.Runs[s.Shown].Finished > 0 {
+			ms = append(ms, marker{At: s.Runs[s.Shown].Last, Label: "last peer done", Color: colorOf(s.System), Dash: "2,3"})
 		}
 	}
-	if len(off) == 0 {
-		return ""
-	}
-	return strings.Join(off, "; ") + " →"
+	return ms
 }
 
 // thin keeps about n of pts, evenly spaced, and always the last: a long run
@@ -391,7 +389,6 @@ type plot struct {
 	Title, XLabel, YLabel string
 	XMax, YMax            float64 // 0: from the data
 	LogX                  bool    // a logarithmic time axis
-	Note                  string  // shown at the top right of the plot area
 	W, H                  int     // default 960 x 300
 	Lines                 []plotLine
 	VLines, HLines        []marker
@@ -506,7 +503,17 @@ func (p *plot) svg() string {
 	clip := fmt.Sprintf("clip%08x", fh.Sum32())
 	fmt.Fprintf(&b, `<clipPath id="%s"><rect x="%d" y="%d" width="%.1f" height="%.1f"/></clipPath><g clip-path="url(#%s)">`+"\n",
 		clip, ml, mt-2, pw, ph+4, clip)
-	for _, l := range p.Lines {
+	// Lines that end sooner go on top: where a swarm's first seconds and
+	// plain HTTP's overlap, the swarm's would be hidden.
+	drawn := slices.Clone(p.Lines)
+	end := func(l plotLine) float64 {
+		if len(l.Pts) == 0 {
+			return 0
+		}
+		return l.Pts[len(l.Pts)-1].T
+	}
+	slices.SortStableFunc(drawn, func(a, b plotLine) int { return compareFloat(end(b), end(a)) })
+	for _, l := range drawn {
 		if len(l.Pts) == 0 {
 			continue
 		}
@@ -525,9 +532,6 @@ func (p *plot) svg() string {
 			l.Color, l.Width, op, strings.TrimSpace(pts.String()))
 	}
 	b.WriteString("</g>\n")
-	if p.Note != "" {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="end" fill="#555">%s</text>`+"\n", float64(ml)+pw-4, mt+14, esc(p.Note))
-	}
 	// Markers, labelled at the top (vertical) or the right (horizontal);
 	// labels of close markers are staggered.
 	lastX, row := -1e9, 0

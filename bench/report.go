@@ -30,6 +30,9 @@ type Report struct {
 	HTTPBound float64         `json:"http_bound"`
 	Systems   []*SystemResult `json:"systems"`
 	Notes     []string        `json:"notes"`
+	// Demo marks the report of stampede demo (false: stampede bench's),
+	// titled as the demo: its reader came to see stampede, not a benchmark.
+	Demo bool `json:"demo,omitempty"`
 }
 
 // SystemResult is one system's runs and their figures over the runs
@@ -124,6 +127,15 @@ func (r *Report) Title() string {
 	return fmt.Sprintf("%s on %s", r.Scenario.Name, r.Backend)
 }
 
+// Heading is report.html's title: the demo's, or the benchmark's
+// scenario and backend.
+func (r *Report) Heading() string {
+	if r.Demo {
+		return fmt.Sprintf("stampede demo: a flash crowd of %d peers on %s", r.Scenario.Peers(), r.Backend)
+	}
+	return "stampede bench: " + r.Title()
+}
+
 func (r *Report) multiRep() bool {
 	for _, s := range r.Systems {
 		if len(s.Runs) > 1 {
@@ -138,7 +150,11 @@ func (r *Report) multiRep() bool {
 // completion also shows its range.
 func (r *Report) tableRows() [][]string {
 	multi := r.multiRep()
-	rows := [][]string{{"system", "runs", "peers done", "mean", "p50", "p90", "last", "origin bytes", "bytes/F", "last/T_KR", "last/T_KR(R)"}}
+	var header []string
+	for _, c := range columns {
+		header = append(header, c.name)
+	}
+	rows := [][]string{header}
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			row := []string{s.Label, "0"}
@@ -182,12 +198,17 @@ func secs(s float64) string {
 }
 
 // WriteTable prints the summary for a terminal: the setup, the bounds, the
-// table and the notes.
+// table, the headline and the notes.
 func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%s: %s\n", r.Title(), r.Scenario.Summary())
 	fmt.Fprintf(w, "bounds: T_KR %s, HTTP %s (T_KR(R) per system, R = origin bytes / file size)\n\n",
 		secs(r.TKR), secs(r.HTTPBound))
 	writeAligned(w, r.tableRows())
+	if h, ok := r.Headline(); ok {
+		fmt.Fprintln(w)
+		h.write(w)
+		fmt.Fprintln(w)
+	}
 	for _, s := range r.Systems {
 		for _, run := range s.Runs {
 			for _, n := range run.Notes {
