@@ -29,7 +29,9 @@
 // ManifestPrefix/P, its head at the same URL with ManifestHeadQuery=0. The
 // bundle of a page P is at BundlePrefix/P and its index (BundleIndex) at
 // BundleIndexPrefix/P. The tracker an origin embeds answers at
-// tracker.WellKnownPath. docs/architecture.md tells the whole exchange.
+// tracker.WellKnownPath, and every stampede server answers its health
+// checks at HealthzPath and ReadyzPath. docs/architecture.md tells the
+// whole exchange.
 package contract
 
 import (
@@ -51,6 +53,21 @@ const (
 	// BundleIndexPrefix is where the index of a page's bundle is served
 	// (BundleIndex, as JSON).
 	BundleIndexPrefix = WellKnownPrefix + "/bundle-index"
+)
+
+// Health paths, the same on every stampede server (the origin, the
+// tracker, the gateway, the daemon's API). They sit under WellKnownPrefix so
+// that they shadow no path of a site the origin serves or fronts. Both
+// answer GET with a line of plain text.
+const (
+	// HealthzPath answers 200 while the process serves HTTP at all: a
+	// liveness check, which only a restart can fix when it fails.
+	HealthzPath = WellKnownPrefix + "/healthz"
+	// ReadyzPath answers 200 when the server can do its work (the origin's
+	// directory readable, the tracker's store answering) and 503 naming
+	// what cannot when it cannot: a readiness check, for a load balancer
+	// to send the traffic elsewhere meanwhile.
+	ReadyzPath = WellKnownPrefix + "/readyz"
 )
 
 // Link relations, in the Link header of a file's responses.

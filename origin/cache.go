@@ -79,7 +79,7 @@ type cache struct {
 	maxMem   int
 	maxBytes int64
 	flights  *group[*entry]
-	metrics  *metrics
+	metrics  *series
 	log      *slog.Logger
 	// diskBytes is the size of the cache files as of the last sweep plus
 	// what was written since; kick asks the sweeper for a sweep.
@@ -91,7 +91,7 @@ type cache struct {
 }
 
 // newCache returns the cache of dir; its sweeper is the caller's to run.
-func newCache(dir string, maxMem int, maxBytes int64, bg *background, m *metrics, log *slog.Logger) *cache {
+func newCache(dir string, maxMem int, maxBytes int64, bg *background, m *series, log *slog.Logger) *cache {
 	return &cache{
 		dir:      dir,
 		maxMem:   maxMem,

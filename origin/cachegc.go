@@ -187,7 +187,7 @@ func (c *cache) sweep(ctx context.Context) error {
 		c.metrics.cacheRemoved[r.reason].Add(1)
 	}
 	c.diskBytes.Store(kept)
-	c.metrics.cacheBytes.Store(kept)
+	c.metrics.cacheBytes.Set(float64(kept))
 	if len(plan) > 0 {
 		c.log.Info("swept the manifest cache", "dir", c.dir, "gone", removed[removedGone],
 			"changed", removed[removedChanged], "unreadable", removed[removedUnreadable], "temp", removed[removedTemp],

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/stampede-dev/stampede/contract"
 )
 
@@ -74,9 +76,9 @@ func TestPlanSweep(t *testing.T) {
 
 // testCache returns a cache in a directory of its own, without a sweeper:
 // the tests sweep when they choose.
-func testCache(t *testing.T, maxBytes int64) (*cache, *metrics) {
+func testCache(t *testing.T, maxBytes int64) (*cache, *series) {
 	t.Helper()
-	m := new(metrics)
+	m := newSeries()
 	bg := newBackground()
 	t.Cleanup(bg.close)
 	return newCache(t.TempDir(), DefaultMemoryManifests, maxBytes, bg, m, testLogger(t)), m
@@ -213,10 +215,10 @@ func TestSweepEvictsLeastRecentlyUsed(t *testing.T) {
 	if got := cacheFiles(t, c.dir); !slices.Equal(got, want) {
 		t.Errorf("kept %v, want a, d and e: %v", got, want)
 	}
-	if got := m.cacheRemoved[removedEvicted].Load(); got != 2 {
+	if got := int64(testutil.ToFloat64(m.cacheRemoved[removedEvicted])); got != 2 {
 		t.Errorf("%d evicted, want 2", got)
 	}
-	if got := m.cacheBytes.Load(); got != 3*size {
+	if got := int64(testutil.ToFloat64(m.cacheBytes)); got != 3*size {
 		t.Errorf("cache bytes %d, want %d", got, 3*size)
 	}
 }
@@ -260,10 +262,10 @@ func TestSweepLeavesForeignFilesAlone(t *testing.T) {
 	if got := cacheFiles(t, c.dir); !slices.Equal(got, want) {
 		t.Errorf("left %v, want %v", got, want)
 	}
-	if got := m.cacheRemoved[removedUnreadable].Load(); got != 4 {
+	if got := int64(testutil.ToFloat64(m.cacheRemoved[removedUnreadable])); got != 4 {
 		t.Errorf("%d unreadable removed, want 4", got)
 	}
-	if got := m.cacheRemoved[removedTemp].Load(); got != 1 {
+	if got := int64(testutil.ToFloat64(m.cacheRemoved[removedTemp])); got != 1 {
 		t.Errorf("%d temporary files removed, want 1", got)
 	}
 }

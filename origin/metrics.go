@@ -1,12 +1,13 @@
 package origin
 
 import (
-	"io"
-	"sync"
-	"sync/atomic"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-dev/stampede/contract"
-	"github.com/stampede-dev/stampede/internal/promtext"
+	"github.com/stampede-dev/stampede/internal/metrics"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 // kind classifies requests for the metrics.
@@ -19,10 +20,11 @@ const (
 	kindOther                   // directory indexes, bad methods, bad paths
 	kindTracker                 // announces to the embedded tracker
 	kindBundleIndex             // under contract.BundleIndexPrefix
+	kindHealth                  // contract.HealthzPath and ReadyzPath
 	numKinds
 )
 
-var kindNames = [numKinds]string{"file", "manifest", "metrics", "other", "tracker", "bundle_index"}
+var kindNames = [numKinds]string{"file", "manifest", "metrics", "other", "tracker", "bundle_index", "health"}
 
 // Where a manifest request found its manifest without computing it.
 const (
@@ -64,122 +66,130 @@ func reasonIndex(h string) int {
 	return len(reasonNames) - 1
 }
 
-// metrics are the origin's counters, each named by the question it answers.
-type metrics struct {
-	bytesSent         atomic.Int64
-	requests          [numKinds]atomic.Int64
-	rejectedOverload  atomic.Int64
-	rejectedInSwarm   atomic.Int64              // pieces sent just now (pick.go)
-	stalled           atomic.Int64              // responses ended by WriteIdleTimeout
-	overload          [numOutcomes]atomic.Int64 // answers past MaxTransfers, by outcome
-	overloadBytes     atomic.Int64              // piece bytes of overload answers
-	pieceSends        [numSends]atomic.Int64    // single-piece responses, first copy or again
-	picksSwapped      atomic.Int64              // of those, sent instead of the piece asked (pick.go)
-	paced             [numPace]atomic.Int64     // piece answers by how their turn went (pace.go)
-	manifestsComputed atomic.Int64
-	manifestHits      [numHits]atomic.Int64
-	manifestFailures  atomic.Int64                  // computations that failed
-	cacheRemoved      [numCacheRemoved]atomic.Int64 // files the cache sweeper removed, by why
-	cacheBytes        atomic.Int64                  // bytes of cache files after the last sweep
-	upstreamRequests  [numUpstream]atomic.Int64
-	fileReasons       [len(reasonNames)]atomic.Int64 // file requests by contract.ReasonHeader
+// series are the origin's counters, each named by the question it
+// answers, and its histograms. Its gauges read the gate (newRegistry).
+type series struct {
+	bytesSent         prometheus.Counter
+	requests          [numKinds]prometheus.Counter
+	rejectedOverload  prometheus.Counter
+	rejectedInSwarm   prometheus.Counter              // pieces sent just now (pick.go)
+	stalled           prometheus.Counter              // responses ended by WriteIdleTimeout
+	overload          [numOutcomes]prometheus.Counter // answers past MaxTransfers, by outcome
+	overloadBytes     prometheus.Counter              // piece bytes of overload answers
+	pieceSends        [numSends]prometheus.Counter    // single-piece responses, first copy or again
+	picksSwapped      prometheus.Counter              // of those, sent instead of the piece asked (pick.go)
+	paced             [numPace]prometheus.Counter     // piece answers by how their turn went (pace.go)
+	manifestsComputed prometheus.Counter
+	manifestHits      [numHits]prometheus.Counter
+	manifestFailures  prometheus.Counter                  // computations that failed
+	cacheRemoved      [numCacheRemoved]prometheus.Counter // files the cache sweeper removed, by why
+	cacheBytes        prometheus.Gauge                    // bytes of cache files after the last sweep
+	upstreamRequests  [numUpstream]prometheus.Counter
+	fileReasons       [len(reasonNames)]prometheus.Counter // file requests by contract.ReasonHeader
+	responses         *prometheus.CounterVec               // by status code, as they come
 
-	mu        sync.Mutex // guards responses
-	responses map[int]int64
+	requestDuration [numKinds]prometheus.Observer
+	firstByte       [numKinds]prometheus.Observer
+	pieceDuration   prometheus.Observer
+
+	// collectors are the above as registered.
+	collectors metrics.Collectors
 }
 
-func (m *metrics) countResponse(code int) {
-	m.mu.Lock()
-	if m.responses == nil {
-		m.responses = make(map[int]int64)
+func newSeries() *series {
+	m := new(series)
+	c := &m.collectors
+	vec := func(dst []prometheus.Counter, name, help, label string, values []string) {
+		copy(dst, c.Counters(name, help, label, values))
 	}
-	m.responses[code]++
-	m.mu.Unlock()
-}
-
-// write prints the metrics in the Prometheus text exposition format.
-func (m *metrics) write(w io.Writer, g *gate, rate int64) error {
-	var p promtext.Writer
-	p.Family("stampede_origin_bytes_sent_total", promtext.Counter, "Response body bytes sent, except those of /metrics itself.")
-	p.Sample(m.bytesSent.Load())
-
-	p.Family("stampede_origin_requests_total", promtext.Counter, "Requests answered, by what they asked for.")
-	for k := range numKinds {
-		p.Sample(m.requests[k].Load(), "kind", kindNames[k])
+	histogram := func(dst []prometheus.Observer, name, help string) {
+		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metrics.LatencyBuckets}, []string{"kind"})
+		*c = append(*c, v)
+		for k := range numKinds {
+			dst[k] = v.WithLabelValues(kindNames[k])
+		}
 	}
 
-	p.Family("stampede_origin_file_requests_total", promtext.Counter, "File requests by the reason the client gave in the Stampede-Reason header (\"none\": no header, e.g. curl).")
-	for i, r := range reasonNames {
-		p.Sample(m.fileReasons[i].Load(), "reason", r)
-	}
+	m.bytesSent = c.Counter("stampede_origin_bytes_sent_total", "Response body bytes sent, except those of /metrics and the health checks.")
+	vec(m.requests[:], "stampede_origin_requests_total", "Requests answered, by what they asked for.", "kind", kindNames[:])
+	vec(m.fileReasons[:], "stampede_origin_file_requests_total", "File requests by the reason the client gave in the Stampede-Reason header (\"none\": no header, e.g. curl).", "reason", reasonNames[:])
+	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stampede_origin_responses_total", Help: "Responses by status code."}, []string{"code"})
+	*c = append(*c, m.responses)
 
-	p.Family("stampede_origin_responses_total", promtext.Counter, "Responses by status code.")
-	m.mu.Lock()
-	promtext.MapSamples(&p, "code", m.responses)
-	m.mu.Unlock()
-
-	p.Family("stampede_origin_rejected_total", promtext.Counter, "Requests turned away with 503 and Retry-After, by reason: "+
-		"\"overload\" past the transfer limit, \"in-swarm\" a swarm peer's piece request whose pieces were all sent just now.")
-	p.Sample(m.rejectedOverload.Load(), "reason", "overload")
-	p.Sample(m.rejectedInSwarm.Load(), "reason", "in-swarm")
-	p.Family("stampede_origin_responses_stalled_total", promtext.Counter, "Responses ended because their client took none of their bytes "+
+	rejected := c.Counters("stampede_origin_rejected_total", "Requests turned away with 503 and Retry-After, by reason: "+
+		"\"overload\" past the transfer limit, \"in-swarm\" a swarm peer's piece request whose pieces were all sent just now.", "reason", []string{"overload", "in-swarm"})
+	m.rejectedOverload, m.rejectedInSwarm = rejected[0], rejected[1]
+	m.stalled = c.Counter("stampede_origin_responses_stalled_total", "Responses ended because their client took none of their bytes "+
 		"for --write-idle-timeout (a file body's transfer slot is freed with it).")
-	p.Sample(m.stalled.Load())
 
-	p.Family("stampede_origin_overload_answers_total", promtext.Counter, "Requests for a file body past --max-transfers, by what they got: "+
+	vec(m.overload[:], "stampede_origin_overload_answers_total", "Requests for a file body past --max-transfers, by what they got: "+
 		"piece (overload mode: 206 with one piece and peers), or 503 because legacy (the client did not ask for overload mode), "+
 		"off (--overload-transfers 0), full (--overload-transfers answers in flight), no-manifest (not computed yet), "+
-		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream).")
-	for i, name := range outcomeNames {
-		p.Sample(m.overload[i].Load(), "outcome", name)
-	}
-	p.Family("stampede_origin_overload_bytes_sent_total", promtext.Counter, "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
-	p.Sample(m.overloadBytes.Load())
+		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream).",
+		"outcome", outcomeNames[:])
+	m.overloadBytes = c.Counter("stampede_origin_overload_bytes_sent_total", "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
 
-	p.Family("stampede_origin_piece_sends_total", promtext.Counter, "Single-piece range responses of files whose manifest is cached, by whether the piece had been sent before (first, again): swarm peers should make nearly all of them first.")
-	for i, name := range sendNames {
-		p.Sample(m.pieceSends[i].Load(), "copy", name)
-	}
-	p.Family("stampede_origin_piece_picks_total", promtext.Counter, "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
-	p.Sample(m.picksSwapped.Load())
-	p.Family("stampede_origin_paced_total", promtext.Counter, "Piece answers to swarm peers' origin fetches, sent a few at a time in the order asked, by how their turn went: "+
-		"turn (got one), waited (went out without one after 2 s), queue_full (answered 503: more than 1 s of answers were waiting).")
-	for i, name := range paceNames {
-		p.Sample(m.paced[i].Load(), "outcome", name)
-	}
+	vec(m.pieceSends[:], "stampede_origin_piece_sends_total", "Single-piece range responses of files whose manifest is cached, by whether the piece had been sent before (first, again): swarm peers should make nearly all of them first.",
+		"copy", sendNames[:])
+	m.picksSwapped = c.Counter("stampede_origin_piece_picks_total", "Single-piece responses that carry another piece than the one asked, picked among the request's Stampede-Candidates as the one sent least.")
+	vec(m.paced[:], "stampede_origin_paced_total", "Piece answers to swarm peers' origin fetches, sent a few at a time in the order asked, by how their turn went: "+
+		"turn (got one), waited (went out without one after 2 s), queue_full (answered 503: more than 1 s of answers were waiting).",
+		"outcome", paceNames[:])
 
-	p.Family("stampede_origin_transfers_active", promtext.Gauge, "File bodies being sent.")
-	p.Sample(int64(g.activeCount()))
-	p.Family("stampede_origin_transfers_max", promtext.Gauge, "File bodies sent at most at once (--max-transfers).")
-	p.Sample(int64(g.max))
-	p.Family("stampede_origin_overload_answers_active", promtext.Gauge, "Overload answers being sent.")
-	p.Sample(int64(g.answeringCount()))
-	p.Family("stampede_origin_overload_answers_max", promtext.Gauge, "Overload answers sent at most at once, past --max-transfers (--overload-transfers; 0: overload mode off).")
-	p.Sample(int64(g.maxAnswers))
-	p.Family("stampede_origin_rate_limit_bytes", promtext.Gauge, "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.")
-	p.Sample(rate)
-
-	p.Family("stampede_origin_manifests_computed_total", promtext.Counter, "Manifests computed by hashing a file.")
-	p.Sample(m.manifestsComputed.Load())
-	p.Family("stampede_origin_manifest_failures_total", promtext.Counter, "Manifest computations that failed.")
-	p.Sample(m.manifestFailures.Load())
-	p.Family("stampede_origin_manifest_cache_hits_total", promtext.Counter, "Manifests found already computed, by where.")
-	for i := range numHits {
-		p.Sample(m.manifestHits[i].Load(), "where", hitNames[i])
-	}
-	p.Family("stampede_origin_manifest_cache_bytes", promtext.Gauge, "Bytes of manifest files in --cache-dir after the last sweep.")
-	p.Sample(m.cacheBytes.Load())
-	p.Family("stampede_origin_manifest_cache_removed_total", promtext.Counter, "Manifest files the cache sweeper removed, by why: "+
+	m.manifestsComputed = c.Counter("stampede_origin_manifests_computed_total", "Manifests computed by hashing a file.")
+	m.manifestFailures = c.Counter("stampede_origin_manifest_failures_total", "Manifest computations that failed.")
+	vec(m.manifestHits[:], "stampede_origin_manifest_cache_hits_total", "Manifests found already computed, by where.", "where", hitNames[:])
+	m.cacheBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "stampede_origin_manifest_cache_bytes", Help: "Bytes of manifest files in --cache-dir after the last sweep."})
+	*c = append(*c, m.cacheBytes)
+	vec(m.cacheRemoved[:], "stampede_origin_manifest_cache_removed_total", "Manifest files the cache sweeper removed, by why: "+
 		"gone (the file or page no longer exists), changed (the file has another version), unreadable, "+
-		"temp (a temporary file whose writer died), evicted (least recently used, past the cache's bound).")
-	for i := range numCacheRemoved {
-		p.Sample(m.cacheRemoved[i].Load(), "reason", cacheRemovedNames[i])
-	}
+		"temp (a temporary file whose writer died), evicted (least recently used, past the cache's bound).",
+		"reason", cacheRemovedNames[:])
+	vec(m.upstreamRequests[:], "stampede_origin_upstream_requests_total", "Requests sent to the upstream, by purpose.", "purpose", upstreamNames[:])
 
-	p.Family("stampede_origin_upstream_requests_total", promtext.Counter, "Requests sent to the upstream, by purpose.")
-	for i := range numUpstream {
-		p.Sample(m.upstreamRequests[i].Load(), "purpose", upstreamNames[i])
+	histogram(m.requestDuration[:], "stampede_origin_request_duration_seconds",
+		"Time from a request's arrival to the end of its answer (the last byte handed to the kernel), by what it asked for.")
+	histogram(m.firstByte[:], "stampede_origin_time_to_first_byte_seconds",
+		"Time from a request's arrival to its answer's header going out, by what it asked for: "+
+			"a manifest's includes hashing the file, a swarm peer's piece its turn (stampede_origin_paced_total).")
+	piece := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stampede_origin_piece_duration_seconds",
+		Help: "Time from a request for one piece (a swarm peer's origin fetch, or answered with one piece in overload mode) " +
+			"to the end of its answer: how long a peer waits for a piece from the origin.",
+		Buckets: metrics.LatencyBuckets,
+	})
+	m.pieceDuration = piece
+	*c = append(*c, piece)
+	return m
+}
+
+func (m *series) countResponse(code int) {
+	m.responses.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+// newRegistry returns the registry of an origin's /metrics: m, the gauges
+// of g, the rate limit, the series of t when an embedded tracker is given,
+// and what package metrics adds to every server's.
+func newRegistry(m *series, g *gate, rate int64, t *tracker.Tracker) *prometheus.Registry {
+	r := metrics.NewRegistry()
+	r.MustRegister(m.collectors)
+	gauge := func(name, help string, f func() float64) {
+		r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
-	_, err := p.WriteTo(w)
-	return err
+	gauge("stampede_origin_transfers_active", "File bodies being sent.", func() float64 { return float64(g.activeCount()) })
+	gauge("stampede_origin_transfers_max", "File bodies sent at most at once (--max-transfers).", func() float64 { return float64(g.max) })
+	gauge("stampede_origin_overload_answers_active", "Overload answers being sent.", func() float64 { return float64(g.answeringCount()) })
+	gauge("stampede_origin_overload_answers_max", "Overload answers sent at most at once, past --max-transfers (--overload-transfers; 0: overload mode off).",
+		func() float64 { return float64(g.maxAnswers) })
+	gauge("stampede_origin_rate_limit_bytes_per_second", "Egress limit of file bodies in bytes per second (--rate); 0 is unlimited.",
+		func() float64 { return float64(rate) })
+	// The name it had before it followed the conventions (a rate is
+	// per_second): dashboards read it, so it stays for a release
+	// (docs/architecture.md, Metrics).
+	gauge("stampede_origin_rate_limit_bytes", "Deprecated: stampede_origin_rate_limit_bytes_per_second under its old name, kept for one release.",
+		func() float64 { return float64(rate) })
+	if t != nil {
+		r.MustRegister(t.Collector())
+	}
+	return r
 }

@@ -63,6 +63,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -76,9 +77,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/health"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/httpserve"
+	"github.com/stampede-dev/stampede/internal/metrics"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/tracker"
@@ -228,8 +233,11 @@ type Server struct {
 	// picks remembers which pieces of each file went out (pick.go).
 	picks   perFile[*sentLedger]
 	cache   *cache
-	metrics metrics
-	bg      *background
+	metrics *series
+	reg     *prometheus.Registry // what /metrics serves
+	// metricsHandler serves reg.
+	metricsHandler http.Handler
+	bg             *background
 	// hashSem bounds the manifests computed at once: each already hashes on
 	// every CPU, and the disk or the upstream is shared.
 	hashSem chan struct{}
@@ -315,12 +323,15 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		limiter: ratelimit.New(cfg.Rate),
+		metrics: newSeries(),
 		bg:      newBackground(),
 		hashSem: make(chan struct{}, concurrentHashes),
 	}
 	s.gate = newGate(cfg.MaxTransfers, cfg.OverloadTransfers, cfg.Rate, cfg.RetryAfter, s.log)
 	s.pacer = newPacer(paceSlots)
 	s.handouts = newHandouts(cfg.OverloadCopies, cfg.OverloadWindow)
+	s.reg = newRegistry(s.metrics, s.gate, cfg.Rate, cfg.Tracker)
+	s.metricsHandler = metrics.Handler(s.reg, s.log)
 	if err := s.init(); err != nil {
 		s.Close()
 		return nil, err
@@ -364,7 +375,7 @@ func (s *Server) initCache(servedDir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("origin: manifest cache: %w", err)
 	}
-	s.cache = newCache(dir, s.cfg.MemoryManifests, s.cfg.CacheMaxBytes, s.bg, &s.metrics, s.log)
+	s.cache = newCache(dir, s.cfg.MemoryManifests, s.cfg.CacheMaxBytes, s.bg, s.metrics, s.log)
 	return s.bg.spawn(s.cache.sweeper)
 }
 
@@ -401,6 +412,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.route(kindMetrics, s.serveMetrics))
+	live, ready := health.Live(), health.Ready(s.log, s.readyChecks()...)
+	mux.Handle("GET "+contract.HealthzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { live.ServeHTTP(w, r) }))
+	mux.Handle("GET "+contract.ReadyzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { ready.ServeHTTP(w, r) }))
 	mux.Handle("GET "+contract.ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
 	if s.root != nil {
 		mux.Handle("GET /", s.route(kindFile, s.serveDir))
@@ -520,12 +534,32 @@ func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
 }
 
 func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	s.metrics.write(w, s.gate, s.cfg.Rate)
-	if s.cfg.Tracker != nil {
-		s.cfg.Tracker.WriteMetrics(w)
+	s.metricsHandler.ServeHTTP(w, r)
+}
+
+// readyChecks are what the origin needs to do its work: the directory it
+// serves readable (an unmounted disk, a permission changed), and the
+// store of the tracker it embeds answering. An upstream's health is the
+// upstream's own: a request that finds it down is answered 502.
+func (s *Server) readyChecks() []health.Check {
+	var checks []health.Check
+	if s.root != nil {
+		checks = append(checks, health.Check{Name: "directory", Run: func(context.Context) error {
+			d, err := s.root.Open(".")
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if _, err := d.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			return nil
+		}})
 	}
+	if t := s.cfg.Tracker; t != nil {
+		checks = append(checks, health.Check{Name: "tracker store", Run: t.Ready})
+	}
+	return checks
 }
 
 // notSentLowat bounds what the kernel holds unsent for each connection

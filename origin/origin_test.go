@@ -27,6 +27,7 @@ import (
 	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/memnet"
+	"github.com/stampede-dev/stampede/internal/metrics/metricstest"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -163,11 +164,11 @@ func (ts *testServer) metrics(t *testing.T) map[string]int64 {
 			continue
 		}
 		series, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		n, err := strconv.ParseInt(v, 10, 64)
+		f, err := strconv.ParseFloat(v, 64)
 		if !ok || err != nil {
 			t.Fatalf("bad sample %q", line)
 		}
-		samples[series] = n
+		samples[series] = int64(f)
 	}
 	return samples
 }
@@ -729,13 +730,7 @@ func TestMetricsFormat(t *testing.T) {
 	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Errorf("Content-Type %q", ct)
 	}
-	sample := regexp.MustCompile(`^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9]+$`)
-	for line := range strings.Lines(string(body)) {
-		line = strings.TrimSuffix(line, "\n")
-		if !strings.HasPrefix(line, "# HELP ") && !strings.HasPrefix(line, "# TYPE ") && !sample.MatchString(line) {
-			t.Errorf("bad exposition line %q", line)
-		}
-	}
+	metricstest.Check(t, body)
 	// The /metrics request above counts once it is answered.
 	samples := ts.metrics(t)
 	for series, want := range map[string]int64{
@@ -750,6 +745,7 @@ func TestMetricsFormat(t *testing.T) {
 		`stampede_origin_rejected_total{reason="overload"}`: 0,
 		`stampede_origin_transfers_active`:                  0,
 		`stampede_origin_manifests_computed_total`:          1,
+		`stampede_origin_rate_limit_bytes_per_second`:       1 << 30,
 		`stampede_origin_rate_limit_bytes`:                  1 << 30,
 	} {
 		if got, ok := samples[series]; !ok || got != want {

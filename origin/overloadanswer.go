@@ -102,10 +102,10 @@ func (w *respWriter) answerPiece() bool {
 	}
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
-	w.status = http.StatusPartialContent
-	w.ResponseWriter.WriteHeader(w.status)
+	w.sendHeader(http.StatusPartialContent)
+	w.onePiece = true
 	sent, err := w.copyBody(io.NewSectionReader(src.r, off, n))
-	w.s.metrics.overloadBytes.Add(sent)
+	w.s.metrics.overloadBytes.Add(float64(sent))
 	if err != nil {
 		w.s.log.Debug("overload answer cut short", "path", w.req.URL.Path, "piece", piece, "sent", sent, "err", err)
 	}

@@ -235,6 +235,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 			r.Header.Set("Range", asking)
 			return
 		}
+		w.onePiece = true
 		if again {
 			s.metrics.pieceSends[sendAgain].Add(1)
 		} else {

@@ -49,7 +49,9 @@ type respWriter struct {
 	picked    func(sent bool)
 	delivered func(complete bool)
 
-	status   int // 0 until the header is written
+	status   int       // 0 until the header is written
+	headerAt time.Time // when it was
+	onePiece bool      // the answer is one piece: a swarm peer's, or an overload answer
 	bytes    int64
 	decided  bool          // the gate has been asked (or did not need to be)
 	rejected bool          // the response is not the one the handler writes: a 503 or an overload answer
@@ -90,7 +92,13 @@ func (w *respWriter) WriteHeader(code int) {
 		trimPartial(w.Header(), w.req.Header.Get("If-Range"))
 	}
 	w.pace(code)
-	w.status = code
+	w.sendHeader(code)
+}
+
+// sendHeader writes the response's header with status code, noting when
+// for the time-to-first-byte histogram.
+func (w *respWriter) sendHeader(code int) {
+	w.status, w.headerAt = code, time.Now()
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -178,9 +186,10 @@ func (w *respWriter) Flush() { w.FlushError() }
 
 func (w *respWriter) count(n int64) {
 	w.bytes += n
-	if w.kind != kindMetrics {
-		// What the origin serves; scrapes of /metrics are the operator's.
-		w.s.metrics.bytesSent.Add(n)
+	if w.kind != kindMetrics && w.kind != kindHealth {
+		// What the origin serves; scrapes of /metrics and health checks
+		// are the operator's.
+		w.s.metrics.bytesSent.Add(float64(n))
 	}
 	if w.t != nil {
 		w.t.sent.Add(n)
@@ -289,8 +298,7 @@ func (w *respWriter) write503(secs int64, body string) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
-	w.status = http.StatusServiceUnavailable
-	w.ResponseWriter.WriteHeader(w.status)
+	w.sendHeader(http.StatusServiceUnavailable)
 	n, _ := io.WriteString(w.ResponseWriter, body)
 	w.count(int64(n))
 }
@@ -329,15 +337,24 @@ func (w *respWriter) finish() {
 	if status == 0 {
 		status = http.StatusOK
 	}
-	w.s.metrics.requests[w.kind].Add(1)
+	m := w.s.metrics
+	m.requests[w.kind].Inc()
 	if w.kind == kindFile && w.req.Method == http.MethodGet {
-		w.s.metrics.fileReasons[reasonIndex(w.req.Header.Get(contract.ReasonHeader))].Add(1)
+		m.fileReasons[reasonIndex(w.req.Header.Get(contract.ReasonHeader))].Inc()
 	}
-	w.s.metrics.countResponse(status)
+	m.countResponse(status)
+	took := time.Since(w.start)
+	m.requestDuration[w.kind].Observe(took.Seconds())
+	if !w.headerAt.IsZero() {
+		m.firstByte[w.kind].Observe(w.headerAt.Sub(w.start).Seconds())
+	}
+	if w.onePiece && w.status == http.StatusPartialContent {
+		m.pieceDuration.Observe(took.Seconds())
+	}
 	if w.s.log.Enabled(context.Background(), slog.LevelDebug) {
 		attrs := []slog.Attr{slog.String("method", w.req.Method), slog.String("path", w.req.URL.Path),
 			slog.String("remote", w.req.RemoteAddr), slog.Int("status", status),
-			slog.Int64("bytes", w.bytes), slog.Duration("took", time.Since(w.start))}
+			slog.Int64("bytes", w.bytes), slog.Duration("took", took)}
 		if rg := w.req.Header.Get("Range"); rg != "" {
 			attrs = append(attrs, slog.String("range", rg))
 		}

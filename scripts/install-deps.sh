@@ -8,8 +8,9 @@
 #     test   what scripts/test.sh's tests use: python3-libtorrent (the BEP 52
 #            cross-check), curl, aria2, opentracker and mktorrent (the
 #            BitTorrent baseline), nginx (the second HTTP origin),
-#            redis-server (the tracker's Redis store) and iproute2 (the netns
-#            testbed, as root);
+#            redis-server (the tracker's Redis store), prometheus (its
+#            promtool checks every server's /metrics) and iproute2 (the
+#            netns testbed, as root);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
@@ -19,10 +20,10 @@
 # Without a flag it installs what is missing, and fails when not root.
 #
 # Debian starts a package's service on install (nginx on port 80, a
-# redis-server on 6379) unless /usr/sbin/policy-rc.d says no: the tests and
-# the testbed run these programs themselves, so for the install a
-# policy-rc.d that forbids starting services is put in place when there is
-# none, and removed after.
+# redis-server on 6379, a Prometheus server on 9090) unless
+# /usr/sbin/policy-rc.d says no: the tests and the testbed run these
+# programs themselves, so for the install a policy-rc.d that forbids
+# starting services is put in place when there is none, and removed after.
 set -euo pipefail
 
 # Each entry is PROBE:PACKAGE. PROBE is a program looked up in PATH, an
@@ -36,6 +37,7 @@ deps_test=(
 	mktorrent:mktorrent
 	nginx:nginx
 	redis-server:redis-server
+	promtool:prometheus
 	ip:iproute2
 	tc:iproute2
 )

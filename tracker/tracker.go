@@ -66,11 +66,21 @@
 // or package redisstore's in Redis, shared by several trackers. Package
 // storetest holds the behaviour both must have.
 //
-// Files: tracker.go (Config, Tracker, HTTP, metrics), store.go (the Store
-// interface), memstore.go (MemoryStore: the swarms and their idle order),
-// swarm.go (the pure per-swarm core: table, picks, size), estimate.go (the
-// swarm-size estimator), query.go (the request and its parsing), client.go
-// (the answer and Announce, for peers).
+// # Metrics and health
+//
+// The tracker's series (stampede_tracker_*) are Prometheus metrics
+// (metrics.go): an embedder registers Collector on its own registry
+// (package origin does, for "stampede serve"), and a standalone tracker
+// serves them with the Go runtime's and the process's on Handler's
+// /metrics, beside the health checks of package contract (ready: the
+// store answers).
+//
+// Files: tracker.go (Config, Tracker, HTTP), metrics.go (metrics, health,
+// the standalone routes), store.go (the Store interface), memstore.go
+// (MemoryStore: the swarms and their idle order), swarm.go (the pure
+// per-swarm core: table, picks, size), estimate.go (the swarm-size
+// estimator), query.go (the request and its parsing), client.go (the
+// answer and Announce, for peers).
 package tracker
 
 import (
@@ -78,15 +88,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
-	"github.com/stampede-dev/stampede/internal/promtext"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-dev/stampede/manifest"
 )
 
@@ -145,7 +155,12 @@ type Tracker struct {
 	cfg     Config
 	log     *slog.Logger
 	store   Store
-	metrics metrics
+	metrics *series
+
+	// regOnce makes reg, the standalone tracker's registry, on first use
+	// (Handler): an embedded tracker's series go on its embedder's.
+	regOnce sync.Once
+	reg     *prometheus.Registry
 }
 
 // New returns a Tracker for cfg.
@@ -164,7 +179,7 @@ func New(cfg Config) *Tracker {
 	if cfg.Store == nil {
 		cfg.Store = NewMemoryStore(l, cfg.Logger)
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store}
+	return &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store, metrics: newSeries()}
 }
 
 // Interval returns the announce interval the tracker asks of peers.
@@ -254,7 +269,9 @@ func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr
 	case req.NumWant > MaxNumWant:
 		req.NumWant = MaxNumWant
 	}
-	res, err := t.store.Announce(ctx, req, addr, t.cfg.Now())
+	start := t.cfg.Now()
+	res, err := t.store.Announce(ctx, req, addr, start)
+	t.metrics.announceDuration.Observe(t.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		t.metrics.failed.Add(1)
 		t.log.Warn("announce failed: the store did not answer", "root", req.Root.String(), "err", err)
@@ -312,105 +329,4 @@ func (t *Tracker) Peers(root manifest.Hash, size int64, want int) []Peer {
 	}
 	t.metrics.countRemoved(&res.Removed)
 	return res.Peers
-}
-
-// Why a swarm was dropped, for the metrics.
-const (
-	swarmsRemovedIdle = iota
-	swarmsRemovedLimit
-	numSwarmsRemoved
-)
-
-var swarmsRemovedNames = [numSwarmsRemoved]string{"idle", "limit"}
-
-var events = [...]Event{EventStarted, EventCompleted, EventStopped, EventNone}
-
-func eventIndex(e Event) int {
-	for i, x := range events {
-		if x == e {
-			return i
-		}
-	}
-	panic("tracker: unknown event " + string(e))
-}
-
-// metrics are the tracker's counters, each named by the question it answers.
-type metrics struct {
-	announces     [len(events)]atomic.Int64
-	rateLimited   atomic.Int64
-	late          atomic.Int64
-	rejected      atomic.Int64
-	failed        atomic.Int64 // calls to the store that failed
-	peersRemoved  [numRemoved]atomic.Int64
-	swarmsRemoved [numSwarmsRemoved]atomic.Int64
-}
-
-func (m *metrics) countRemoved(r *Removals) {
-	for i, n := range [...]int{
-		removedStopped:   r.PeersStopped,
-		removedExpired:   r.PeersExpired,
-		removedTableFull: r.PeersTableFull,
-	} {
-		if n != 0 {
-			m.peersRemoved[i].Add(int64(n))
-		}
-	}
-	if r.SwarmsIdle != 0 {
-		m.swarmsRemoved[swarmsRemovedIdle].Add(int64(r.SwarmsIdle))
-	}
-	if r.SwarmsLimit != 0 {
-		m.swarmsRemoved[swarmsRemovedLimit].Add(int64(r.SwarmsLimit))
-	}
-}
-
-// WriteMetrics writes the tracker's metrics in the Prometheus text
-// exposition format, for a /metrics page of the embedder's. It first has
-// the store drop idle swarms and expired peers, so the gauges are current.
-// A store that fails (within Config.StoreTimeout) leaves the gauges out;
-// the counters are written all the same, and the error returned.
-func (t *Tracker) WriteMetrics(w io.Writer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
-	defer cancel()
-	st, statsErr := t.store.Stats(ctx, t.cfg.Now())
-	if statsErr != nil {
-		t.metrics.failed.Add(1)
-		t.log.Warn("metrics: the store did not answer", "err", statsErr)
-		statsErr = storeError(statsErr)
-	} else {
-		t.metrics.countRemoved(&st.Removed)
-	}
-
-	var p promtext.Writer
-	p.Family("stampede_tracker_announces_total", promtext.Counter, `Well-formed announces, by event ("periodic": none).`)
-	for i, e := range events {
-		p.Sample(t.metrics.announces[i].Load(), "event", e.metricName())
-	}
-	p.Family("stampede_tracker_announces_rate_limited_total", promtext.Counter, "Announces less than a second after the same peer's last, answered from the cached peer list.")
-	p.Sample(t.metrics.rateLimited.Load())
-	p.Family("stampede_tracker_announces_late_total", promtext.Counter, `Announces, other than "started", from a peer that said "stopped" within the last interval (one sent before overtaken by it): answered, not added back.`)
-	p.Sample(t.metrics.late.Load())
-	p.Family("stampede_tracker_announces_rejected_total", promtext.Counter, "Announces refused with 400 for bad parameters.")
-	p.Sample(t.metrics.rejected.Load())
-	p.Family("stampede_tracker_store_failures_total", promtext.Counter, "Calls to the swarm store that failed (announces answered 503, peer lookups and metrics left empty).")
-	p.Sample(t.metrics.failed.Load())
-	if statsErr == nil {
-		p.Family("stampede_tracker_swarms", promtext.Gauge, "Swarms tracked.")
-		p.Sample(st.Swarms)
-		p.Family("stampede_tracker_peers", promtext.Gauge, "Peers in the swarms' tables (at most max-peers-per-swarm per swarm).")
-		p.Sample(st.Peers)
-		p.Family("stampede_tracker_peers_estimated", promtext.Gauge, "Sum of the swarms' estimated sizes, counting peers beyond the tables.")
-		p.Sample(st.Estimated)
-	}
-	p.Family("stampede_tracker_peers_removed_total", promtext.Counter, "Peers taken out of a swarm's table, by reason.")
-	for i := range numRemoved {
-		p.Sample(t.metrics.peersRemoved[i].Load(), "reason", removedNames[i])
-	}
-	p.Family("stampede_tracker_swarms_removed_total", promtext.Counter, "Swarms dropped, by reason.")
-	for i := range numSwarmsRemoved {
-		p.Sample(t.metrics.swarmsRemoved[i].Load(), "reason", swarmsRemovedNames[i])
-	}
-	if _, err := p.WriteTo(w); err != nil {
-		return err
-	}
-	return statsErr
 }

@@ -117,7 +117,7 @@ func (h *harness) metrics() map[string]int64 {
 	if err := h.tr.WriteMetrics(&b); err != nil {
 		h.t.Fatal(err)
 	}
-	sample := regexp.MustCompile(`^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9]+$`)
+	sample := regexp.MustCompile(`^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? \S+$`)
 	out := make(map[string]int64)
 	for line := range strings.Lines(b.String()) {
 		line = strings.TrimSuffix(line, "\n")
@@ -128,7 +128,11 @@ func (h *harness) metrics() map[string]int64 {
 			h.t.Fatalf("bad exposition line %q", line)
 		}
 		series, v, _ := strings.Cut(line, " ")
-		out[series], _ = strconv.ParseInt(v, 10, 64)
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			h.t.Fatalf("bad value in %q: %v", line, err)
+		}
+		out[series] = int64(f)
 	}
 	return out
 }
