@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: build demo test test-deps lint bench bench-deps fuzz clean
+.PHONY: build demo test test-deps lint bench bench-deps fuzz man clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
@@ -45,6 +45,12 @@ bench: build
 	./scripts/bench-get.sh
 	./scripts/bench-gateway.sh
 	./bin/stampede bench --skip-unavailable --out bench/out --doc docs/benchmarks.md $(BENCH_SCENARIOS)
+
+# The manual page, generated from the help: commit it with the change to the
+# help (TestManPage fails while docs/stampede.1 differs). Read it with
+# man -l docs/stampede.1.
+man: build
+	./bin/stampede help --man > docs/stampede.1
 
 fuzz:
 	for f in $$(grep -ho '^func Fuzz[A-Za-z]*' -r --include='*_test.go' . | sed 's/func //' | sort -u); do \

@@ -79,7 +79,8 @@ func init() {
 		{"gateway", "[--listen HOST:PORT]", "a local proxy for browsers, curl, apt and pip that fetches through the swarm", runGateway},
 		{"demo", "[flags]", "show a flash crowd absorbed, side by side with plain HTTP", runDemo},
 		{"bench", "SCENARIO...", "run benchmark scenarios and write reports", runBench},
-		{"help", "[COMMAND]", "show help for stampede or a command", runHelp},
+		{"completion", "bash|zsh|fish", "print a shell completion script for commands and flags", runCompletion},
+		{"help", "[COMMAND | --man]", "show help for stampede or a command, or the manual page", runHelp},
 		{"version", "", "print the version", runVersion},
 	}
 }
@@ -162,15 +163,16 @@ func lookup(name string) *command {
 	return nil
 }
 
-// tagline is what stampede is for: the first line of its help.
+// tagline is what stampede is for: the first line of its help and the NAME
+// of its manual page.
 const tagline = "survive a flash crowd by turning it into the delivery network"
 
-// flagSyntax says how flags are written.
+// flagSyntax says how flags are written, in the help and the manual page.
 const flagSyntax = `Flags are GNU style: a long flag has two dashes (--output FILE or
 --output=FILE), a short one has one (-o FILE), and short ones combine (-qc).
 Flags go anywhere among the arguments; "--" ends them.`
 
-// exitCodes is the table of exit codes.
+// exitCodes is the table of exit codes, in the help and the manual page.
 const exitCodes = `  0 success            1 generic error        2 bad flags, arguments or URL
   3 local I/O error    4 network failure      7 protocol error (bad manifest, truncated body)
   8 server error       9 verification failed  10 file changed on the server
@@ -180,10 +182,11 @@ const exitCodes = `  0 success            1 generic error        2 bad flags, ar
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "stampede: %s.\n\nUsage:\n", tagline)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  stampede %-8s %-22s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  stampede %-10s %-22s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintf(w, `
-Run 'stampede help COMMAND' for a command's flags.
+Run 'stampede help COMMAND' for a command's flags, 'stampede help --man' for the
+manual page, 'stampede completion bash' (or zsh, fish) for shell completion.
 
 %s
 
@@ -192,17 +195,23 @@ Exit codes:
 }
 
 const helpAbout = `Without COMMAND, list the commands and the exit codes; with one, show its
-flags (as 'stampede COMMAND --help' does).`
+flags (as 'stampede COMMAND --help' does). With --man, print the manual page
+stampede(1): this help and every command's, in man(7) format. Read it with
+'stampede help --man | man -l -'; 'make man' writes it to docs/stampede.1.`
 
 func runHelp(_ context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "help", "[COMMAND]", helpAbout)
+	fs := newFlagSet(e, "help", "[COMMAND | --man]", helpAbout)
+	man := fs.Bool("man", false, "print the manual page, in roff")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 1:
-		return usageErrorf("want one COMMAND, got %q (run 'stampede help help')", pos)
+	case len(pos) > 1, *man && len(pos) > 0:
+		return usageErrorf("want one COMMAND or --man, got %q (run 'stampede help help')", args)
+	case *man:
+		_, err := io.WriteString(e.stdout, manPage())
+		return err
 	case len(pos) == 0:
 		printUsage(e.stdout)
 		return nil
@@ -232,7 +241,8 @@ func runVersion(_ context.Context, e *env, args []string) error {
 }
 
 // flagSet is a command's flags and the rest of its help: the usage line and
-// what the command does.
+// what the command does. It is the one source of the help, the completion
+// scripts and the manual page.
 type flagSet struct {
 	*pflag.FlagSet
 	e           *env
@@ -291,8 +301,8 @@ func flagValue(f *pflag.Flag) string {
 	return name
 }
 
-// defaultText is the " (default X)" after a flag's usage in the help; none
-// for a zero default.
+// defaultText is the " (default X)" after a flag's usage, in the help and
+// the manual page; none for a zero default.
 func defaultText(f *pflag.Flag) string {
 	switch {
 	case f.Value.Type() == "string" && f.DefValue != "":
@@ -376,8 +386,9 @@ var errDescribed = errors.New("flags described; command not run")
 
 // describe returns the flags of c, ready to parse, by running c with
 // env.describe set. Every command defines its flags and calls parse before
-// it does anything else, so what shows a command's flags reads them from
-// their one definition, without a second list to keep in step.
+// it does anything else, so the help, the completion scripts and the
+// manual page show the flags each command parses, from their one
+// definition, without a second list to keep in step.
 func describe(c *command) *flagSet {
 	var fs *flagSet
 	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}

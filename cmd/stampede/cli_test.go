@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestHelpAndFlagErrors: help goes to stdout and exits 0, for every form of
@@ -65,5 +71,112 @@ func TestGNUFlags(t *testing.T) {
 	fs = describe(lookup("get"))
 	if _, err := fs.parse([]string{"-ofile", "http://x/f"}); err != nil || fs.Lookup("output").Value.String() != "file" {
 		t.Errorf("-ofile: %v, output %q", err, fs.Lookup("output").Value)
+	}
+}
+
+// TestCompletion: each shell's script completes every command, and get's
+// flags after get; the shells that are installed parse it, and bash and
+// fish complete with it.
+func TestCompletion(t *testing.T) {
+	get := describe(lookup("get"))
+	for _, shell := range completionShells {
+		code, script, stderr := runCmd(t, "completion", shell)
+		if code != exitOK || stderr != "" {
+			t.Fatalf("completion %s: exit %d: %s", shell, code, stderr)
+		}
+		for _, c := range commands {
+			if !strings.Contains(script, c.name) {
+				t.Errorf("%s: no command %s", shell, c.name)
+			}
+		}
+		get.VisitAll(func(f *pflag.Flag) {
+			long, short := "--"+f.Name, "-"+f.Shorthand
+			if shell == "fish" {
+				long, short = "-l "+f.Name, "-s "+f.Shorthand
+			}
+			if !strings.Contains(script, long) || f.Shorthand != "" && !strings.Contains(script, short) {
+				t.Errorf("%s: get's %s missing", shell, f.Name)
+			}
+		})
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("%s not installed: its script's syntax is not checked", shell)
+			continue
+		}
+		cmd := exec.Command(shell, "-n")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s -n: %v\n%s", shell, err, out)
+		}
+	}
+	if code, _, _ := runCmd(t, "completion", "tcsh"); code != exitUsage {
+		t.Errorf("completion tcsh: exit %d, want %d", code, exitUsage)
+	}
+
+	// What a user pressing Tab after each line is offered.
+	cases := []struct{ line, want string }{
+		{"stampede se", "serve seed"},
+		{"stampede get --con", "--continue"},
+		{"stampede help se", "serve seed"},
+		{"stampede completion ", "bash zsh fish"},
+	}
+	_, bash, _ := runCmd(t, "completion", "bash")
+	for _, tc := range cases {
+		words := strings.Fields(tc.line)
+		if strings.HasSuffix(tc.line, " ") {
+			words = append(words, "''")
+		}
+		script := fmt.Sprintf("%s\nCOMP_WORDS=(%s)\nCOMP_CWORD=%d\n_stampede\necho \"${COMPREPLY[*]}\"\n", bash, strings.Join(words, " "), len(words)-1)
+		out, err := exec.Command("bash", "-c", script).Output()
+		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
+			t.Errorf("bash: %q: %q (%v), want %q", tc.line, got, err, tc.want)
+		}
+	}
+	if _, err := exec.LookPath("fish"); err == nil {
+		_, fish, _ := runCmd(t, "completion", "fish")
+		for _, tc := range cases {
+			out, err := exec.Command("fish", "-c", fish+"\ncomplete -C '"+tc.line+"'").Output()
+			var got []string
+			for l := range strings.Lines(string(out)) {
+				got = append(got, strings.Fields(l)[0])
+			}
+			slices.Sort(got)
+			want := strings.Fields(tc.want)
+			slices.Sort(want)
+			if err != nil || !slices.Equal(got, want) {
+				t.Errorf("fish: %q: %q (%v), want %q", tc.line, got, err, want)
+			}
+		}
+	}
+}
+
+// TestManPage: docs/stampede.1 is what "stampede help --man" prints ("make
+// man" writes it), it has every command and get's flags, and groff, where
+// installed, reads it without a warning.
+func TestManPage(t *testing.T) {
+	code, page, stderr := runCmd(t, "help", "--man")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("help --man: exit %d: %s", code, stderr)
+	}
+	committed, err := os.ReadFile("../../docs/stampede.1")
+	if err != nil || string(committed) != page {
+		t.Errorf("docs/stampede.1 is not what 'stampede help --man' prints (%v): run 'make man'", err)
+	}
+	for _, c := range commands {
+		if !strings.Contains(page, `.SS "stampede `+c.name) {
+			t.Errorf("no section for %s", c.name)
+		}
+	}
+	if !strings.Contains(page, `\fB\-c\fR, \fB\-\-continue\fR`) || !strings.Contains(page, `\fB\-\-limit\-rate\fR \fIRATE\fR`) {
+		t.Errorf("get's flags are missing")
+	}
+	if _, err := exec.LookPath("groff"); err != nil {
+		t.Skip("groff not installed")
+	}
+	cmd := exec.Command("groff", "-man", "-ww", "-z")
+	cmd.Stdin = strings.NewReader(page)
+	var warnings bytes.Buffer
+	cmd.Stderr = &warnings
+	if err := cmd.Run(); err != nil || warnings.Len() > 0 {
+		t.Errorf("groff: %v\n%s", err, warnings.String())
 	}
 }
