@@ -21,6 +21,7 @@ import (
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/internal/httpserve"
+	"github.com/stampede-dev/stampede/internal/metrics"
 )
 
 // maxBody bounds a request body of the API.
@@ -173,13 +174,14 @@ func (s *Server) apiHandler() http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/resume", s.resumeJob)
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.removeJob)
 	mux.HandleFunc("GET /v1/stats", s.getStats)
+	mux.Handle("GET /metrics", metrics.Handler(s.reg, s.log))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotFound, "no such endpoint: %s %s (see docs/daemon.md)", r.Method, r.URL.Path)
 	})
 	if s.token == "" {
-		return mux
+		return s.withHealth(mux)
 	}
-	return s.guard(mux)
+	return s.withHealth(s.guard(mux))
 }
 
 // guard admits TCP callers with the token and a Host header naming the

@@ -11,7 +11,7 @@
 //
 // Files: daemon.go (Config, Server, wiring), jobs.go (downloads and seeds),
 // api.go (the control API and its access control), status.go (the status
-// page).
+// page), metrics.go (/metrics and the health checks).
 package daemon
 
 import (
@@ -26,6 +26,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-dev/stampede/gateway"
 	"github.com/stampede-dev/stampede/host"
@@ -128,6 +130,7 @@ type Server struct {
 	errc   chan error // the first failure of a server goroutine
 
 	peerAddr, apiAddr, gatewayAddr net.Addr
+	reg                            *prometheus.Registry // what /metrics serves, on the API and the gateway (metrics.go)
 
 	mu   sync.Mutex // guards the following, and every job's fields
 	jobs map[string]*job
@@ -141,6 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, client: httpClientFor(cfg.Transport), jobs: map[string]*job{}, errc: make(chan error, 4)}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.initMetrics()
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -307,7 +311,7 @@ func (s *Server) startGateway() error {
 	}
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
-		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Logger: s.log.With("part", "gateway"),
+		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Registry: s.reg, Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

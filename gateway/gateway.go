@@ -24,7 +24,8 @@
 // publishes a bundle (rel="stampede-bundle"), the page and its same-origin
 // assets come through one swarm download of the bundle (bundle.go).
 //
-// Files: gateway.go (Config, routing), passthrough.go (the plain proxy),
+// Files: gateway.go (Config, routing), metrics.go (metrics, health and the
+// gateway's own pages), passthrough.go (the plain proxy),
 // connect.go (CONNECT), swarmed.go (answering from the swarm), object.go (one
 // cached file and its node), cache.go (the cache and the seeding bound),
 // reader.go (the body reader), bundle.go (pages).
@@ -46,6 +47,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/node"
@@ -101,6 +104,11 @@ type Config struct {
 	// own address (the daemon's status page); without it "/" gets a
 	// short help text.
 	Status http.Handler
+	// Registry is where the gateway registers its series, and what its
+	// /metrics serves (an embedder's series too, then: the daemon's).
+	// Default: a registry of its own (package internal/metrics). One
+	// gateway per registry.
+	Registry *prometheus.Registry
 	// Logger receives the gateway's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -143,6 +151,10 @@ type Gateway struct {
 	urls    map[string]*urlEntry
 	pages   map[string]*bundleRef // bundle members by request URL (bundle.go)
 	tunnels map[net.Conn]struct{} // client sides of CONNECT tunnels
+
+	metrics *series
+	// ownPages are the gateway's own pages by path (metrics.go).
+	ownPages map[string]http.Handler
 }
 
 // New checks cfg, fills in its defaults, loads the cache index from
@@ -203,6 +215,7 @@ func New(cfg Config) (*Gateway, error) {
 		urls:     map[string]*urlEntry{},
 		pages:    map[string]*bundleRef{},
 		tunnels:  map[net.Conn]struct{}{},
+		metrics:  newSeries(),
 	}
 	g.origins = originclient.New(originclient.Config{Client: g.fetches, Logger: cfg.Logger, Retries: originclient.DefaultRetries})
 	g.proxy = g.reverseProxy()
@@ -212,6 +225,11 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.cache = c
+	if err := g.initMetrics(); err != nil {
+		cancel()
+		c.close()
+		return nil, err
+	}
 	g.spawn(func() { c.verifyAll(g.ctx) })
 	return g, nil
 }
@@ -278,13 +296,21 @@ func (g *Gateway) Close() error {
 }
 
 // ServeHTTP routes a request: CONNECT to a tunnel, GET and HEAD to the
-// swarm when the origin publishes a manifest, everything else straight
+// swarm when the origin publishes a manifest, the gateway's own pages
+// (/metrics, the health checks) to themselves, everything else straight
 // through.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
+		g.metrics.requests[answerTunnel].Inc()
 		g.tunnel(w, r)
 		return
 	}
+	cw := &countingWriter{ResponseWriter: w}
+	defer g.metrics.count(cw, time.Now())
+	g.serve(cw, r)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	target, prefixed, err := g.target(w, r)
 	if err != nil {
 		g.badRequest(w, r, err)
@@ -334,6 +360,10 @@ func (g *Gateway) target(w http.ResponseWriter, r *http.Request) (*url.URL, bool
 	if base := g.prefixedReferer(r); base != nil {
 		loc := "/" + base.Scheme + "://" + base.Host + r.RequestURI
 		http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+		return nil, false, nil
+	}
+	if h := g.page(r); h != nil {
+		h.ServeHTTP(w, r)
 		return nil, false, nil
 	}
 	if r.URL.Path == "/" && g.cfg.Status != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
@@ -288,6 +289,7 @@ func (o *object) destroy() {
 // earlier run is verified here, once. r's position steers the node.
 func (o *object) await(ctx context.Context, r *reader, off int64) (int64, error) {
 	i := int(off / o.m.PieceSize)
+	var waiting time.Time // since the piece was first found missing
 	for {
 		o.mu.Lock()
 		if o.checked[i] {
@@ -298,6 +300,9 @@ func (o *object) await(ctx context.Context, r *reader, off int64) (int64, error)
 			nd, from := o.positionLocked(r, i)
 			o.mu.Unlock()
 			o.prefer(ctx, nd, from)
+			if !waiting.IsZero() {
+				o.c.g.metrics.pieceWait.Observe(time.Since(waiting).Seconds())
+			}
 			return min(o.m.PieceOffset(j), o.m.Size), nil
 		}
 		if o.err != nil {
@@ -324,6 +329,9 @@ func (o *object) await(ctx context.Context, r *reader, off int64) (int64, error)
 		ch := o.changed
 		o.mu.Unlock()
 		o.prefer(ctx, nd, from)
+		if waiting.IsZero() {
+			waiting = time.Now()
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():

@@ -103,11 +103,7 @@ func newSeries() *series {
 		copy(dst, c.Counters(name, help, label, values))
 	}
 	histogram := func(dst []prometheus.Observer, name, help string) {
-		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: metrics.LatencyBuckets}, []string{"kind"})
-		*c = append(*c, v)
-		for k := range numKinds {
-			dst[k] = v.WithLabelValues(kindNames[k])
-		}
+		copy(dst, c.Histograms(name, help, "kind", kindNames[:], metrics.LatencyBuckets))
 	}
 
 	m.bytesSent = c.Counter("stampede_origin_bytes_sent_total", "Response body bytes sent, except those of /metrics and the health checks.")
@@ -152,14 +148,9 @@ func newSeries() *series {
 	histogram(m.firstByte[:], "stampede_origin_time_to_first_byte_seconds",
 		"Time from a request's arrival to its answer's header going out, by what it asked for: "+
 			"a manifest's includes hashing the file, a swarm peer's piece its turn (stampede_origin_paced_total).")
-	piece := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "stampede_origin_piece_duration_seconds",
-		Help: "Time from a request for one piece (a swarm peer's origin fetch, or answered with one piece in overload mode) " +
-			"to the end of its answer: how long a peer waits for a piece from the origin.",
-		Buckets: metrics.LatencyBuckets,
-	})
-	m.pieceDuration = piece
-	*c = append(*c, piece)
+	m.pieceDuration = c.Histogram("stampede_origin_piece_duration_seconds",
+		"Time from a request for one piece (a swarm peer's origin fetch, or answered with one piece in overload mode) "+
+			"to the end of its answer: how long a peer waits for a piece from the origin.", metrics.LatencyBuckets)
 	return m
 }
 

@@ -63,7 +63,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -544,17 +543,7 @@ func (s *Server) serveMetrics(w *respWriter, r *http.Request) {
 func (s *Server) readyChecks() []health.Check {
 	var checks []health.Check
 	if s.root != nil {
-		checks = append(checks, health.Check{Name: "directory", Run: func(context.Context) error {
-			d, err := s.root.Open(".")
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if _, err := d.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-			return nil
-		}})
+		checks = append(checks, health.Check{Name: "directory", Run: health.DirReadable(func() (*os.File, error) { return s.root.Open(".") })})
 	}
 	if t := s.cfg.Tracker; t != nil {
 		checks = append(checks, health.Check{Name: "tracker store", Run: t.Ready})

@@ -159,16 +159,8 @@ func (ts *testServer) metrics(t *testing.T) map[string]int64 {
 	t.Helper()
 	_, body := ts.do(t, "GET", "/metrics")
 	samples := make(map[string]int64)
-	for line := range strings.Lines(string(body)) {
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		series, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		f, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil {
-			t.Fatalf("bad sample %q", line)
-		}
-		samples[series] = int64(f)
+	for series, v := range metricstest.Samples(t, body) {
+		samples[series] = int64(v)
 	}
 	return samples
 }

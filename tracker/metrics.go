@@ -50,7 +50,7 @@ type series struct {
 	failed           prometheus.Counter // calls to the store that failed
 	peersRemoved     [numRemoved]prometheus.Counter
 	swarmsRemoved    [numSwarmsRemoved]prometheus.Counter
-	announceDuration prometheus.Histogram
+	announceDuration prometheus.Observer
 
 	// collectors are the above as registered, in the order of the page.
 	collectors metrics.Collectors
@@ -77,12 +77,8 @@ func newSeries() *series {
 	m.failed = c.Counter("stampede_tracker_store_failures_total", "Calls to the swarm store that failed (announces answered 503, peer lookups and metrics left empty).")
 	copy(m.peersRemoved[:], c.Counters("stampede_tracker_peers_removed_total", "Peers taken out of a swarm's table, by reason.", "reason", removedNames[:]))
 	copy(m.swarmsRemoved[:], c.Counters("stampede_tracker_swarms_removed_total", "Swarms dropped, by reason.", "reason", swarmsRemovedNames[:]))
-	m.announceDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "stampede_tracker_announce_duration_seconds",
-		Help:    "Time to answer a well-formed announce, the call to the swarm store included, by the tracker's clock.",
-		Buckets: announceBuckets,
-	})
-	*c = append(*c, m.announceDuration)
+	m.announceDuration = c.Histogram("stampede_tracker_announce_duration_seconds",
+		"Time to answer a well-formed announce, the call to the swarm store included, by the tracker's clock.", announceBuckets)
 	return m
 }
 

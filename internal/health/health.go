@@ -11,8 +11,11 @@ package health
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -60,6 +63,23 @@ func Ready(log *slog.Logger, checks ...Check) http.Handler {
 		}
 		answer(w, http.StatusOK, "ok\n")
 	})
+}
+
+// DirReadable returns a check that the directory open opens can be
+// listed: a disk unmounted or a permission changed under a server shows
+// there before its requests fail one by one.
+func DirReadable(open func() (*os.File, error)) func(context.Context) error {
+	return func(context.Context) error {
+		d, err := open()
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if _, err := d.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		return nil
+	}
 }
 
 // Mount serves Live and Ready at their contract paths on mux, for GET and

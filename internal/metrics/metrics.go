@@ -154,6 +154,26 @@ func (cs *Collectors) Counters(name, help, label string, values []string) []prom
 	return counters
 }
 
+// Histogram makes a histogram with the given buckets and adds it to cs.
+func (cs *Collectors) Histogram(name, help string, buckets []float64) prometheus.Observer {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	*cs = append(*cs, h)
+	return h
+}
+
+// Histograms makes a histogram vector with one label and the given
+// buckets, adds it to cs and returns its histograms for values, in order,
+// each there from the start as Counters' counters are.
+func (cs *Collectors) Histograms(name, help, label string, values []string, buckets []float64) []prometheus.Observer {
+	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{label})
+	*cs = append(*cs, v)
+	hs := make([]prometheus.Observer, len(values))
+	for i, lv := range values {
+		hs[i] = v.WithLabelValues(lv)
+	}
+	return hs
+}
+
 // CollectFunc is a collector of the metrics f sends, described by descs:
 // for values computed once per scrape (several gauges from one snapshot of
 // a structure, taken under its lock once).

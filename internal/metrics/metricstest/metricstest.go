@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,4 +58,23 @@ func Check(t testing.TB, page []byte) map[string]bool {
 		t.Errorf("promtool check metrics: %v\n%s", err, strings.TrimSpace(string(out)))
 	}
 	return names
+}
+
+// Samples returns the samples of page, in the text format, by series:
+// "name" or `name{label="value",...}` as the page writes it.
+func Samples(t testing.TB, page []byte) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for line := range strings.Lines(string(page)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		f, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			t.Fatalf("bad sample %q", line)
+		}
+		out[series] = f
+	}
+	return out
 }
