@@ -223,7 +223,9 @@ func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); 
 
 func (o *stampedeOrigin) url(path string) string { return "http://" + o.addr + path }
 
-var bytesSentLine = regexp.MustCompile(`(?m)^stampede_origin_bytes_sent_total (\d+)`)
+// A sample's value is a float in the exposition format: Prometheus' client
+// writes 123456789 as 1.23456789e+08.
+var bytesSentLine = regexp.MustCompile(`(?m)^stampede_origin_bytes_sent_total (\S+)`)
 
 // metrics reads the origin's /metrics.
 func (o *stampedeOrigin) metrics(ctx context.Context) ([]byte, error) {
@@ -263,7 +265,7 @@ func (o *stampedeOrigin) originBytes(ctx context.Context) (int64, error) {
 	if m == nil {
 		return 0, errors.New("/metrics has no stampede_origin_bytes_sent_total")
 	}
-	return strconv.ParseInt(string(m[1]), 10, 64)
+	return sampleValue(m[1])
 }
 
 func (o *stampedeOrigin) stop() {
@@ -363,7 +365,17 @@ func (t *stampedeTracker) restart(ctx context.Context) error {
 	return t.start(ctx)
 }
 
-var announcesLine = regexp.MustCompile(`(?m)^stampede_tracker_announces_total\{[^}]*\} (\d+)`)
+var announcesLine = regexp.MustCompile(`(?m)^stampede_tracker_announces_total\{[^}]*\} (\S+)`)
+
+// sampleValue reads a counter's value from /metrics, where it may be written
+// as a float (1.23456789e+08).
+func sampleValue(b []byte) (int64, error) {
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || v < 0 || v > 1<<62 {
+		return 0, fmt.Errorf("/metrics: bad counter value %q", b)
+	}
+	return int64(v), nil
+}
 
 // announces is the tracker's count of announces since it started.
 func (t *stampedeTracker) announces(ctx context.Context) (int64, error) {
@@ -388,7 +400,7 @@ func (t *stampedeTracker) announces(ctx context.Context) (int64, error) {
 	}
 	var n int64
 	for _, m := range ms {
-		v, err := strconv.ParseInt(string(m[1]), 10, 64)
+		v, err := sampleValue(m[1])
 		if err != nil {
 			return 0, err
 		}

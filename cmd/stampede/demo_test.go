@@ -116,6 +116,9 @@ func TestDemoRuns(t *testing.T) {
 	if err != nil || !bytes.Contains(page, []byte("<svg")) {
 		t.Errorf("report.html: %v", err)
 	}
+	if !rep.Demo || !bytes.Contains(page, []byte("<title>stampede demo")) {
+		t.Errorf("the report is not titled as the demo (demo %v)", rep.Demo)
+	}
 }
 
 func TestBenchCommand(t *testing.T) {

@@ -116,7 +116,9 @@ func TestServeRunsUntilCancelled(t *testing.T) {
 	}
 	body, _ = io.ReadAll(res.Body)
 	res.Body.Close()
-	for _, want := range []string{"stampede_origin_transfers_max 4\n", "stampede_origin_rate_limit_bytes 1000000\n"} {
+	// Values are floats in the exposition format (1e+06 is 1,000,000).
+	for _, want := range []string{"stampede_origin_transfers_max 4\n", "stampede_origin_rate_limit_bytes_per_second 1e+06\n",
+		"stampede_origin_rate_limit_bytes 1e+06\n"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
