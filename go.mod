@@ -3,6 +3,7 @@ module github.com/stampede-dev/stampede
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0

@@ -30,6 +30,9 @@ type env struct {
 	// describe, if set, is handed the command's flags by parse, and the
 	// command returns errDescribed without running (see describe).
 	describe func(*flagSet)
+	// getenv reads the environment for settings (settings.go); nil reads
+	// none, so in-process tests are not steered by the machine's.
+	getenv func(string) string
 }
 
 func stdEnv() *env {
@@ -38,6 +41,7 @@ func stdEnv() *env {
 		stdout:           os.Stdout,
 		stderr:           os.Stderr,
 		stderrIsTerminal: term.IsTerminal(int(os.Stderr.Fd())),
+		getenv:           stdGetenv,
 		columns: func() int {
 			w, _, err := term.GetSize(int(os.Stderr.Fd()))
 			if err != nil {
@@ -259,6 +263,10 @@ const helpColumns = 80
 func newFlagSet(e *env, name, args, about string) *flagSet {
 	f := &flagSet{FlagSet: pflag.NewFlagSet(name, pflag.ContinueOnError), e: e, args: args, about: about}
 	f.BoolVarP(&f.help, "help", "h", false, "show this help")
+	if !slices.Contains(noSettings, name) {
+		// Read by applySettings before the rest of the command line.
+		f.String("config", "", "read settings from the TOML `FILE` (default $STAMPEDE_CONFIG, else ~/.config/stampede/config.toml if there); see README, Configuration")
+	}
 	return f
 }
 
@@ -349,6 +357,9 @@ func (f *flagSet) parse(args []string) ([]string, error) {
 	case "help":
 		f.help = true // asking for help in the old syntax gets it
 	case "":
+		if err := f.applySettings(args); err != nil {
+			return nil, err
+		}
 		err = f.Parse(args)
 	default:
 		err = fmt.Errorf("-%s: a long flag takes two dashes: --%s", name, name)
