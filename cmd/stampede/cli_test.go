@@ -115,7 +115,7 @@ func TestCompletion(t *testing.T) {
 	// What a user pressing Tab after each line is offered.
 	cases := []struct{ line, want string }{
 		{"stampede se", "serve seed"},
-		{"stampede get --con", "--continue"},
+		{"stampede get --cont", "--continue"},
 		{"stampede help se", "serve seed"},
 		{"stampede completion ", "bash zsh fish"},
 	}
