@@ -179,6 +179,11 @@ type Config struct {
 	// that first requests do not wait for a hash. Default off.
 	Warm bool
 
+	// AdminApart leaves /metrics and the health checks off Handler: they
+	// are served by AdminHandler on a listener of their own (serve
+	// --admin), and a site's own /metrics is then a file like any other.
+	AdminApart bool
+
 	// Tracker, if set, is served at tracker.WellKnownPath and named first
 	// in the trackers of every manifest served, as
 	// SCHEME://HOST/.well-known/stampede/tracker/announce with the scheme and
@@ -408,12 +413,24 @@ func resolve(p string) string {
 // Handler returns the server's handler, with its own ServeMux.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// AdminHandler serves what an operator reads, apart from the site (see
+// Config.AdminApart): /metrics and the health checks.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metricsHandler)
+	mux.Handle("GET "+contract.HealthzPath, health.Live())
+	mux.Handle("GET "+contract.ReadyzPath, health.Ready(s.log, s.readyChecks()...))
+	return mux
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.route(kindMetrics, s.serveMetrics))
-	live, ready := health.Live(), health.Ready(s.log, s.readyChecks()...)
-	mux.Handle("GET "+contract.HealthzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { live.ServeHTTP(w, r) }))
-	mux.Handle("GET "+contract.ReadyzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { ready.ServeHTTP(w, r) }))
+	if !s.cfg.AdminApart {
+		mux.Handle("GET /metrics", s.route(kindMetrics, s.serveMetrics))
+		live, ready := health.Live(), health.Ready(s.log, s.readyChecks()...)
+		mux.Handle("GET "+contract.HealthzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { live.ServeHTTP(w, r) }))
+		mux.Handle("GET "+contract.ReadyzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { ready.ServeHTTP(w, r) }))
+	}
 	mux.Handle("GET "+contract.ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
 	if s.root != nil {
 		mux.Handle("GET /", s.route(kindFile, s.serveDir))

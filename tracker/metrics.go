@@ -188,9 +188,33 @@ func (t *Tracker) registry() *prometheus.Registry {
 // answers).
 func (t *Tracker) Handler() http.Handler {
 	mux := http.NewServeMux()
+	t.mountAnnounce(mux)
+	t.mountAdmin(mux)
+	return mux
+}
+
+// AnnounceHandler is Handler without /metrics and the health checks, which
+// AdminHandler then serves on a listener of their own ("stampede tracker
+// --admin").
+func (t *Tracker) AnnounceHandler() http.Handler {
+	mux := http.NewServeMux()
+	t.mountAnnounce(mux)
+	return mux
+}
+
+// AdminHandler serves /metrics and the health checks alone.
+func (t *Tracker) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	t.mountAdmin(mux)
+	return mux
+}
+
+func (t *Tracker) mountAnnounce(mux *http.ServeMux) {
 	mux.Handle("/announce", t)
 	mux.Handle(WellKnownPath, t)
+}
+
+func (t *Tracker) mountAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", metrics.Handler(t.registry(), t.log))
 	health.Mount(mux, t.log, health.Check{Name: "tracker store", Run: t.Ready})
-	return mux
 }

@@ -33,6 +33,8 @@ type env struct {
 	// getenv reads the environment for settings (settings.go); nil reads
 	// none, so in-process tests are not steered by the machine's.
 	getenv func(string) string
+	// logFormat is --log-format: "text" (the default) or "json".
+	logFormat string
 }
 
 func stdEnv() *env {
@@ -61,7 +63,17 @@ func (e *env) logger(quiet, verbose bool) *slog.Logger {
 	case quiet:
 		level = slog.LevelWarn
 	}
-	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	return e.newLogger(level)
+}
+
+// newLogger logs at level and above to stderr, in the format --log-format
+// chose: text (key=value) or JSON lines.
+func (e *env) newLogger(level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if e.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, opts))
 }
 
 type command struct {
@@ -266,6 +278,7 @@ func newFlagSet(e *env, name, args, about string) *flagSet {
 	if !slices.Contains(noSettings, name) {
 		// Read by applySettings before the rest of the command line.
 		f.String("config", "", "read settings from the TOML `FILE` (default $STAMPEDE_CONFIG, else ~/.config/stampede/config.toml if there); see README, Configuration")
+		f.StringVar(&e.logFormat, "log-format", "text", "write log lines as `text` (key=value) or json (one object per line, for journald, Loki or jq)")
 	}
 	return f
 }
@@ -370,6 +383,9 @@ func (f *flagSet) parse(args []string) ([]string, error) {
 	if f.help {
 		f.writeHelp(f.e.stdout)
 		return nil, pflag.ErrHelp
+	}
+	if lf := f.e.logFormat; lf != "" && lf != "text" && lf != "json" {
+		return nil, usageErrorf("--log-format %q: want text or json", lf)
 	}
 	return f.Args(), nil
 }

@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/stampede-dev/stampede/internal/metrics"
 )
 
 func main() {
+	metrics.Version = version // stampede_build_info's
 	ctx, stop := signalContext()
 	code := run(ctx, os.Args[1:], stdEnv())
 	stop()

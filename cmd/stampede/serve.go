@@ -61,6 +61,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	trackers := fs.StringArray("tracker", nil, "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	storeURL := fs.String("store", "", storeUsage)
+	admin := fs.String("admin", "", adminUsage)
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	verbose := fs.BoolP("verbose", "v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := fs.parse(args)
@@ -78,6 +79,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 		ResendAfter:       *resendAfter,
 		CacheDir:          *cacheDir,
 		Warm:              *warm,
+		AdminApart:        *admin != "",
 		Logger:            e.logger(*quiet, *verbose),
 	}
 	if cfg.Rate, err = units.ParseRate(*rate); err != nil {
@@ -168,6 +170,16 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
+	}
+	if *admin != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		wait, err := startAdmin(ctx, e, *admin, srv.AdminHandler(), cfg.Logger)
+		if err != nil {
+			ln.Close()
+			cancel()
+			return err
+		}
+		defer func() { cancel(); wait() }()
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)

@@ -67,6 +67,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	maxPeers := fs.Int("max-peers", tracker.DefaultMaxPeersPerSwarm, "peers kept per swarm (the swarm-size estimate counts beyond them)")
 	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
 	storeURL := fs.String("store", "", storeUsage)
+	admin := fs.String("admin", "", adminUsage)
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -96,18 +97,24 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	defer closeStore()
 	cfg.Store = store
 	tr := tracker.New(cfg)
-	mux := http.NewServeMux()
-	mux.Handle("/announce", tr)
-	mux.Handle(tracker.WellKnownPath, tr)
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		tr.WriteMetrics(w)
-	})
+	handler := tr.Handler()
+	if *admin != "" {
+		handler = tr.AnnounceHandler()
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
+	}
+	if *admin != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		wait, err := startAdmin(ctx, e, *admin, tr.AdminHandler(), log)
+		if err != nil {
+			ln.Close()
+			cancel()
+			return err
+		}
+		defer func() { cancel(); wait() }()
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "tracker on http://%s/announce\n", addr)
@@ -115,7 +122,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		e.ready(addr)
 	}
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,

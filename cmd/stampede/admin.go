@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/httpserve"
+)
+
+const adminUsage = "serve /metrics and the health checks on `HOST:PORT` instead of the public address, which then has none (keep it on 127.0.0.1 or a private network)"
+
+// startAdmin serves h, the operator's endpoints, on addr (--admin) until
+// ctx ends, in the background. wait returns once it has stopped, with its
+// error if it failed.
+func startAdmin(ctx context.Context, e *env, addr string, h http.Handler, log *slog.Logger) (wait func() error, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--admin: %w", err)
+	}
+	fmt.Fprintf(e.stderr, "metrics on http://%s/metrics, health on http://%s%s\n", ln.Addr(), ln.Addr(), contract.ReadyzPath)
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- httpserve.Run(ctx, hs, ln, time.Second, nil) }()
+	return func() error {
+		err := <-done
+		if errors.Is(err, httpserve.ErrGraceExpired) {
+			return nil // a scrape cut short by the shutdown
+		}
+		return err
+	}, nil
+}
