@@ -404,7 +404,7 @@ func (r *runner) launch(id int) error {
 		pr.Corrupting = true
 	}
 	var summary *bytes.Buffer
-	var logf *os.File // STAMPEDE_BENCH_PEER_LOGS; closed when the peer exits
+	var logf *os.File // STAMPEDETEST_PEER_LOGS; closed when the peer exits
 	switch pc.progress {
 	case progressJSON:
 		summary = new(bytes.Buffer)
@@ -815,7 +815,7 @@ func (r *runner) trackerAnnounces(ctx context.Context) (int64, bool) {
 }
 
 // corruptEnv turns on the corrupting hook of a stampede peer (node/testbed.go).
-const corruptEnv = "STAMPEDE_TESTBED_CORRUPT_UPLOADS=1"
+const corruptEnv = "STAMPEDETEST_CORRUPT_UPLOADS=1"
 
 // chooseCorrupt makes the first K peers to arrive (ids 0..K-1) the
 // corrupting ones of the "corrupt K" faults, for systems whose peers trade
@@ -892,19 +892,19 @@ func loadAverage() float64 {
 }
 
 // peerLog opens the file that keeps peer id's stderr (other than progress
-// lines) when STAMPEDE_BENCH_PEER_LOGS names a directory: a debugging aid
+// lines) when STAMPEDETEST_PEER_LOGS names a directory: a debugging aid
 // for the scheduler (add --get-args=-v for its decisions), not part of the
 // report. nil when unset or on error.
 func peerLog(id int) *os.File {
 	return debugLog(fmt.Sprintf("peer-%d.log", id))
 }
 
-// debugLog opens name in the STAMPEDE_BENCH_PEER_LOGS directory for
+// debugLog opens name in the STAMPEDETEST_PEER_LOGS directory for
 // appending; nil when unset or on error. Besides the peers' logs it keeps
 // the origin's stderr (origin.log, one file appended to by every run and
 // restart) and its last /metrics of each run (metricsDumper).
 func debugLog(name string) *os.File {
-	dir := os.Getenv("STAMPEDE_BENCH_PEER_LOGS")
+	dir := os.Getenv("STAMPEDETEST_PEER_LOGS")
 	if dir == "" {
 		return nil
 	}

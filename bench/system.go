@@ -166,7 +166,7 @@ func (o *stampedeOrigin) start(ctx context.Context) error {
 		}
 		argv = append(argv, "--tracker", o.tracker.url())
 	}
-	// With STAMPEDE_BENCH_PEER_LOGS set, the origin logs at debug level
+	// With STAMPEDETEST_PEER_LOGS set, the origin logs at debug level
 	// (-v: every request) to origin.log there, next to the peers' logs.
 	logf := debugLog("origin.log")
 	if logf != nil {
@@ -244,7 +244,7 @@ func (o *stampedeOrigin) metrics(ctx context.Context) ([]byte, error) {
 }
 
 // metricsDumper is a system whose origin has Prometheus metrics worth
-// keeping for debugging (STAMPEDE_BENCH_PEER_LOGS).
+// keeping for debugging (STAMPEDETEST_PEER_LOGS).
 type metricsDumper interface {
 	dumpMetrics(ctx context.Context, w io.Writer)
 }

@@ -7,15 +7,16 @@ import (
 
 // The testbed's corrupting peer (docs/testbed.md, "fault = corrupt K").
 //
-// With STAMPEDE_TESTBED_CORRUPT_UPLOADS=1 in its environment, a node flips
+// With STAMPEDETEST_CORRUPT_UPLOADS=1 in its environment, a node flips
 // one byte of every piece it uploads, after reading and verifying it from
 // its store: its own download and its file stay intact, and what it sends
 // other peers fails their verification, as data from a faulty or malicious
 // peer would. It is a test hook, not a setting: no flag sets it, `stampede
 // help` does not name it, and a node that has it on logs a warning at its
-// first upload. It costs peers nothing they do not already defend against
+// first upload. Its name is outside STAMPEDE_*, the settings' namespace
+// (README, Configuration). It costs peers nothing they do not already defend against
 // (they verify every piece and ban the sender), only wasted upload.
-const corruptUploadsEnv = "STAMPEDE_TESTBED_CORRUPT_UPLOADS"
+const corruptUploadsEnv = "STAMPEDETEST_CORRUPT_UPLOADS"
 
 var corruptUploads = os.Getenv(corruptUploadsEnv) == "1"
 
