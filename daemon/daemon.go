@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,6 +81,9 @@ type Config struct {
 	// GatewayWindow is how far ahead of each reader the gateway fetches
 	// (gateway.Config.Window).
 	GatewayWindow int64
+	// GatewayUpstreamProxy is the gateway's upstream proxy
+	// (gateway.Config.UpstreamProxy; nil: the environment's).
+	GatewayUpstreamProxy *url.URL
 	// AllowDirs are the directories downloads may write into and seeds be
 	// read from (default: StateDir/downloads). Paths outside them, or that
 	// reach outside through a symbolic link, are refused.
@@ -311,7 +315,8 @@ func (s *Server) startGateway() error {
 	}
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
-		Node: node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Registry: s.reg, Logger: s.log.With("part", "gateway"),
+		UpstreamProxy: s.cfg.GatewayUpstreamProxy,
+		Node:          node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Registry: s.reg, Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

@@ -93,9 +93,14 @@ type Config struct {
 	// together (0: unlimited).
 	UploadRate int64
 	// Transport reaches origins. Default: a clone of http.DefaultTransport
-	// that ignores proxy settings (the gateway must not send requests to
-	// itself) and never decompresses (bytes must arrive as hashed).
+	// that goes through the upstream proxy (UpstreamProxy, else the
+	// environment's, never the gateway itself: upstream.go) and never
+	// decompresses (bytes must arrive as hashed).
 	Transport *http.Transport
+	// UpstreamProxy, if set, carries every request to origins and
+	// trackers; otherwise HTTPS_PROXY, HTTP_PROXY and NO_PROXY do
+	// (http.ProxyFromEnvironment: requests to loopback go direct).
+	UpstreamProxy *url.URL
 	// Node passes further settings to every node (scheduler tuning, a
 	// dialer); its Manifest, Store, Origin, Trackers, ListenAddr,
 	// UploadLimit, SeedTime, OnPiece and OnComplete are set here.
@@ -136,6 +141,7 @@ type Gateway struct {
 	trackers  *http.Client         // tracker announces, without proxy settings
 	upload    *ratelimit.Limiter
 	via       string // our token in Via, to detect loops
+	selfProxy sync.Once // warns once that the upstream proxy is ourselves
 	proxy     *httputil.ReverseProxy
 
 	ctx    context.Context // ends every node on Close
@@ -191,7 +197,6 @@ func New(cfg Config) (*Gateway, error) {
 	t := cfg.Transport
 	if t == nil {
 		t = http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
 		t.DisableCompression = true
 		t.MaxIdleConnsPerHost = 16
 		t.ResponseHeaderTimeout = 60 * time.Second
@@ -216,6 +221,9 @@ func New(cfg Config) (*Gateway, error) {
 		pages:    map[string]*bundleRef{},
 		tunnels:  map[net.Conn]struct{}{},
 		metrics:  newSeries(),
+	}
+	if cfg.Transport == nil {
+		t.Proxy = g.proxyFor(cfg.UpstreamProxy)
 	}
 	g.origins = originclient.New(originclient.Config{Client: g.fetches, Logger: cfg.Logger, Retries: originclient.DefaultRetries})
 	g.proxy = g.reverseProxy()
@@ -306,8 +314,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cw := &countingWriter{ResponseWriter: w}
-	defer g.metrics.count(cw, time.Now())
+	start := time.Now()
+	defer g.metrics.count(cw, start)
+	defer g.accessLog(cw, r, start)
 	g.serve(cw, r)
+}
+
+// accessLog logs a request at debug level (stampede gateway -v): what was
+// asked, how it was answered and how long it took.
+func (g *Gateway) accessLog(w *countingWriter, r *http.Request, start time.Time) {
+	if !g.log.Enabled(r.Context(), slog.LevelDebug) {
+		return
+	}
+	g.log.Debug("request", "method", r.Method, "uri", r.RequestURI, "remote", r.RemoteAddr, "status", w.code,
+		"bytes", w.bytes, "answer", w.Header().Get(Header), "took", time.Since(start))
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
@@ -437,6 +457,12 @@ func (g *Gateway) loops(r *http.Request, host string) bool {
 			return true
 		}
 	}
+	return g.isSelf(host)
+}
+
+// isSelf reports whether host (HOST:PORT) is one of the addresses the
+// gateway listens on.
+func (g *Gateway) isSelf(host string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.self[host]; ok {

@@ -35,8 +35,9 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.IntVar(&cfg.MaxSeeds, "max-seeds", daemon.DefaultMaxSeeds, "most downloads and seeds served at once, the most recently used")
 	fs.IntVar(&cfg.MaxDownloads, "max-downloads", daemon.DefaultMaxDownloads, "most downloads under way at once; the others wait in a queue")
 	fs.StringArrayVar(&allow, "allow-dir", nil, "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
+	upstreamProxy := fs.String("upstream-proxy", "", upstreamProxyUsage)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "log only warnings and errors")
-	fs.BoolVarP(&verbose, "verbose", "v", false, "log every job and connection decision")
+	fs.BoolVarP(&verbose, "verbose", "v", false, "log every job and connection decision, and every gateway request")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -55,6 +56,9 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	}
 	cfg.NoCacheSeeds = cfg.MaxCacheSeeds == 0
 	cfg.AllowDirs = allow
+	if cfg.GatewayUpstreamProxy, err = parseProxy(*upstreamProxy); err != nil {
+		return err
+	}
 	cfg.Logger = e.logger(quiet, verbose)
 	return serveDaemon(ctx, e, cfg)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 
 	"github.com/stampede-dev/stampede/daemon"
 	"github.com/stampede-dev/stampede/gateway"
@@ -26,7 +27,9 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	maxSeeds := fs.Int("max-seeds", gateway.DefaultMaxSeeds, "most complete files seeded at once, the most recently used (0: none)")
 	peerListen := fs.String("peer-listen", ":0", "accept the peers of every file on `HOST:PORT` (port 0: one the system picks)")
 	upStr := fs.String("max-upload-rate", "0", "cap what we upload to peers, all files together, `RATE` (0: unlimited)")
+	upstreamProxy := fs.String("upstream-proxy", "", upstreamProxyUsage)
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
+	verbose := fs.BoolP("verbose", "v", false, "log every request: method, URL, status, bytes, how it was answered (swarm, bundle, direct), time taken")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -34,7 +37,10 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	if len(pos) != 0 {
 		return usageErrorf("gateway takes no arguments, got %q", pos)
 	}
-	cfg := daemon.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxCacheSeeds: *maxSeeds, Gateway: *listen, NoAPI: true, Logger: e.logger(*quiet, false)}
+	cfg := daemon.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxCacheSeeds: *maxSeeds, Gateway: *listen, NoAPI: true, Logger: e.logger(*quiet, *verbose)}
+	if cfg.GatewayUpstreamProxy, err = parseProxy(*upstreamProxy); err != nil {
+		return err
+	}
 	if cfg.CacheSize, err = units.ParseSize(*cacheSize); err != nil || cfg.CacheSize <= 0 {
 		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", *cacheSize)
 	}
@@ -58,4 +64,18 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 	}
 	cfg.StateDir = cfg.CacheDir
 	return serveDaemon(ctx, e, cfg)
+}
+
+const upstreamProxyUsage = "reach origins through the proxy at `URL` (default: $https_proxy, $http_proxy, $no_proxy; never the gateway itself)"
+
+// parseProxy reads --upstream-proxy: empty for none, else an http(s) URL.
+func parseProxy(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErrorf("--upstream-proxy %q: want an http:// or https:// URL", s)
+	}
+	return u, nil
 }

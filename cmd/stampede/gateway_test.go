@@ -121,3 +121,14 @@ func TestGatewayTwoFilesOnePeerPort(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayUpstreamProxyFlag: --upstream-proxy takes an http(s) URL, on
+// the gateway and on the daemon.
+func TestGatewayUpstreamProxyFlag(t *testing.T) {
+	for _, args := range [][]string{{"gateway", "--cache-dir", t.TempDir()}, {"daemon", "--state-dir", t.TempDir()}} {
+		code, _, stderr := runCmd(t, append(args, "--upstream-proxy", "ftp://proxy:21")...)
+		if code != exitUsage || !strings.Contains(stderr, "--upstream-proxy") {
+			t.Errorf("%s --upstream-proxy ftp://: exit %d: %s", args[0], code, stderr)
+		}
+	}
+}
