@@ -119,17 +119,13 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	t := c.t
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
-	defer cancel()
-	st, err := t.store.Stats(ctx, t.cfg.Now())
+	st, err := t.Stats(context.Background())
 	if err != nil {
-		t.metrics.failed.Inc()
 		t.log.Warn("metrics: the store did not answer", "err", err)
 		if c.statsErr != nil {
-			*c.statsErr = storeError(err)
+			*c.statsErr = err
 		}
 	} else {
-		t.metrics.countRemoved(&st.Removed)
 		metrics.Gauge(ch, swarmsDesc, float64(st.Swarms))
 		metrics.Gauge(ch, peersDesc, float64(st.Peers))
 		metrics.Gauge(ch, estimatedDesc, float64(st.Estimated))
@@ -155,6 +151,21 @@ func (t *Tracker) WriteMetrics(w io.Writer) error {
 		return err
 	}
 	return statsErr
+}
+
+// Stats counts the swarms and their peers, as the gauges of the metrics
+// do, having the store drop the idle swarms and expired peers first. A
+// store that does not answer within Config.StoreTimeout fails it.
+func (t *Tracker) Stats(ctx context.Context) (StoreStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.StoreTimeout)
+	defer cancel()
+	st, err := t.store.Stats(ctx, t.cfg.Now())
+	if err != nil {
+		t.metrics.failed.Inc()
+		return StoreStats{}, storeError(err)
+	}
+	t.metrics.countRemoved(&st.Removed)
+	return st, nil
 }
 
 // Ready returns nil when the store answers, within Config.StoreTimeout:

@@ -330,3 +330,21 @@ func (t *Tracker) Peers(root manifest.Hash, size int64, want int) []Peer {
 	t.metrics.countRemoved(&res.Removed)
 	return res.Peers
 }
+
+// SwarmSize estimates the peers in the swarm of the file with this root
+// and size, and the seeds among them, as an announce's answer would,
+// without counting anyone in: for an origin's dashboard. ok is false when
+// the tracker knows no such swarm, or its store fails (within
+// Config.StoreTimeout; counted, not logged: a dashboard asks every
+// second).
+func (t *Tracker) SwarmSize(root manifest.Hash, size int64) (peers, seeds int, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
+	defer cancel()
+	res, err := t.store.Peers(ctx, root, size, 1, t.cfg.Now())
+	if err != nil {
+		t.metrics.failed.Add(1)
+		return 0, 0, false
+	}
+	t.metrics.countRemoved(&res.Removed)
+	return res.SwarmSize, res.Complete, res.SwarmSize > 0
+}

@@ -236,11 +236,43 @@ func TestStoreFailure(t *testing.T) {
 	if got := h.tr.Peers(testRoot, testSize, 10); got != nil {
 		t.Errorf("Peers: %v", got)
 	}
+	if _, _, ok := h.tr.SwarmSize(testRoot, testSize); ok {
+		t.Error("SwarmSize: ok")
+	}
 	var b strings.Builder
 	if err := h.tr.WriteMetrics(&b); !errors.Is(err, ErrStore) {
 		t.Errorf("WriteMetrics: %v", err)
 	}
-	if !strings.Contains(b.String(), "stampede_tracker_store_failures_total 4\n") || strings.Contains(b.String(), "stampede_tracker_swarms ") {
+	if !strings.Contains(b.String(), "stampede_tracker_store_failures_total 5\n") || strings.Contains(b.String(), "stampede_tracker_swarms ") {
 		t.Errorf("metrics:\n%s", b.String())
+	}
+}
+
+// TestSwarmSize: SwarmSize and Stats say what an announce would, and count
+// no one in.
+func TestSwarmSize(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.announce(peer(1), EventStarted, 100, 0)
+	h.announce(peer(2), EventStarted, 0, 0)
+	h.announce(peer(3), EventStarted, 100, 0)
+	for range 3 {
+		if n, seeds, ok := h.tr.SwarmSize(testRoot, testSize); n != 3 || seeds != 1 || !ok {
+			t.Fatalf("SwarmSize: %d peers, %d seeds, %v; want 3, 1, true", n, seeds, ok)
+		}
+	}
+	if n, _, ok := h.tr.SwarmSize(manifest.Hash{1}, testSize); n != 0 || ok {
+		t.Errorf("SwarmSize of no swarm: %d, %v", n, ok)
+	}
+	st, err := h.tr.Stats(t.Context())
+	if err != nil || st.Swarms != 1 || st.Peers != 3 || st.Estimated != 3 {
+		t.Errorf("Stats: %+v, %v", st, err)
+	}
+	// Expired, the swarm is gone for both.
+	h.clock.Advance(ExpiryIntervals*h.tr.Interval() + time.Second)
+	if n, _, ok := h.tr.SwarmSize(testRoot, testSize); ok {
+		t.Errorf("SwarmSize after expiry: %d", n)
+	}
+	if st, err := h.tr.Stats(t.Context()); err != nil || st.Swarms != 0 {
+		t.Errorf("Stats after expiry: %+v, %v", st, err)
 	}
 }
