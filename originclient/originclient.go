@@ -73,8 +73,17 @@ type Config struct {
 	Client *http.Client
 	// Header is sent with every request to the origin (stampede get's
 	// --header, --user-agent, --user), before the request's own headers;
-	// a User-Agent here replaces "stampede". Peers never see it.
+	// a User-Agent here replaces "stampede". Peers never see it. Its
+	// credentials (Authorization, Cookie: the headers Go's client drops
+	// on a redirect to another host) go only to AuthHost.
 	Header http.Header
+	// AuthHost is the host name Header's credentials were given for.
+	// They go to it and its subdomains only, the rule Go's client applies
+	// to redirects, and which must hold after them too: the probe's
+	// redirect to another host sends none, but the pieces are then asked
+	// of that host directly, and a manifest link may name a third. With
+	// no AuthHost they go nowhere. Package fetch sets its URL's.
+	AuthHost string
 	// Logger receives the client's log (default: discard).
 	Logger *slog.Logger
 	// Limiter caps the rate at which bodies are read (nil: unlimited).

@@ -28,6 +28,9 @@ func (c *Client) Do(ctx context.Context, method string, u *url.URL, hdr http.Hea
 	}
 	req.Header.Set("User-Agent", "stampede")
 	for k, v := range c.cfg.Header {
+		if credentialHeader(k) && !isDomainOrSubdomain(hostKey(u.Hostname()), hostKey(c.cfg.AuthHost)) {
+			continue
+		}
 		req.Header[k] = v
 	}
 	for k, v := range hdr {
