@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,42 +19,73 @@ import (
 	"github.com/stampede-dev/stampede/store"
 )
 
-const getAbout = `Download URL in verified pieces. From a stampede origin (or any server
+const getAbout = `Download each URL in verified pieces. From a stampede origin (or any server
 publishing a manifest) every piece is checked against the file's SHA-256 merkle
 root before it is written; the file appears under its final name only when
 complete. From a plain web server the file streams in one piece and is checked
-with --sha256 or the server's Repr-Digest; otherwise it is reported unverified.`
+with --sha256 or the server's Repr-Digest; otherwise it is reported unverified.
+
+Several URLs, as arguments or listed with -i, are downloaded one after another,
+each under its remote name (in --output-dir); a failure does not stop the
+others, and the exit code is the first failure's. --max-time bounds each URL's
+download; past it, get exits 28 (curl's code) and keeps FILE.part.`
+
+// exitMaxTime is get's exit code when --max-time is reached: curl's for
+// its --max-time, which scripts test for. A network failure (4) it is
+// not: the network may be fine and the file merely too large for the time
+// given.
+const exitMaxTime = 28
+
+// errMaxTime ends a download's context when --max-time is reached.
+var errMaxTime = errors.New("--max-time reached")
+
+// getOptions are get's settings for every URL.
+type getOptions struct {
+	cfg        fetch.Config // the fields common to every URL
+	header     http.Header  // -H, --user-agent
+	creds      *getCredentials
+	maxTime    time.Duration
+	noClobber  bool
+	createDirs bool
+	quiet      bool
+	asJSON     bool
+	progJSON   bool
+	// lines: --json prints one object per line (several URLs, or -i),
+	// not one indented object.
+	lines bool
+}
 
 func runGet(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "get", "URL [-o FILE]", getAbout)
+	fs := newFlagSet(e, "get", "URL... [-o FILE] | -i FILE", getAbout)
 	var (
-		output   string
-		remote   bool
-		cont     bool
-		quiet    bool
-		verbose  bool
-		asJSON   bool
-		progJSON bool
-		rateStr  string
-		sum      string
-		parallel int
-		retries  int
-		noSwarm  bool
-		listen   string
-		upStr    string
-		seedTime time.Duration
-		strict   bool
-		viaD     bool
-		apiAddr  string
-		apiToken string
+		output    string
+		remote    bool
+		cont      bool
+		verbose   bool
+		rateStr   string
+		sum       string
+		parallel  int
+		retries   int
+		noSwarm   bool
+		listen    string
+		upStr     string
+		seedTime  time.Duration
+		strict    bool
+		viaD      bool
+		apiAddr   string
+		apiToken  string
+		inputFile string
+		outputDir string
+		h         getHTTP
+		o         getOptions
 	)
 	fs.StringVarP(&output, "output", "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
 	fs.BoolVarP(&remote, "remote-name", "O", false, "save under the remote file name (the default when -o is absent)")
 	fs.BoolVarP(&cont, "continue", "c", false, "continue: also when FILE is already there, complete and verified, download nothing (FILE.part is always resumed, its pieces verified again)")
-	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress and no summary; errors and warnings only")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no progress and no summary; errors and warnings only")
 	fs.BoolVarP(&verbose, "verbose", "v", false, "log every retry and decision")
-	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -)")
-	fs.BoolVar(&progJSON, "progress-json", false, "report progress as one JSON object per line on stderr, every 0.5s (for harnesses)")
+	fs.BoolVar(&o.asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -): one indented object, or with several URLs or -i one object per line")
+	fs.BoolVar(&o.progJSON, "progress-json", false, "report progress as one JSON object per line on stderr, every 0.5s (for harnesses)")
 	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
 	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
 	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
@@ -66,15 +98,27 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&viaD, "daemon", false, "hand the download to the running stampede daemon and show its progress (the daemon downloads, verifies and seeds)")
 	fs.StringVar(&apiAddr, "api", "", "the daemon's API: unix socket `PATH` or HOST:PORT (default: the daemon's default, STATE-DIR/api.sock)")
 	fs.StringVar(&apiToken, "api-token", "", "the `TOKEN` of a daemon's TCP API (default: read from STATE-DIR/api-token)")
+	fs.StringVarP(&inputFile, "input-file", "i", "", "download the URLs listed in `FILE` too, one per line, blank lines and # comments skipped (\"-\": standard input)")
+	fs.StringVarP(&outputDir, "output-dir", "P", "", "save into `DIR`, made if missing (with -o, a relative FILE is in DIR)")
+	fs.BoolVar(&o.noClobber, "no-clobber", false, "leave an existing FILE alone: say so, download nothing, and count it a success")
+	fs.BoolVar(&o.createDirs, "create-dirs", false, "make the missing directories of -o FILE")
+	fs.DurationVar(&o.maxTime, "max-time", 0, "give up each URL after `DURATION`, retries and seeding included: exit 28, FILE.part kept (0: no limit)")
+	h.define(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErrorf("want exactly one URL, got %d arguments (run 'stampede help get')", len(pos))
+	if len(pos) == 0 && inputFile == "" {
+		return usageErrorf("no URL: give one or more, or -i FILE (run 'stampede help get')")
 	}
 	if viaD {
-		return getViaDaemon(ctx, e, fs.FlagSet, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: quiet, asJSON: asJSON})
+		if len(pos) != 1 || inputFile != "" {
+			return usageErrorf("--daemon takes one URL")
+		}
+		if u, err := url.Parse(pos[0]); err == nil && u.User != nil {
+			return usageErrorf("--daemon: no user:password@ in the URL; the daemon's jobs are listed for every user of its API")
+		}
+		return getViaDaemon(ctx, e, fs.FlagSet, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: o.quiet, asJSON: o.asJSON})
 	}
 	if apiAddr != "" || apiToken != "" {
 		return usageErrorf("--api and --api-token go with --daemon")
@@ -90,113 +134,262 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if parallel < 1 || retries < 0 {
 		return usageErrorf("--parallel must be at least 1 and --retries at least 0")
 	}
-	u, err := fetch.ParseURL(pos[0])
+	if o.maxTime < 0 {
+		return usageErrorf("--max-time %v: must not be negative", o.maxTime)
+	}
+	// Decided by how get is called, not by how many URLs a list holds, so
+	// that a script reading a list gets the same shape for any length.
+	o.lines = len(pos) != 1 || inputFile != ""
+	if o.lines && output != "" {
+		return usageErrorf("-o names one file; with several URLs or -i, each takes its remote name (choose the directory with --output-dir)")
+	}
+	if o.lines && sum != "" {
+		return usageErrorf("--sha256 is one file's digest; it goes with one URL")
+	}
+	client, err := h.client(parallel)
 	if err != nil {
-		return withCode(exitUsage, err)
+		return err
 	}
-	if output == "" {
-		output = fetch.RemoteName(u)
+	if o.header, err = h.header(fs.Changed("user-agent")); err != nil {
+		return err
 	}
-	streamed := output == "-"
-	stdout := e.stdout
-	if !streamed {
-		var into bool
-		if output, into, err = outputTarget(output, fetch.RemoteName(u)); err != nil {
-			return withCode(exitIO, err)
-		}
-		if into && cont {
-			return usageErrorf("-c: %s is not a regular file; there is nothing to resume", output)
-		}
-		if into {
-			// Opening a FIFO waits for its reader, as it does for curl.
-			f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
-			if err != nil {
-				return withCode(exitIO, err)
-			}
-			defer f.Close()
-			stdout = intoFile{f}
-		}
+	if o.creds, err = h.credentials(e); err != nil {
+		return err
+	}
+	urls, err := getURLs(e, pos, inputFile)
+	if err != nil {
+		return err
+	}
+	if len(urls) == 0 {
+		return usageErrorf("no URL in %s", inputFile)
+	}
+	targets, err := getTargets(urls, output, outputDir)
+	if err != nil {
+		return err
 	}
 	level := slog.LevelInfo
 	switch {
 	case verbose:
 		level = slog.LevelDebug
-	case quiet || e.stderrIsTerminal:
+	case o.quiet || e.stderrIsTerminal:
 		level = slog.LevelWarn // the progress bar says the rest
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	o.cfg = fetch.Config{
+		Continue: cont, LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
+		Client: client, Logger: e.newLogger(level),
+		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},
+	}
+	if outputDir != "" {
+		if err := os.MkdirAll(outputDir, 0o777); err != nil {
+			return withCode(exitIO, err)
+		}
+	}
+	if !o.lines {
+		return o.get(ctx, e, targets[0])
+	}
+	// One after another, not several at once: each download already keeps
+	// up to --parallel requests in flight and may serve a swarm, so running
+	// more would not finish the whole list sooner; it would split the link
+	// and --limit-rate (which each download applies alone), interleave the
+	// progress lines, and make the output's order and the exit code depend
+	// on timing.
+	var first error
+	failed := 0
+	for _, t := range targets {
+		err := o.get(ctx, e, t)
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+			return err // interrupted: the rest are not started
+		}
+		fmt.Fprintf(e.stderr, "stampede get: %s: %v\n", displayName(t.output), err)
+		failed++
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return withCode(exitCodeOf(first), fmt.Errorf("%d of %d downloads failed", failed, len(targets)))
+	}
+	return nil
+}
+
+// exitCodeOf is the exit code an error carries (exitFailure without one).
+func exitCodeOf(err error) int {
+	if ee, ok := errors.AsType[*exitError](err); ok {
+		return ee.code
+	}
+	return exitFailure
+}
+
+// getNotDone is what --json prints for a URL not downloaded: the error
+// that stopped it, or that --no-clobber left its file alone (skipped
+// "exists", a success).
+type getNotDone struct {
+	URL      string `json:"url"`
+	Path     string `json:"path"`
+	Skipped  string `json:"skipped,omitempty"`
+	Error    string `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
+}
+
+// printJSON writes v as --json does: indented for one URL (as get always
+// has), one line each for several.
+func (o *getOptions) printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	if !o.lines {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return withCode(exitIO, err)
+	}
+	return nil
+}
+
+// get downloads one URL; with --json it prints its object, downloaded or
+// not.
+func (o *getOptions) get(ctx context.Context, e *env, t getTarget) error {
+	w := e.stdout
+	if t.output == "-" {
+		w = e.stderr
+	}
+	res, skipped, err := o.download(ctx, e, t)
+	if !o.asJSON {
+		return err
+	}
+	switch {
+	case err != nil:
+		nd := getNotDone{URL: t.url.String(), Path: t.output, Error: err.Error(), ExitCode: exitCodeOf(err)}
+		if ctx.Err() != nil {
+			nd.ExitCode = 0 // the signal's, which run decides
+		}
+		if jerr := o.printJSON(w, nd); jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		return err
+	case skipped:
+		return o.printJSON(w, getNotDone{URL: t.url.String(), Path: res.Path, Skipped: "exists"})
+	}
+	return o.printJSON(w, res)
+}
+
+// download downloads one URL and prints its summary line. skipped: with
+// --no-clobber, the file was there and left alone (res has its path).
+func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fetch.Result, skipped bool, err error) {
+	output := t.output
+	streamed := output == "-"
+	stdout := e.stdout
+	if !streamed {
+		if o.createDirs {
+			if err := os.MkdirAll(filepath.Dir(output), 0o777); err != nil {
+				return nil, false, withCode(exitIO, err)
+			}
+		}
+		var into bool
+		if output, into, err = outputTarget(output, fetch.RemoteName(t.url)); err != nil {
+			return nil, false, withCode(exitIO, err)
+		}
+		if o.noClobber {
+			if _, err := os.Lstat(output); err == nil {
+				// As wget -nc: whatever is there, a file, a device or a
+				// link, is the user's.
+				if !o.quiet {
+					fmt.Fprintf(e.stderr, "%s: already there; not downloaded (--no-clobber)\n", output)
+				}
+				return &fetch.Result{URL: t.url.String(), Path: output}, true, nil
+			}
+		}
+		if into && o.cfg.Continue {
+			return nil, false, usageErrorf("-c: %s is not a regular file; there is nothing to resume", output)
+		}
+		if into {
+			// Opening a FIFO waits for its reader, as it does for curl.
+			f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+			if err != nil {
+				return nil, false, withCode(exitIO, err)
+			}
+			defer f.Close()
+			stdout = intoFile{f}
+		}
+	}
 	fetchOut := output
 	if _, ok := stdout.(intoFile); ok {
 		fetchOut = "-" // written in order into what -o names
 	}
-	d, err := fetch.New(fetch.Config{
-		URL: u.String(), Output: fetchOut, Stdout: stdout, Continue: cont,
-		LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
-		Logger: log,
-		Swarm:  fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},
-	})
+	cfg := o.cfg
+	cfg.URL, cfg.Output, cfg.Stdout = t.url.String(), fetchOut, stdout
+	cfg.Header = o.header
+	if auth := o.creds.forURL(t.url, t.user); auth != "" && o.header.Get("Authorization") == "" {
+		cfg.Header = o.header.Clone()
+		cfg.Header.Set("Authorization", auth)
+	}
+	d, err := fetch.New(cfg)
 	if err != nil {
-		return withCode(exitUsage, err)
+		return nil, false, withCode(exitUsage, err)
 	}
 
+	dctx := ctx
+	if o.maxTime > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeoutCause(ctx, o.maxTime, errMaxTime)
+		defer cancel()
+	}
 	stopProgress := func() {}
 	switch {
-	case progJSON:
+	case o.progJSON:
 		stopProgress = startJSONProgress(e, d)
-	case !quiet:
+	case !o.quiet:
 		stopProgress = startProgress(e, d.Progress, displayName(output))
 	}
-	res, err := d.Run(ctx)
+	res, err = d.Run(dctx)
 	stopProgress()
 	if err != nil {
-		if ctx.Err() != nil {
-			msg := "interrupted"
-			if _, serr := os.Stat(output + store.PartSuffix); fetchOut != "-" && serr == nil {
-				msg += fmt.Sprintf("; %s%s is kept: resume with -c", output, store.PartSuffix)
-			}
-			return withCode(exitFailure, errors.New(msg))
+		kept := ""
+		if _, serr := os.Stat(output + store.PartSuffix); fetchOut != "-" && serr == nil {
+			kept = fmt.Sprintf("; %s%s is kept: resume with -c", output, store.PartSuffix)
 		}
-		return withCode(getExitCode(err), err)
+		switch {
+		case ctx.Err() != nil:
+			return nil, false, withCode(exitFailure, errors.New("interrupted"+kept))
+		case errors.Is(context.Cause(dctx), errMaxTime):
+			return nil, false, withCode(exitMaxTime, fmt.Errorf("--max-time %v reached%s", o.maxTime, kept))
+		}
+		return nil, false, withCode(getExitCode(err), err)
 	}
 	if f, ok := stdout.(intoFile); ok {
 		if err := f.Close(); err != nil {
-			return withCode(exitIO, err)
+			return nil, false, withCode(exitIO, err)
 		}
 		res.Path = output
 	}
-	if asJSON {
-		w := e.stdout
-		if streamed {
-			w = e.stderr
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return withCode(exitIO, err)
-		}
+	if !o.quiet {
+		printSummary(e, output, res)
 	}
-	if !quiet {
-		verified := "verified: " + res.Verified
-		if res.Root != "" {
-			verified += " (root " + res.Root[:16] + "...)"
-		}
-		if res.Verified == "none" {
-			verified = "UNVERIFIED"
-		}
-		switch {
-		case res.AlreadyComplete:
-			fmt.Fprintf(e.stderr, "%s: already complete (%s), %s; nothing downloaded\n", displayName(output), units.Bytes(res.Size), verified)
-		case res.BytesResumed > 0:
-			fmt.Fprintf(e.stderr, "%s: %s, %s of it downloaded in %s (%s) and %s resumed from %s, %s\n", displayName(output),
-				units.Bytes(res.Size), units.Bytes(res.Size-res.BytesResumed),
-				(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps),
-				units.Bytes(res.BytesResumed), filepath.Base(output)+store.PartSuffix, verified)
-		default:
-			fmt.Fprintf(e.stderr, "%s: %s in %s (%s), %s\n", displayName(output), units.Bytes(res.Size),
-				(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
-		}
+	return res, false, nil
+}
+
+// printSummary prints a download's line on stderr.
+func printSummary(e *env, output string, res *fetch.Result) {
+	verified := "verified: " + res.Verified
+	if res.Root != "" {
+		verified += " (root " + res.Root[:16] + "...)"
 	}
-	return nil
+	if res.Verified == "none" {
+		verified = "UNVERIFIED"
+	}
+	switch {
+	case res.AlreadyComplete:
+		fmt.Fprintf(e.stderr, "%s: already complete (%s), %s; nothing downloaded\n", displayName(output), units.Bytes(res.Size), verified)
+	case res.BytesResumed > 0:
+		fmt.Fprintf(e.stderr, "%s: %s, %s of it downloaded in %s (%s) and %s resumed from %s, %s\n", displayName(output),
+			units.Bytes(res.Size), units.Bytes(res.Size-res.BytesResumed),
+			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps),
+			units.Bytes(res.BytesResumed), filepath.Base(output)+store.PartSuffix, verified)
+	default:
+		fmt.Fprintf(e.stderr, "%s: %s in %s (%s), %s\n", displayName(output), units.Bytes(res.Size),
+			(time.Duration(res.Seconds * float64(time.Second))).Round(time.Millisecond), units.Rate(res.RateBps), verified)
+	}
 }
 
 // intoFile is the device, FIFO or file behind a symbolic link that -o names,
