@@ -86,7 +86,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"get", "URL [-o FILE]", "download a file in verified pieces (wget/curl-like)", runGet},
+		{"get", "URL... [-o FILE] | -i FILE", "download a file in verified pieces (wget/curl-like)", runGet},
 		{"serve", "DIR | --upstream URL", "serve files with manifests, as an origin that stays calm under load", runServe},
 		{"manifest", "FILE", "compute and print a file's manifest (or just its root)", runManifest},
 		{"tracker", "[--listen HOST:PORT]", "run only a tracker, for origins that name it with --tracker", runTracker},
@@ -113,6 +113,10 @@ const (
 	exitServer   = 8  // the server answered with an error status
 	exitVerify   = 9  // data failed verification (piece hash or --sha256)
 	exitChanged  = 10 // the file changed on the server during the download
+	// exitMaxTime: get's --max-time reached. curl's code for it, which
+	// scripts test for; not a network failure (4): the network may be fine
+	// and the file merely too large for the time given.
+	exitMaxTime = 28
 )
 
 // exitError carries an exit code through the error chain.
@@ -192,7 +196,8 @@ Flags go anywhere among the arguments; "--" ends them.`
 const exitCodes = `  0 success            1 generic error        2 bad flags, arguments or URL
   3 local I/O error    4 network failure      7 protocol error (bad manifest, truncated body)
   8 server error       9 verification failed  10 file changed on the server
-  130 interrupted (Ctrl-C, SIGINT)            143 terminated (SIGTERM)
+  28 --max-time reached                       130 interrupted (Ctrl-C, SIGINT)
+  143 terminated (SIGTERM)
 `
 
 func printUsage(w io.Writer) {

@@ -56,7 +56,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	}
 	cfg.NoCacheSeeds = cfg.MaxCacheSeeds == 0
 	cfg.AllowDirs = allow
-	if cfg.GatewayUpstreamProxy, err = parseProxy(*upstreamProxy); err != nil {
+	if cfg.GatewayUpstreamProxy, err = parseProxy("--upstream-proxy", *upstreamProxy); err != nil {
 		return err
 	}
 	cfg.Logger = e.logger(quiet, verbose)

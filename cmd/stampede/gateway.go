@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/url"
 
 	"github.com/stampede-dev/stampede/daemon"
 	"github.com/stampede-dev/stampede/gateway"
@@ -38,7 +37,7 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 		return usageErrorf("gateway takes no arguments, got %q", pos)
 	}
 	cfg := daemon.Config{CacheDir: *cacheDir, PeerListen: *peerListen, MaxCacheSeeds: *maxSeeds, Gateway: *listen, NoAPI: true, Logger: e.logger(*quiet, *verbose)}
-	if cfg.GatewayUpstreamProxy, err = parseProxy(*upstreamProxy); err != nil {
+	if cfg.GatewayUpstreamProxy, err = parseProxy("--upstream-proxy", *upstreamProxy); err != nil {
 		return err
 	}
 	if cfg.CacheSize, err = units.ParseSize(*cacheSize); err != nil || cfg.CacheSize <= 0 {
@@ -67,15 +66,3 @@ file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
 }
 
 const upstreamProxyUsage = "reach origins through the proxy at `URL` (default: $https_proxy, $http_proxy, $no_proxy; never the gateway itself)"
-
-// parseProxy reads --upstream-proxy: empty for none, else an http(s) URL.
-func parseProxy(s string) (*url.URL, error) {
-	if s == "" {
-		return nil, nil
-	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErrorf("--upstream-proxy %q: want an http:// or https:// URL", s)
-	}
-	return u, nil
-}

@@ -30,12 +30,6 @@ each under its remote name (in --output-dir); a failure does not stop the
 others, and the exit code is the first failure's. --max-time bounds each URL's
 download; past it, get exits 28 (curl's code) and keeps FILE.part.`
 
-// exitMaxTime is get's exit code when --max-time is reached: curl's for
-// its --max-time, which scripts test for. A network failure (4) it is
-// not: the network may be fine and the file merely too large for the time
-// given.
-const exitMaxTime = 28
-
 // errMaxTime ends a download's context when --max-time is reached.
 var errMaxTime = errors.New("--max-time reached")
 

@@ -51,7 +51,7 @@ func (h *getHTTP) client(parallel int) (*http.Client, error) {
 	}
 	o := originclient.HTTPOptions{Parallel: parallel, Insecure: h.insecure, ConnectTimeout: h.connectTimeout}
 	if h.proxy != "" {
-		u, err := parseGetProxy(h.proxy)
+		u, err := parseProxy("--proxy", h.proxy)
 		if err != nil {
 			return nil, err
 		}
@@ -74,22 +74,26 @@ func (h *getHTTP) client(parallel int) (*http.Client, error) {
 	return c, nil
 }
 
-// parseGetProxy reads get's --proxy as curl does: a URL, or HOST:PORT for an HTTP
-// proxy. An error names the proxy without its password.
-func parseGetProxy(s string) (*url.URL, error) {
+// parseProxy reads a proxy flag (get's --proxy, the gateway's
+// --upstream-proxy) as curl does: a URL, or HOST:PORT for an HTTP proxy;
+// empty for none. An error names the proxy without its password.
+func parseProxy(flag, s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
 	raw := s
 	if !strings.Contains(s, "://") {
 		s = "http://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, usageErrorf("--proxy: not a URL: %v", errors.Unwrap(err))
+		return nil, usageErrorf("%s: not a URL: %v", flag, errors.Unwrap(err))
 	}
 	switch {
 	case u.Hostname() == "":
-		return nil, usageErrorf("--proxy %q: not a URL with a host (http://HOST:PORT)", redactedURL(raw, u))
+		return nil, usageErrorf("%s %q: not a URL with a host (http://HOST:PORT)", flag, redactedURL(raw, u))
 	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5" && u.Scheme != "socks5h":
-		return nil, usageErrorf("--proxy %q: want an http://, https://, socks5:// or socks5h:// proxy", redactedURL(raw, u))
+		return nil, usageErrorf("%s %q: want an http://, https://, socks5:// or socks5h:// proxy", flag, redactedURL(raw, u))
 	}
 	return u, nil
 }
