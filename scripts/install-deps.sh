@@ -9,8 +9,9 @@
 #            cross-check), curl, aria2, opentracker and mktorrent (the
 #            BitTorrent baseline), nginx (the second HTTP origin),
 #            redis-server (the tracker's Redis store), prometheus (its
-#            promtool checks every server's /metrics) and iproute2 (the
-#            netns testbed, as root);
+#            promtool checks every server's /metrics), chromium (the
+#            dashboard's test loads it in a headless browser) and iproute2
+#            (the netns testbed, as root);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
@@ -38,6 +39,7 @@ deps_test=(
 	nginx:nginx
 	redis-server:redis-server
 	promtool:prometheus
+	chromium:chromium
 	ip:iproute2
 	tc:iproute2
 )

@@ -2,8 +2,8 @@
 # Runs stampede's test suite. On a fresh machine, as root, it first installs
 # what the tests run besides stampede (scripts/install-test-deps.sh:
 # python3-libtorrent, curl, aria2, opentracker, mktorrent, nginx,
-# redis-server, prometheus's promtool, iproute2); without root the tests
-# that need what is missing skip.
+# redis-server, prometheus's promtool, chromium, iproute2); without root
+# the tests that need what is missing skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,9 @@ if command -v redis-server >/dev/null; then
 fi
 if command -v promtool >/dev/null; then
 	export STAMPEDE_REQUIRE_PROMTOOL=1
+fi
+if command -v chromium >/dev/null; then
+	export STAMPEDE_REQUIRE_CHROMIUM=1
 fi
 
 go vet ./...
