@@ -37,6 +37,10 @@
 //     swarmed like a file, with its table of contents at
 //     /.well-known/stampede/bundle-index/P (bundle.go).
 //   - /metrics is in the Prometheus text format.
+//   - dashboard.Path (/.well-known/stampede/dashboard) is the live status
+//     page (package internal/dashboard; dashboard.go). With AdminApart,
+//     /metrics, the health checks and the dashboard are on AdminHandler
+//     instead.
 //   - With Config.Tracker, the tracker (package tracker) answers at
 //     /.well-known/stampede/tracker/announce, and every manifest served names
 //     it in its trackers, by the scheme and Host the request came with;
@@ -56,7 +60,8 @@
 // carries), overloadanswer.go (the answer), dir.go (serving a directory),
 // bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
 // web server), cache.go (the manifest cache), cachegc.go (keeping its
-// directory bounded), trackers.go (trackers in manifests), metrics.go.
+// directory bounded), trackers.go (trackers in manifests), metrics.go,
+// dashboard.go (the live status page's snapshot).
 package origin
 
 import (
@@ -79,6 +84,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/internal/health"
 	"github.com/stampede-dev/stampede/internal/httphdr"
 	"github.com/stampede-dev/stampede/internal/httpserve"
@@ -179,9 +185,10 @@ type Config struct {
 	// that first requests do not wait for a hash. Default off.
 	Warm bool
 
-	// AdminApart leaves /metrics and the health checks off Handler: they
-	// are served by AdminHandler on a listener of their own (serve
-	// --admin), and a site's own /metrics is then a file like any other.
+	// AdminApart leaves /metrics, the health checks and the dashboard off
+	// Handler: they are served by AdminHandler on a listener of their own
+	// (serve --admin), and a site's own /metrics is then a file like any
+	// other.
 	AdminApart bool
 
 	// Tracker, if set, is served at tracker.WellKnownPath and named first
@@ -241,6 +248,7 @@ type Server struct {
 	reg     *prometheus.Registry // what /metrics serves
 	// metricsHandler serves reg.
 	metricsHandler http.Handler
+	dash           *dashboard.Handler // dashboard.go
 	bg             *background
 	// hashSem bounds the manifests computed at once: each already hashes on
 	// every CPU, and the disk or the upstream is shared.
@@ -336,6 +344,7 @@ func New(cfg Config) (*Server, error) {
 	s.handouts = newHandouts(cfg.OverloadCopies, cfg.OverloadWindow)
 	s.reg = newRegistry(s.metrics, s.gate, cfg.Rate, cfg.Tracker)
 	s.metricsHandler = metrics.Handler(s.reg, s.log)
+	s.dash = dashboard.New(dashboard.Config{Snapshot: s.snapshot, Logger: s.log})
 	if err := s.init(); err != nil {
 		s.Close()
 		return nil, err
@@ -414,13 +423,23 @@ func resolve(p string) string {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // AdminHandler serves what an operator reads, apart from the site (see
-// Config.AdminApart): /metrics and the health checks.
+// Config.AdminApart): /metrics, the health checks and the dashboard (at
+// dashboard.Path, and at / for a person who types the address alone).
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.metricsHandler)
 	mux.Handle("GET "+contract.HealthzPath, health.Live())
 	mux.Handle("GET "+contract.ReadyzPath, health.Ready(s.log, s.readyChecks()...))
+	mux.Handle("GET /{$}", s.dash)
+	s.mountDashboard(mux)
 	return mux
+}
+
+// mountDashboard serves the dashboard on mux, outside route: its requests
+// are not counted (dashboard.go).
+func (s *Server) mountDashboard(mux *http.ServeMux) {
+	mux.Handle("GET "+dashboard.Path, s.dash)
+	mux.Handle("GET "+dashboard.Path+"/", s.dash)
 }
 
 func (s *Server) routes() http.Handler {
@@ -430,6 +449,7 @@ func (s *Server) routes() http.Handler {
 		live, ready := health.Live(), health.Ready(s.log, s.readyChecks()...)
 		mux.Handle("GET "+contract.HealthzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { live.ServeHTTP(w, r) }))
 		mux.Handle("GET "+contract.ReadyzPath, s.route(kindHealth, func(w *respWriter, r *http.Request) { ready.ServeHTTP(w, r) }))
+		s.mountDashboard(mux)
 	}
 	mux.Handle("GET "+contract.ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
 	if s.root != nil {
@@ -600,6 +620,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		},
 	}
+	// A dashboard's stream never ends by itself: end it, rather than wait
+	// out the grace for it.
+	hs.RegisterOnShutdown(s.dash.EndStreams)
 	stopping := func() {
 		s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
 	}
