@@ -20,6 +20,7 @@ import (
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/host"
+	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/internal/metrics"
 )
@@ -165,7 +166,9 @@ func (s *Server) loadToken() (string, error) {
 
 func (s *Server) apiHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.serveStatus)
+	mux.Handle("GET /{$}", s.dash)
+	mux.Handle("GET "+dashboard.Path, s.dash)
+	mux.Handle("GET "+dashboard.Path+"/", s.dash)
 	mux.HandleFunc("GET /v1/jobs", s.listJobs)
 	mux.HandleFunc("GET /v1/jobs/{id}", s.getJob)
 	mux.HandleFunc("POST /v1/downloads", s.addDownload)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/stampede-dev/stampede/gateway"
 	"github.com/stampede-dev/stampede/host"
+	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/node"
 )
 
@@ -135,6 +136,7 @@ type Server struct {
 
 	peerAddr, apiAddr, gatewayAddr net.Addr
 	reg                            *prometheus.Registry // what /metrics serves, on the API and the gateway (metrics.go)
+	dash, publicDash               *dashboard.Handler   // the status pages of the API and the gateway (status.go)
 
 	mu   sync.Mutex // guards the following, and every job's fields
 	jobs map[string]*job
@@ -149,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, client: httpClientFor(cfg.Transport), jobs: map[string]*job{}, errc: make(chan error, 4)}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.initMetrics()
+	s.initDashboards()
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -316,7 +319,7 @@ func (s *Server) startGateway() error {
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
 		UpstreamProxy: s.cfg.GatewayUpstreamProxy,
-		Node:          node.Config{Host: s.host}, Status: http.HandlerFunc(s.servePublicStatus), Registry: s.reg, Logger: s.log.With("part", "gateway"),
+		Node:          node.Config{Host: s.host}, Status: s.publicDash, Registry: s.reg, Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

@@ -1,74 +1,99 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
-	"html/template"
-	"net/http"
 	"sort"
 
-	"github.com/stampede-dev/stampede/internal/units"
+	"github.com/stampede-dev/stampede/internal/dashboard"
 )
 
-// The status page, at / of the API and of the gateway: the jobs and their
-// swarms, the peer port's account, bytes by source and the origin's
-// requests by reason. It refreshes itself every 2 s and needs no script.
-var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
-	"bytes": func(n int64) string { return units.Bytes(n) },
-	"pct": func(done, size int64) string {
-		if size <= 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.1f%%", 100*float64(done)/float64(size))
-	},
-}).Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
-<title>stampede daemon</title>
-<style>body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
-td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}</style>
-</head><body>
-<h1>stampede daemon</h1>
-<p>Peers on {{.Stats.PeerAddr}}.{{with .Stats.GatewayAddr}} Gateway on {{.}}: use it as a proxy
-(<code>curl -x http://{{.}} URL</code>) or by URL prefix (<code>curl http://{{.}}/URL</code>).{{end}}
-Swarms {{.Stats.Peers.Swarms}}; connections routed {{.Stats.Peers.Routed}}, for no swarm here {{.Stats.Peers.NoSwarm}},
-refused {{.Stats.Peers.Refused}}, dropped {{.Stats.Peers.Dropped}}.</p>
-<p>From peers {{bytes .Stats.BytesFromPeers}}, to peers {{bytes .Stats.BytesToPeers}}.</p>
-<h2>Jobs</h2>
-{{if .Jobs}}<table><tr><th>id</th><th>kind</th><th>state</th>{{if .Private}}<th>path</th>{{end}}<th>done</th><th>size</th><th>from peers</th><th>to peers</th><th>peers</th>{{if .Private}}<th>error</th>{{end}}</tr>
-{{range .Jobs}}<tr><td>{{.ID}}</td><td>{{.Kind}}</td><td>{{.State}}</td>{{if $.Private}}<td>{{.Path}}</td>{{end}}<td class="n">{{pct .Done .Size}}</td>
-<td class="n">{{if ge .Size 0}}{{bytes .Size}}{{end}}</td><td class="n">{{bytes .FromPeers}}</td><td class="n">{{bytes .Uploaded}}</td><td class="n">{{.Peers}}</td>{{if $.Private}}<td>{{.Error}}</td>{{end}}</tr>
-{{end}}</table>{{if not .Private}}<p>Paths and errors are shown on the API's status page only.</p>{{end}}{{else}}<p>None.</p>{{end}}
-<h2>Origin requests by reason</h2>
-{{if .Reasons}}<table>{{range .Reasons}}<tr><td>{{.Name}}</td><td class="n">{{.Count}}</td></tr>{{end}}</table>{{else}}<p>None yet.</p>{{end}}
-</body></html>
-`))
+// The status page, at / of the API and of the gateway: the live dashboard
+// (package internal/dashboard) of the jobs and their swarms, the peer
+// port's account, bytes by source and the origins' requests by reason.
+// The API's shows everything to the callers it admits. The gateway's is
+// public: anyone who reaches the gateway (any local user; a web page, by
+// DNS rebinding) sees it, so it leaves out the jobs' paths and errors.
 
-type reason struct {
-	Name  string
-	Count int
+// initDashboards makes the API's and the gateway's dashboards, whose
+// streams end with the daemon.
+func (s *Server) initDashboards() {
+	s.dash = dashboard.New(dashboard.Config{Snapshot: func() dashboard.Snapshot { return s.snapshot(true) }, Logger: s.log})
+	s.publicDash = dashboard.New(dashboard.Config{Snapshot: func() dashboard.Snapshot { return s.snapshot(false) }, Logger: s.log})
+	context.AfterFunc(s.ctx, func() {
+		s.dash.EndStreams()
+		s.publicDash.EndStreams()
+	})
 }
 
-// serveStatus is the API's status page: everything, for the callers the
-// API admits.
-func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) { s.status(w, true) }
+// The figures' ids, which the page's chart and the tests follow.
+const (
+	figFromPeers   = "bytes_from_peers"
+	figToPeers     = "bytes_to_peers"
+	figDownloading = "downloads"
+	figSwarms      = "swarms"
+	figPeers       = "peers"
+)
 
-// servePublicStatus is the gateway's: anyone who reaches the gateway (any
-// local user; a web page, by DNS rebinding) sees it, so it leaves out
-// the jobs' paths and errors.
-func (s *Server) servePublicStatus(w http.ResponseWriter, r *http.Request) { s.status(w, false) }
-
-func (s *Server) status(w http.ResponseWriter, private bool) {
-	st := s.Stats()
-	var rs []reason
-	for k, v := range st.OriginRequests {
-		rs = append(rs, reason{k, v})
+// snapshot is what the status page shows now; private, on the API.
+func (s *Server) snapshot(private bool) dashboard.Snapshot {
+	st, jobs := s.Stats(), s.Jobs()
+	snap := dashboard.Snapshot{Title: "stampede daemon", Notes: []string{"Peers on " + st.PeerAddr + "."}}
+	if a := st.GatewayAddr; a != "" {
+		snap.Notes = append(snap.Notes, fmt.Sprintf("Gateway on %s: use it as a proxy (curl -x http://%s URL) or by URL prefix (curl http://%s/URL).", a, a, a))
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	statusPage.Execute(w, struct {
-		Stats   Stats
-		Jobs    []Job
-		Reasons []reason
-		Private bool
-	}{st, s.Jobs(), rs, private})
+	snap.Notes = append(snap.Notes, fmt.Sprintf("Connections to the peer port: routed %d, for no swarm here %d, refused %d, dropped %d.",
+		st.Peers.Routed, st.Peers.NoSwarm, st.Peers.Refused, st.Peers.Dropped))
+
+	peers := 0
+	for _, j := range jobs {
+		peers += j.Peers
+	}
+	snap.Figures = []dashboard.Figure{
+		{ID: figFromPeers, Label: "From peers", Unit: dashboard.UnitBytes, Value: float64(st.BytesFromPeers), Counter: true, Chart: true},
+		{ID: figToPeers, Label: "To peers", Unit: dashboard.UnitBytes, Value: float64(st.BytesToPeers), Counter: true, Chart: true},
+		{ID: figDownloading, Label: "Downloads running", Value: float64(st.Jobs[StateDownloading]), Max: float64(s.cfg.MaxDownloads)},
+		{ID: figSwarms, Label: "Swarms", Value: float64(st.Peers.Swarms)},
+		{ID: figPeers, Label: "Peers seen", Value: float64(peers)},
+	}
+
+	cols := []dashboard.Column{{Name: "id", Unit: dashboard.UnitText}, {Name: "kind", Unit: dashboard.UnitText}, {Name: "state", Unit: dashboard.UnitText}}
+	if private {
+		cols = append(cols, dashboard.Column{Name: "path", Unit: dashboard.UnitText})
+	}
+	cols = append(cols, []dashboard.Column{{Name: "done", Unit: dashboard.UnitProgress}, {Name: "size", Unit: dashboard.UnitBytes},
+		{Name: "from peers", Unit: dashboard.UnitBytes}, {Name: "to peers", Unit: dashboard.UnitBytes}, {Name: "peers", Unit: dashboard.UnitCount}}...)
+	if private {
+		cols = append(cols, dashboard.Column{Name: "error", Unit: dashboard.UnitText})
+	}
+	jt := dashboard.Table{Title: "Jobs", Columns: cols, Empty: "None."}
+	if !private {
+		jt.Note = "Paths and errors are shown on the API's status page only."
+	}
+	for _, j := range jobs {
+		row := []any{j.ID, j.Kind, j.State}
+		if private {
+			row = append(row, j.Path)
+		}
+		var done, size any // unknown until the download knows its size
+		if j.Size > 0 {
+			done, size = float64(j.Done)/float64(j.Size), j.Size
+		} else if j.Size == 0 {
+			done, size = 1.0, j.Size
+		}
+		row = append(row, done, size, j.FromPeers, j.Uploaded, j.Peers)
+		if private {
+			row = append(row, j.Error)
+		}
+		jt.Rows = append(jt.Rows, row)
+	}
+
+	rt := dashboard.Table{Title: "Origin requests by reason", Empty: "None yet.", Note: "Of the downloads that have ended.",
+		Columns: []dashboard.Column{{Name: "reason", Unit: dashboard.UnitText}, {Name: "requests", Unit: dashboard.UnitCount}}}
+	for k, v := range st.OriginRequests {
+		rt.Rows = append(rt.Rows, []any{k, v})
+	}
+	sort.Slice(rt.Rows, func(i, j int) bool { return rt.Rows[i][0].(string) < rt.Rows[j][0].(string) })
+	snap.Tables = []dashboard.Table{jt, rt}
+	return snap
 }

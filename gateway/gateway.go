@@ -50,6 +50,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/originclient"
@@ -106,8 +107,9 @@ type Config struct {
 	// UploadLimit, SeedTime, OnPiece and OnComplete are set here.
 	Node node.Config
 	// Status, when set, answers a browser's GET of "/" on the gateway's
-	// own address (the daemon's status page); without it "/" gets a
-	// short help text.
+	// own address (the daemon's status page), and of dashboard.Path and
+	// below (its script, its stream); without it "/" gets a short help
+	// text.
 	Status http.Handler
 	// Registry is where the gateway registers its series, and what its
 	// /metrics serves (an embedder's series too, then: the daemon's).
@@ -140,7 +142,7 @@ type Gateway struct {
 	origins   *originclient.Client // manifests and pieces, over fetches
 	trackers  *http.Client         // tracker announces, without proxy settings
 	upload    *ratelimit.Limiter
-	via       string // our token in Via, to detect loops
+	via       string    // our token in Via, to detect loops
 	selfProxy sync.Once // warns once that the upstream proxy is ourselves
 	proxy     *httputil.ReverseProxy
 
@@ -386,7 +388,7 @@ func (g *Gateway) target(w http.ResponseWriter, r *http.Request) (*url.URL, bool
 		h.ServeHTTP(w, r)
 		return nil, false, nil
 	}
-	if r.URL.Path == "/" && g.cfg.Status != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	if g.cfg.Status != nil && isStatusPath(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		g.cfg.Status.ServeHTTP(w, r)
 		return nil, false, nil
 	}
@@ -396,6 +398,11 @@ func (g *Gateway) target(w http.ResponseWriter, r *http.Request) (*url.URL, bool
 		return nil, false, nil
 	}
 	return nil, false, fmt.Errorf("%q is neither an absolute URL (proxy form) nor /http://... or /https://... (prefix form)", r.RequestURI)
+}
+
+// isStatusPath reports whether p is Config.Status's.
+func isStatusPath(p string) bool {
+	return p == "/" || p == dashboard.Path || strings.HasPrefix(p, dashboard.Path+"/")
 }
 
 // cutScheme recognises "http://", "https://" and, from clients that
