@@ -89,13 +89,16 @@ func (s *Server) snapshot() dashboard.Snapshot {
 // the files whose manifests are in memory, largest first.
 func (s *Server) trackerSnapshot(snap *dashboard.Snapshot, names bool) {
 	t := s.cfg.Tracker
-	if st, err := t.Stats(context.Background()); err != nil {
+	st, err := t.Stats(context.Background())
+	if err != nil {
+		// Asking it about each swarm would hold every watcher for a
+		// timeout a swarm.
 		snap.Notes = append(snap.Notes, "The tracker's store does not answer.")
-	} else {
-		snap.Figures = append(snap.Figures,
-			dashboard.Figure{ID: figSwarms, Label: "Swarms", Value: float64(st.Swarms)},
-			dashboard.Figure{ID: figPeers, Label: "Peers in swarms", Value: float64(st.Estimated)})
+		return
 	}
+	snap.Figures = append(snap.Figures,
+		dashboard.Figure{ID: figSwarms, Label: "Swarms", Value: float64(st.Swarms)},
+		dashboard.Figure{ID: figPeers, Label: "Peers in swarms", Value: float64(st.Estimated)})
 
 	type swarm struct {
 		name         string

@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,6 +137,35 @@ func TestDashboardPublic(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Security-Policy") == "" {
 		t.Errorf("/ of the admin address: %s", res.Status)
+	}
+}
+
+// countingDownStore is a store that does not answer, and counts the
+// swarms it is asked about.
+type countingDownStore struct {
+	downStore
+	peers atomic.Int32
+}
+
+func (c *countingDownStore) Peers(ctx context.Context, root manifest.Hash, size int64, want int, now time.Time) (tracker.Outcome, error) {
+	c.peers.Add(1)
+	return c.downStore.Peers(ctx, root, size, want, now)
+}
+
+// TestDashboardTrackerDown: a tracker whose store does not answer is said
+// so, and not asked about each swarm (each would wait out a timeout).
+func TestDashboardTrackerDown(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f.bin", randomBytes(fileSize, 1), t0)
+	store := &countingDownStore{}
+	ts := start(t, Config{Dir: dir, Tracker: tracker.New(tracker.Config{Store: store, Logger: testLogger(t)})})
+	ts.manifest(t, "/f.bin")
+	s, _ := dashboardtest.Snapshot(t, ts.client, ts.url)
+	if !slices.Contains(s.Notes, "The tracker's store does not answer.") || table(s, "Swarms") != nil || figure(s, figSwarms) != nil {
+		t.Errorf("snapshot with the store down: %+v", s)
+	}
+	if n := store.peers.Load(); n != 0 {
+		t.Errorf("the store was asked about %d swarms", n)
 	}
 }
 
