@@ -13,17 +13,21 @@ import (
 	"github.com/stampede-dev/stampede/internal/httpserve"
 )
 
-const adminUsage = "serve /metrics and the health checks on `HOST:PORT` instead of the public address, which then has none (keep it on 127.0.0.1 or a private network)"
+const adminUsage = "serve /metrics, the health checks (and serve's dashboard) on `HOST:PORT` instead of the public address, which then has none (keep it on 127.0.0.1 or a private network)"
 
 // startAdmin serves h, the operator's endpoints, on addr (--admin) until
 // ctx ends, in the background. wait returns once it has stopped, with its
 // error if it failed.
-func startAdmin(ctx context.Context, e *env, addr string, h http.Handler, log *slog.Logger) (wait func() error, err error) {
+// dashboard says whether h serves the live dashboard at its root.
+func startAdmin(ctx context.Context, e *env, addr string, h http.Handler, dashboard bool, log *slog.Logger) (wait func() error, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--admin: %w", err)
 	}
 	fmt.Fprintf(e.stderr, "metrics on http://%s/metrics, health on http://%s%s\n", ln.Addr(), ln.Addr(), contract.ReadyzPath)
+	if dashboard {
+		fmt.Fprintf(e.stderr, "dashboard on http://%s/\n", ln.Addr())
+	}
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,

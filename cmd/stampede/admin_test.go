@@ -46,6 +46,14 @@ func TestAdminListener(t *testing.T) {
 		if code, body := httpStatus(t, "http://"+admin+"/metrics"); code != 200 || !strings.Contains(body, c.series) || !strings.Contains(body, "stampede_build_info") {
 			t.Errorf("%s: admin /metrics: %d, %.200q", c.args[0], code, body)
 		}
+		if c.args[0] == "serve" {
+			if !strings.Contains(r.stderr.String(), "dashboard on http://"+admin+"/") {
+				t.Errorf("serve does not say where its dashboard is: %q", r.stderr.String())
+			}
+			if code, body := httpStatus(t, "http://"+admin+"/"); code != 200 || !strings.Contains(body, "stampede serve") {
+				t.Errorf("serve: admin dashboard: %d, %.200q", code, body)
+			}
+		}
 		for _, p := range []string{contract.HealthzPath, contract.ReadyzPath} {
 			if code, _ := httpStatus(t, "http://"+admin+p); code != 200 {
 				t.Errorf("%s: admin %s: %d", c.args[0], p, code)

@@ -42,7 +42,13 @@ Pages: an HTML page of DIR (.html, .htm) links its bundle (rel="stampede-bundle"
 /.well-known/stampede/bundle/PATH is the page and its same-origin assets in one
 file, swarmed like any other, and /.well-known/stampede/bundle-index/PATH lists
 them (JSON: path, offset, size, content type, validators). At most 128 assets and
-32 MiB per bundle. Not in --upstream mode.`)
+32 MiB per bundle. Not in --upstream mode.
+
+For operators: /metrics (Prometheus), /.well-known/stampede/healthz and readyz,
+and a live dashboard at /.well-known/stampede/dashboard (egress against --rate,
+transfers, requests by reason, the tracker's swarms; docs/dashboard.md). With
+--admin they move to a listener of their own, and the dashboard there also
+names the files.`)
 	listen := fs.String("listen", ":8080", "listen on `HOST:PORT`")
 	upstream := fs.String("upstream", "", "front the web server at `URL` instead of serving a DIR")
 	rate := fs.String("rate", "0", "cap the egress of file bodies to `RATE`, e.g. 8Mbit, 100MB (0: unlimited)")
@@ -173,7 +179,7 @@ them (JSON: path, offset, size, content type, validators). At most 128 assets an
 	}
 	if *admin != "" {
 		ctx, cancel := context.WithCancel(ctx)
-		wait, err := startAdmin(ctx, e, *admin, srv.AdminHandler(), cfg.Logger)
+		wait, err := startAdmin(ctx, e, *admin, srv.AdminHandler(), true, cfg.Logger)
 		if err != nil {
 			ln.Close()
 			cancel()

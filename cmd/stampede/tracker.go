@@ -108,7 +108,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	}
 	if *admin != "" {
 		ctx, cancel := context.WithCancel(ctx)
-		wait, err := startAdmin(ctx, e, *admin, tr.AdminHandler(), log)
+		wait, err := startAdmin(ctx, e, *admin, tr.AdminHandler(), false, log)
 		if err != nil {
 			ln.Close()
 			cancel()
