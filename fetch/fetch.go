@@ -333,7 +333,8 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 			d.size.Store(m.Size)
 		}
 	}
-	if m != nil && d.cfg.Continue && !part {
+	// A --sha256 to check takes the whole download's path, which checks it.
+	if m != nil && d.cfg.Continue && !part && d.cfg.Output != "-" && d.cfg.SHA256 == "" {
 		done, err := d.alreadyComplete(m)
 		if err != nil {
 			return nil, err

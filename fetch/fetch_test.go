@@ -293,12 +293,13 @@ func TestPlainPartResumedWhenValidatorsMatch(t *testing.T) {
 	s := newTestServer(t, data)
 	s.noManifest, s.reprDigest = true, true
 	out := filepath.Join(t.TempDir(), "out")
-	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+	cut := func(w http.ResponseWriter, r *http.Request, n int) bool {
 		w.Header().Set("Content-Length", "307200")
 		w.WriteHeader(http.StatusOK)
 		w.Write(data[:100000])
 		panic(http.ErrAbortHandler) // the body cut short
-	})
+	}
+	s.setHook(cut)
 	d, _ := New(Config{URL: s.url(), Output: out, Logger: testLogger(t), NoRetries: true})
 	if _, err := d.Run(t.Context()); err == nil {
 		t.Fatal("the interrupted run succeeded")
@@ -312,6 +313,58 @@ func TestPlainPartResumedWhenValidatorsMatch(t *testing.T) {
 	mustEqualFile(t, out, data)
 	if _, ranges := s.stats(); res.BytesResumed != 100000 || len(ranges) != len(before)+1 || ranges[len(before)] != "bytes=100000-" {
 		t.Errorf("bytes_resumed %d, requests with ranges %q after %d, want one from byte 100000", res.BytesResumed, ranges, len(before))
+	}
+
+	// Once more, and the server now ignores Range: the whole file comes
+	// again, and nothing counts as resumed.
+	os.Remove(out)
+	s.setHook(cut)
+	d, _ = New(Config{URL: s.url(), Output: out, Logger: testLogger(t), NoRetries: true})
+	if _, err := d.Run(t.Context()); err == nil {
+		t.Fatal("the second interrupted run succeeded")
+	}
+	s.setHook(nil)
+	s.noRange = true
+	res, _, err = get(t, s, func(c *Config) { c.Output = out })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	if res.BytesResumed != 0 {
+		t.Errorf("bytes_resumed %d after the server sent the whole file again", res.BytesResumed)
+	}
+}
+
+// TestPlainPartWithoutValidatorsStartsOver: found without -c, a part file
+// from a server that gives no validator is not resumed: a new version of
+// the same size would be taken for the old one.
+func TestPlainPartWithoutValidatorsStartsOver(t *testing.T) {
+	data := randomData(300<<10, 22)
+	s := newTestServer(t, data)
+	s.noManifest, s.noValidators = true, true
+	out := filepath.Join(t.TempDir(), "out")
+	s.setHook(func(w http.ResponseWriter, r *http.Request, n int) bool {
+		w.Header().Set("Content-Length", "307200")
+		w.WriteHeader(http.StatusOK)
+		w.Write(data[:100000])
+		panic(http.ErrAbortHandler) // the body cut short
+	})
+	d, _ := New(Config{URL: s.url(), Output: out, Logger: testLogger(t), NoRetries: true})
+	if _, err := d.Run(t.Context()); err == nil {
+		t.Fatal("the interrupted run succeeded")
+	}
+	s.setHook(nil)
+	_, before := s.stats()
+	var logs syncLog
+	d, _ = New(Config{URL: s.url(), Output: out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	res, err := d.Run(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqualFile(t, out, data)
+	_, ranges := s.stats()
+	if res.BytesResumed != 0 || ranges[len(before)] != "" || !strings.Contains(logs.String(), "no ETag or Last-Modified") {
+		t.Errorf("bytes_resumed %d, ranges %q after %d; log:\n%s", res.BytesResumed, ranges, len(before), logs.String())
 	}
 }
 
@@ -583,6 +636,27 @@ func TestContinueAlreadyComplete(t *testing.T) {
 		t.Error("a file differing in its last byte was taken for complete")
 	}
 	mustEqualFile(t, out, data)
+
+	// With --sha256 the whole download's path runs, and checks it: a
+	// digest that disagrees fails, and the file there is left alone.
+	_, _, err = get(t, s, func(c *Config) { c.Output = out; c.Continue = true; c.SHA256 = strings.Repeat("0", 64) })
+	if !errors.Is(err, ErrVerify) {
+		t.Errorf("-c --sha256 wrong on a complete file: %v, want ErrVerify", err)
+	}
+	if b, _ := os.ReadFile(out); !bytes.Equal(b, data) {
+		t.Error("the file was changed by a download that failed its --sha256")
+	}
+
+	// -o - is stdout, never a file named "-", even a complete one.
+	t.Chdir(t.TempDir())
+	if err := os.WriteFile("-", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	res, _, err = get(t, s, func(c *Config) { c.Output = "-"; c.Stdout = &stdout; c.Continue = true })
+	if err != nil || res.AlreadyComplete || stdout.Len() != len(data) {
+		t.Errorf("-c -o -: already complete %v, %d bytes to stdout (%v)", res != nil && res.AlreadyComplete, stdout.Len(), err)
+	}
 }
 
 // TestPartOfAnotherFileStartsOver: without -c, a part file holding nothing

@@ -26,13 +26,15 @@ type testServer struct {
 	// download's default client reaches.
 	client *http.Client
 
-	mu         sync.Mutex // guards the following
-	data       []byte
-	etag       string
-	m          *manifest.Manifest
-	noManifest bool
-	noRange    bool
-	reprDigest bool
+	mu   sync.Mutex // guards the following
+	data []byte
+	etag string
+	// noValidators: no ETag, no Last-Modified, as some plain servers.
+	noValidators bool
+	m            *manifest.Manifest
+	noManifest   bool
+	noRange      bool
+	reprDigest   bool
 	// hook sees every GET of the file first (n counts them from 0);
 	// returning true means it answered. It may change the server's state.
 	hook     func(w http.ResponseWriter, r *http.Request, n int) bool
@@ -129,6 +131,10 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	data, etag, m := s.data, s.etag, s.m
 	noManifest, noRange, digest := s.noManifest, s.noRange, s.reprDigest
+	modTime := time.Unix(1e9, 0)
+	if s.noValidators {
+		etag, modTime = "", time.Time{} // ServeContent sends no Last-Modified for a zero time
+	}
 	s.mu.Unlock()
 
 	switch r.URL.Path {
@@ -149,7 +155,9 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 	if !noManifest {
 		w.Header().Set("Link", `</.well-known/stampede/manifest/file>; rel="stampede-manifest"`)
 	}
-	w.Header().Set("ETag", etag)
+	if etag != "" {
+		w.Header().Set("ETag", etag)
+	}
 	if noRange {
 		r.Header.Del("Range")
 		w.Header().Set("Accept-Ranges", "none")
@@ -158,7 +166,7 @@ func (s *testServer) serve(w http.ResponseWriter, r *http.Request) {
 		sum := sha256.Sum256(data)
 		w.Header().Set("Repr-Digest", httphdr.FormatReprDigestSHA256(sum[:]))
 	}
-	http.ServeContent(w, r, "file", time.Unix(1e9, 0), bytes.NewReader(data))
+	http.ServeContent(w, r, "file", modTime, bytes.NewReader(data))
 }
 
 // serveRange answers r's single range from data, letting the test alter the

@@ -285,9 +285,15 @@ func (o *plainOut) open(in *originclient.Resource) error {
 	if resume {
 		if old, err := readSmallRegular(cfg.Output+metaSuffix, 64<<10); err == nil {
 			var pm partMeta
-			if json.Unmarshal(old, &pm) != nil || pm.URL != meta.URL || pm.Size != meta.Size ||
-				pm.ETag != meta.ETag || pm.LastModified != meta.LastModified {
+			switch {
+			case json.Unmarshal(old, &pm) != nil || pm.URL != meta.URL || pm.Size != meta.Size ||
+				pm.ETag != meta.ETag || pm.LastModified != meta.LastModified:
 				cfg.Logger.Warn("the file changed on the server since the partial download; starting over", "part", part)
+				resume = false
+			case !cfg.Continue && meta.ETag == "" && meta.LastModified == "":
+				// Found, not asked for: with no validator, a same-sized
+				// new version would be taken for the old one.
+				cfg.Logger.Warn("the server gives no ETag or Last-Modified to tell whether the part file is of this version; starting over (-c resumes it anyway)", "part", part)
 				resume = false
 			}
 		} else {
@@ -360,6 +366,7 @@ func (o *plainOut) restart() error {
 	o.off = 0
 	o.sum.Reset()
 	o.d.done.Store(0)
+	o.d.resumed.Store(0) // nothing of the part file is kept
 	if o.f == nil {
 		return nil
 	}
