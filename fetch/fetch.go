@@ -268,14 +268,29 @@ func ParseURL(s string) (*url.URL, error) {
 }
 
 // RemoteName is the local file name for u, as wget and curl -O choose it: the
-// last path segment, or index.html for a directory.
+// last path segment, or index.html for a directory. Control characters
+// (an escape sequence, a newline) are written %XX, as wget does: a hostile
+// link must not put them into a file name, or through it onto a terminal.
 func RemoteName(u *url.URL) string {
 	name := path.Base(u.Path)
 	if name == "/" || name == "." || name == ".." || name == "" || strings.HasSuffix(u.Path, "/") {
 		return "index.html"
 	}
-	return name
+	if strings.IndexFunc(name, isControl) < 0 {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range name {
+		if isControl(r) {
+			fmt.Fprintf(&b, "%%%02X", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 }
 
 // Progress returns a snapshot; safe from any goroutine.
 func (d *Download) Progress() Progress {

@@ -722,6 +722,10 @@ func TestRemoteName(t *testing.T) {
 		"http://h/dir/":      "index.html",
 		"http://h/a%2Fb.iso": "b.iso",
 		"http://h/..":        "index.html",
+		// A terminal's escape sequences and a newline, written %XX.
+		"http://h/evil%1B]0;pwned%07%1B[2Jz": "evil%1B]0;pwned%07%1B[2Jz",
+		"http://h/a%0Ab":                     "a%0Ab",
+		"http://h/caf%C3%A9":                 "café",
 	} {
 		u, _ := ParseURL(in)
 		if got := RemoteName(u); got != want {

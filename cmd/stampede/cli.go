@@ -269,6 +269,20 @@ type flagSet struct {
 	e           *env
 	args, about string
 	help        bool // -h, --help
+	// settings are the values flags got from the config file and the
+	// environment (settings.go), to tell them from the command line's.
+	settings map[string]string
+}
+
+// onCommandLine reports whether the flag name was given on the command
+// line, rather than left at its default or set by a setting.
+func (f *flagSet) onCommandLine(name string) bool {
+	fl := f.Lookup(name)
+	if fl == nil || !fl.Changed {
+		return false
+	}
+	v, set := f.settings[name]
+	return !set || v != fl.Value.String()
 }
 
 // helpColumns is the width the help's flag lines are wrapped to.

@@ -417,7 +417,7 @@ func TestInterruptedGet(t *testing.T) {
 			got.WriteString(line)
 		}
 	}
-	want := "stampede get: interrupted; " + out + ".part is kept: resume with -c\n"
+	want := "stampede get: interrupted; " + out + ".part is kept: run the same command again to resume\n"
 	if got.String() != want {
 		t.Errorf("stderr after SIGINT:\n%s\nwant only:\n%s", stderr.String(), want)
 	}

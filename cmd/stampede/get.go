@@ -12,7 +12,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
@@ -75,7 +79,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	)
 	fs.StringVarP(&output, "output", "o", "", "write to `FILE` (\"-\" streams to stdout in order); default: the remote name")
 	fs.BoolVarP(&remote, "remote-name", "O", false, "save under the remote file name (the default when -o is absent)")
-	fs.BoolVarP(&cont, "continue", "c", false, "continue: also when FILE is already there, complete and verified, download nothing (FILE.part is always resumed, its pieces verified again)")
+	fs.BoolVarP(&cont, "continue", "c", false, "continue: also when FILE is already there, complete and verified against the server's manifest, download nothing; resume FILE.part even without a validator to check it by (FILE.part is resumed without -c too, its pieces verified again)")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "no progress and no summary; errors and warnings only")
 	fs.BoolVarP(&verbose, "verbose", "v", false, "log every retry and decision")
 	fs.BoolVar(&o.asJSON, "json", false, "print a JSON summary on stdout (stderr with -o -): one indented object, or with several URLs or -i one object per line")
@@ -112,9 +116,11 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		if u, err := url.Parse(pos[0]); err == nil && u.User != nil {
 			return usageErrorf("--daemon: no user:password@ in the URL; the daemon's jobs are listed for every user of its API")
 		}
-		return getViaDaemon(ctx, e, fs.FlagSet, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: o.quiet, asJSON: o.asJSON})
+		return getViaDaemon(ctx, e, fs, pos[0], daemonGet{output: output, api: apiAddr, token: apiToken, quiet: o.quiet, asJSON: o.asJSON})
 	}
-	if apiAddr != "" || apiToken != "" {
+	// From a setting, they are the daemon's address for the gets that use
+	// it, and no mistake here.
+	if fs.onCommandLine("api") || fs.onCommandLine("api-token") {
 		return usageErrorf("--api and --api-token go with --daemon")
 	}
 	upRate, err := units.ParseRate(upStr)
@@ -245,8 +251,8 @@ func (o *getOptions) printJSON(w io.Writer, v any) error {
 // not.
 func (o *getOptions) get(ctx context.Context, e *env, t getTarget) error {
 	w := e.stdout
-	if t.output == "-" {
-		w = e.stderr
+	if t.output == "-" || isStdout(e, t.output) {
+		w = e.stderr // stdout carries the file
 	}
 	res, skipped, err := o.download(ctx, e, t)
 	if !o.asJSON {
@@ -271,6 +277,13 @@ func (o *getOptions) get(ctx context.Context, e *env, t getTarget) error {
 // download downloads one URL and prints its summary line. skipped: with
 // --no-clobber, the file was there and left alone (res has its path).
 func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fetch.Result, skipped bool, err error) {
+	// --max-time counts from here: waiting for a FIFO's reader too.
+	dctx := ctx
+	if o.maxTime > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeoutCause(ctx, o.maxTime, errMaxTime)
+		defer cancel()
+	}
 	output := t.output
 	streamed := output == "-"
 	stdout := e.stdout
@@ -281,7 +294,7 @@ func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fe
 			}
 		}
 		var into bool
-		if output, into, err = outputTarget(output, fetch.RemoteName(t.url)); err != nil {
+		if output, into, err = outputTarget(output, fetch.RemoteName(t.url), t.named); err != nil {
 			return nil, false, withCode(exitIO, err)
 		}
 		if o.noClobber {
@@ -298,9 +311,11 @@ func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fe
 			return nil, false, usageErrorf("-c: %s is not a regular file; there is nothing to resume", output)
 		}
 		if into {
-			// Opening a FIFO waits for its reader, as it does for curl.
-			f, err := os.OpenFile(output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+			f, err := openInto(dctx, output)
 			if err != nil {
+				if ctx.Err() != nil || errors.Is(context.Cause(dctx), errMaxTime) {
+					return nil, false, o.stopped(ctx, dctx, "")
+				}
 				return nil, false, withCode(exitIO, err)
 			}
 			defer f.Close()
@@ -323,12 +338,6 @@ func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fe
 		return nil, false, withCode(exitUsage, err)
 	}
 
-	dctx := ctx
-	if o.maxTime > 0 {
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeoutCause(ctx, o.maxTime, errMaxTime)
-		defer cancel()
-	}
 	stopProgress := func() {}
 	switch {
 	case o.progJSON:
@@ -339,15 +348,12 @@ func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fe
 	res, err = d.Run(dctx)
 	stopProgress()
 	if err != nil {
-		kept := ""
-		if _, serr := os.Stat(output + store.PartSuffix); fetchOut != "-" && serr == nil {
-			kept = fmt.Sprintf("; %s%s is kept: resume with -c", output, store.PartSuffix)
-		}
-		switch {
-		case ctx.Err() != nil:
-			return nil, false, withCode(exitFailure, errors.New("interrupted"+kept))
-		case errors.Is(context.Cause(dctx), errMaxTime):
-			return nil, false, withCode(exitMaxTime, fmt.Errorf("--max-time %v reached%s", o.maxTime, kept))
+		if ctx.Err() != nil || errors.Is(context.Cause(dctx), errMaxTime) {
+			kept := ""
+			if _, serr := os.Stat(output + store.PartSuffix); fetchOut != "-" && serr == nil {
+				kept = output + store.PartSuffix
+			}
+			return nil, false, o.stopped(ctx, dctx, kept)
 		}
 		return nil, false, withCode(getExitCode(err), err)
 	}
@@ -361,6 +367,19 @@ func (o *getOptions) download(ctx context.Context, e *env, t getTarget) (res *fe
 		printSummary(e, output, res)
 	}
 	return res, false, nil
+}
+
+// stopped is the error of a download that Ctrl-C or --max-time ended,
+// saying what a later run resumes (part: the part file kept, if any).
+func (o *getOptions) stopped(ctx, dctx context.Context, part string) error {
+	kept := ""
+	if part != "" {
+		kept = fmt.Sprintf("; %s is kept: run the same command again to resume", part)
+	}
+	if ctx.Err() != nil {
+		return withCode(exitFailure, errors.New("interrupted"+kept))
+	}
+	return withCode(exitMaxTime, fmt.Errorf("--max-time %v reached%s", o.maxTime, kept))
 }
 
 // printSummary prints a download's line on stderr.
@@ -386,18 +405,25 @@ func printSummary(e *env, output string, res *fetch.Result) {
 	}
 }
 
-// intoFile is the device, FIFO or file behind a symbolic link that -o names,
+// intoFile is the device, FIFO or descriptor (/dev/stdout) that -o names,
 // written into rather than replaced.
 type intoFile struct{ *os.File }
 
-// outputTarget resolves what -o names. A directory, or a link to one, takes
-// the remote name. Nothing there, or a regular file: the download goes to a
-// part file renamed over it when complete (into false). Anything else is
-// written into (into true), as curl does, and never renamed over: a rename
-// would replace a device (as root, /dev/null itself) or a symbolic link (as
-// /dev/stdout is) with a regular file.
-func outputTarget(output, remote string) (path string, into bool, err error) {
+// outputTarget resolves where a download goes (README, "What -o names").
+// A directory that -o named, or a link to one, takes the remote name; the
+// remote name itself being a directory is an error, as for wget. Nothing
+// there, a regular file, or a symbolic link to one: the download goes to a
+// part file renamed over the path when complete (into false); a link is
+// replaced, never followed into the rename, so a link planted where a file
+// is saved cannot redirect the write. A device, a FIFO, or a link to one or
+// to a process's descriptor (/dev/stdout): written into (into true), as
+// curl does, since a rename would replace the device or the link (as root,
+// /dev/null itself).
+func outputTarget(output, remote string, named bool) (path string, into bool, err error) {
 	if fi, err := os.Stat(output); err == nil && fi.IsDir() {
+		if !named {
+			return "", false, fmt.Errorf("%s is a directory; name the file with -o", output)
+		}
 		output = filepath.Join(output, remote)
 	}
 	fi, err := os.Lstat(output)
@@ -406,15 +432,99 @@ func outputTarget(output, remote string) (path string, into bool, err error) {
 		return output, false, nil
 	case err != nil:
 		return "", false, err
+	case fi.Mode().IsRegular():
+		return output, false, nil
+	case fi.IsDir():
+		return "", false, fmt.Errorf("%s is a directory", output)
+	case fi.Mode()&os.ModeSymlink == 0:
+		return output, true, nil // a device, a FIFO, a socket
 	}
-	return output, !fi.Mode().IsRegular(), nil
+	if viaDescriptor(output) {
+		return output, true, nil // /dev/stdout and the like, even redirected to a file
+	}
+	if to, err := os.Stat(output); err == nil && !to.Mode().IsRegular() && !to.IsDir() {
+		return output, true, nil // a link to a device, a FIFO, a pipe
+	}
+	return output, false, nil
+}
+
+// isStdout reports whether path is the file the process's stdout is open on
+// (-o /dev/stdout), where the data goes and no summary may.
+func isStdout(e *env, path string) bool {
+	out, ok := e.stdout.(*os.File)
+	if !ok {
+		return false
+	}
+	a, err1 := out.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
+}
+
+// viaDescriptor reports whether path is, or leads through symbolic links
+// to, a process's file descriptor (/proc/PID/fd/N, as /dev/stdout and
+// /dev/fd/N are): a descriptor is written into whatever file it is open
+// on, and its link must never be renamed over.
+func viaDescriptor(path string) bool {
+	for range 40 { // the kernel's own limit on links followed
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil && strings.HasPrefix(dir+"/", "/proc/") {
+			return true
+		}
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return false
+		}
+		to, err := os.Readlink(path)
+		if err != nil {
+			return false
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(path), to)
+		}
+		path = to
+	}
+	return false
+}
+
+// openInto opens what outputTarget chose to write into. A FIFO with no
+// reader yet is waited for as curl does, but ctx still ends the wait
+// (Ctrl-C, --max-time). Only a symbolic link is followed.
+func openInto(ctx context.Context, path string) (*os.File, error) {
+	flags := os.O_WRONLY | os.O_TRUNC | store.NonBlock
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+		flags |= store.NoFollow // a device or FIFO must not turn into a link meanwhile
+	}
+	descriptor := viaDescriptor(path) // /dev/stdout, which may be a regular file
+	for {
+		f, err := os.OpenFile(path, flags, 0)
+		switch {
+		case err == nil:
+			if fi, err := f.Stat(); err != nil || fi.Mode().IsRegular() && !descriptor {
+				// Swapped for a regular file since outputTarget looked:
+				// that one is replaced atomically, not written into.
+				f.Close()
+				return nil, fmt.Errorf("%s changed while being opened; try again", path)
+			}
+			return f, nil
+		case !errors.Is(err, syscall.ENXIO): // ENXIO: a FIFO with no reader
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func displayName(output string) string {
 	if output == "-" {
 		return "stdout"
 	}
-	return filepath.Base(output)
+	name := filepath.Base(output)
+	if strings.ContainsFunc(name, unicode.IsControl) {
+		return strconv.Quote(name) // escapes, never a terminal's sequences
+	}
+	return name
 }
 
 // getExitCode maps a download error to the documented exit codes.

@@ -26,15 +26,17 @@ type daemonGet struct {
 
 // daemonGetFlags are the get flags that go with --daemon; the others shape
 // a download in this process, which --daemon does not run.
-var daemonGetFlags = []string{"daemon", "api", "api-token", "output", "remote-name", "quiet", "json"}
+var daemonGetFlags = []string{"daemon", "api", "api-token", "output", "remote-name", "quiet", "json", "config", "log-format"}
 
 // getViaDaemon hands the download of rawURL to the daemon and shows its
 // progress until the file is complete (the daemon then seeds it) or the
 // job fails. Interrupted, it stops watching; the daemon goes on.
-func getViaDaemon(ctx context.Context, e *env, fs *pflag.FlagSet, rawURL string, g daemonGet) error {
+func getViaDaemon(ctx context.Context, e *env, fs *flagSet, rawURL string, g daemonGet) error {
 	var other []string
 	fs.Visit(func(f *pflag.Flag) {
-		if !slices.Contains(daemonGetFlags, f.Name) {
+		// Settings from the config file or the environment are for gets
+		// run here; only the command line's own choices are refused.
+		if !slices.Contains(daemonGetFlags, f.Name) && fs.onCommandLine(f.Name) {
 			other = append(other, "--"+f.Name)
 		}
 	})

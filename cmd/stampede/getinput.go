@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -18,8 +19,10 @@ type getTarget struct {
 	// user is the URL's user:password@, sent as Basic credentials.
 	user *url.Userinfo
 	// output is -o, or the remote name, in --output-dir; "-" for stdout.
-	// A directory there takes the remote name (outputTarget).
+	// A directory there takes the remote name if -o named it
+	// (outputTarget).
 	output string
+	named  bool // output is -o's, not the remote name
 	// where names the URL in errors: "argument 2" or "FILE:LINE".
 	where string
 }
@@ -90,6 +93,9 @@ func getTargets(urls []listedURL, output, outputDir string) ([]getTarget, error)
 	by := map[string]string{} // output -> where
 	for _, l := range urls {
 		u, err := url.Parse(l.raw)
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			ue.URL = redactUserinfo(ue.URL) // its message quotes the URL
+		}
 		if err == nil {
 			// Out before fetch.ParseURL, whose errors quote the URL.
 			who := stripUserinfo(u)
@@ -103,7 +109,7 @@ func getTargets(urls []listedURL, output, outputDir string) ([]getTarget, error)
 			}
 			return nil, withCode(exitUsage, fmt.Errorf("%s: %w", l.where, err))
 		}
-		t := getTarget{url: u, user: stripUserinfo(u), output: output, where: l.where}
+		t := getTarget{url: u, user: stripUserinfo(u), output: output, named: output != "", where: l.where}
 		if t.output == "" {
 			t.output = fetch.RemoteName(u)
 		}
@@ -118,4 +124,23 @@ func getTargets(urls []listedURL, output, outputDir string) ([]getTarget, error)
 		targets = append(targets, t)
 	}
 	return targets, nil
+}
+
+// redactUserinfo replaces the user:password@ of a URL that may not parse
+// with "***@", so that no error repeats a password.
+func redactUserinfo(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	rest := raw[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	return raw[:i+3] + "***@" + rest[at+1:]
 }

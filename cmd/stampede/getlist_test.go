@@ -218,3 +218,32 @@ func TestGetBadInputs(t *testing.T) {
 		t.Errorf("%d requests sent despite the errors", n)
 	}
 }
+
+// TestURLParseErrorsHidePasswords: a URL that does not parse is named in
+// the error without its password, on the command line and in -i lists.
+func TestURLParseErrorsHidePasswords(t *testing.T) {
+	list := filepath.Join(t.TempDir(), "list")
+	os.WriteFile(list, []byte("http://bob:hunter2@[::1/\n"), 0o600)
+	for _, args := range [][]string{{"get", "http://user:hunter2@host:bad/x"}, {"get", "-i", list}} {
+		code, _, stderr := runCmd(t, args...)
+		if code != exitUsage || strings.Contains(stderr, "hunter2") || !strings.Contains(stderr, "***@") {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+// TestControlCharactersNotPrinted: a remote name with a terminal's escape
+// sequences is saved and shown escaped.
+func TestControlCharactersNotPrinted(t *testing.T) {
+	www := t.TempDir()
+	writeFile(t, www, "evil\x1b]0;x\x07z", []byte("data"))
+	base := startServe(t, www)
+	t.Chdir(t.TempDir())
+	code, _, stderr := runCmd(t, "get", base+"/evil%1B]0;x%07z")
+	if code != 0 || strings.ContainsAny(stderr, "\x1b\x07") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	if _, err := os.Stat("evil%1B]0;x%07z"); err != nil {
+		t.Errorf("saved as: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -81,54 +82,104 @@ func TestGetOutputKinds(t *testing.T) {
 	})
 
 	t.Run("dev-stdout", func(t *testing.T) {
+		// A link of our own made as /dev/stdout is (to /proc/self/fd/1,
+		// and one through /dev/fd/1): the machine's /dev/stdout must not
+		// be what a broken build replaces.
+		if _, err := os.Stat("/proc/self/fd/1"); err != nil {
+			t.Skip("no /proc/self/fd here")
+		}
 		bin, err := buildBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		before, err := os.Lstat("/dev/stdout")
-		if err != nil {
-			t.Skip("no /dev/stdout here")
-		}
-		// Into a pipe, and into a regular file stdout was redirected to.
-		var pipe, stderr bytes.Buffer
-		cmd := exec.Command(bin, "get", "-q", base+"/f", "-o", "/dev/stdout")
-		cmd.Stdout, cmd.Stderr = &pipe, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("get -o /dev/stdout: %v: %s", err, stderr.String())
-		}
-		if !bytes.Equal(pipe.Bytes(), data) {
-			t.Errorf("stdout (a pipe) got %d bytes, want %d", pipe.Len(), len(data))
-		}
-		file := filepath.Join(t.TempDir(), "out")
-		f, err := os.Create(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd = exec.Command(bin, "get", "-q", base+"/f", "-o", "/dev/stdout")
-		cmd.Stdout = f
-		err = cmd.Run()
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameFile(t, file, data)
-		if after, err := os.Lstat("/dev/stdout"); err != nil || after.Mode() != before.Mode() {
-			t.Errorf("/dev/stdout was %v, is %v (%v)", before.Mode(), after.Mode(), err)
+		dir := t.TempDir()
+		for _, to := range []string{"/proc/self/fd/1", "/dev/fd/1"} {
+			link := filepath.Join(dir, "stdout")
+			os.Remove(link)
+			if err := os.Symlink(to, link); err != nil {
+				t.Fatal(err)
+			}
+			// Into a pipe, and into a regular file stdout was redirected to.
+			var pipe, stderr bytes.Buffer
+			cmd := exec.Command(bin, "get", "-q", "--json", base+"/f", "-o", link) // the summary must not go into the data
+			cmd.Stdout, cmd.Stderr = &pipe, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("get -o %s: %v: %s", link, err, stderr.String())
+			}
+			if !bytes.Equal(pipe.Bytes(), data) {
+				t.Errorf("stdout (a pipe) through %s got %d bytes, want %d", to, pipe.Len(), len(data))
+			}
+			if !strings.Contains(stderr.String(), `"verified"`) {
+				t.Errorf("the --json summary is not on stderr: %q", stderr.String())
+			}
+			file := filepath.Join(dir, "out")
+			f, err := os.Create(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd = exec.Command(bin, "get", "-q", base+"/f", "-o", link)
+			cmd.Stdout, cmd.Stderr = f, &stderr
+			err = cmd.Run()
+			f.Close()
+			if err != nil {
+				t.Fatalf("%v: %s", err, stderr.String())
+			}
+			sameFile(t, file, data)
+			if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("the link to %s was replaced: %v (%v)", to, fi.Mode(), err)
+			}
 		}
 	})
 
 	t.Run("symlink", func(t *testing.T) {
+		// A link to a regular file is replaced, never followed into the
+		// rename: its target is left alone, downloads that fail included.
 		dir := t.TempDir()
 		target, link := filepath.Join(dir, "target"), filepath.Join(dir, "link")
 		writeFile(t, dir, "target", []byte("old"))
 		if err := os.Symlink("target", link); err != nil {
 			t.Fatal(err)
 		}
-		get(t, "-o", link)
-		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			t.Fatalf("%s is no longer a link: %v, %v", link, fi.Mode(), err)
+		if code, _, _ := runCmd(t, "get", "-q", base+"/missing", "-o", link); code != exitServer {
+			t.Fatalf("a 404: exit %d", code)
 		}
-		sameFile(t, target, data)
+		sameFile(t, target, []byte("old"))
+		get(t, "-o", link)
+		if fi, err := os.Lstat(link); err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("%s after get: %v, %v; want the file in the link's place", link, fi.Mode(), err)
+		}
+		sameFile(t, link, data)
+		sameFile(t, target, []byte("old"))
+		// The same for a link planted where the remote name lands.
+		cwd := t.TempDir()
+		t.Chdir(cwd)
+		if err := os.Symlink(target, "f"); err != nil {
+			t.Fatal(err)
+		}
+		get(t)
+		sameFile(t, filepath.Join(cwd, "f"), data)
+		sameFile(t, target, []byte("old"))
+	})
+
+	t.Run("fifo-no-reader", func(t *testing.T) {
+		// Waited for as curl does, but --max-time (and Ctrl-C) end the wait.
+		fifo := filepath.Join(t.TempDir(), "pipe")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := runCmd(t, "get", "-q", "--max-time", "300ms", base+"/f", "-o", fifo); code != exitMaxTime {
+			t.Errorf("a FIFO nobody reads, --max-time 300ms: exit %d: %s", code, stderr)
+		}
+	})
+
+	t.Run("remote-name-is-a-directory", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		if err := os.Mkdir("f", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := runCmd(t, "get", "-q", base+"/f"); code != exitIO || !strings.Contains(stderr, "is a directory") {
+			t.Errorf("the remote name is a directory: exit %d: %s", code, stderr)
+		}
 	})
 
 	t.Run("directory", func(t *testing.T) {

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
@@ -145,7 +146,7 @@ func progressLine(name string, p fetch.Progress, rate float64, cols int) string 
 		return line()
 	}
 	room := cols - 1
-	over := func() int { return utf8.RuneCountInString(line()) - room }
+	over := func() int { return runewidth.StringWidth(line()) - room }
 	if over() > 0 {
 		phase = ""
 	}
@@ -154,12 +155,12 @@ func progressLine(name string, p fetch.Progress, rate float64, cols int) string 
 	}
 	full := name
 	if n := over(); n > 0 {
-		name = shorten(full, max(minName, utf8.RuneCountInString(full)-n))
+		name = shorten(full, max(minName, runewidth.StringWidth(full)-n))
 	}
 	if over() > 0 {
 		bar, name = 0, full // the bar's room goes to the name
 		if n := over(); n > 0 {
-			name = shorten(full, max(1, utf8.RuneCountInString(full)-n))
+			name = shorten(full, max(1, runewidth.StringWidth(full)-n))
 		}
 	}
 	return fit(line(), cols)
@@ -175,19 +176,19 @@ func progressBar(frac float64, width int) string {
 	return bar
 }
 
-// shorten cuts s to n runes, marking the cut with "…".
+// shorten cuts s to n columns of a terminal, marking the cut with "…"
+// (a wide character, CJK say, takes two columns).
 func shorten(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
+	if runewidth.StringWidth(s) <= n {
 		return s
 	}
 	if n <= 1 {
-		return string(r[:n])
+		return runewidth.Truncate(s, n, "")
 	}
-	return string(r[:n-1]) + "…"
+	return runewidth.Truncate(s, n, "…")
 }
 
-// fit cuts line to cols-1 runes on a terminal of cols columns (0: no limit).
+// fit cuts line to cols-1 columns on a terminal of cols columns (0: no limit).
 func fit(line string, cols int) string {
 	if cols <= 0 {
 		return line

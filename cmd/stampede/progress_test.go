@@ -4,7 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/mattn/go-runewidth"
 
 	"github.com/stampede-dev/stampede/fetch"
 )
@@ -15,12 +16,12 @@ import (
 // name and the phase.
 func TestProgressLineFits(t *testing.T) {
 	p := fetch.Progress{Phase: "downloading", Size: 3 << 30, Done: 1 << 30}
-	names := []string{"f", "ubuntu-24.04.1-desktop-amd64.iso", strings.Repeat("ñ", 80)}
+	names := []string{"f", "ubuntu-24.04.1-desktop-amd64.iso", strings.Repeat("ñ", 80), "日本語のファイル名はとても長いです-ダウンロード.iso"}
 	for _, name := range names {
 		for cols := 1; cols <= 200; cols++ {
 			line := progressLine(name, p, 12.5e6, cols)
-			if n := utf8.RuneCountInString(line); n > cols-1 && cols > 1 {
-				t.Fatalf("%d columns, name %q: %d runes: %q", cols, name, n, line)
+			if n := runewidth.StringWidth(line); n > cols-1 && cols > 1 {
+				t.Fatalf("%d columns, name %q: %d columns wide: %q", cols, name, n, line)
 			}
 			if cols >= 60 {
 				for _, want := range []string{"33%", "1.0 GiB / 3.0 GiB", "/s", "ETA 02:5"} {

@@ -12,7 +12,7 @@ import (
 	"github.com/stampede-dev/stampede/tracker"
 )
 
-func runServe(ctx context.Context, e *env, args []string) error {
+func runServe(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "serve", "DIR | --upstream URL", `Serve the files of DIR over HTTP, or front the web server at --upstream URL, as an
 origin stampede downloaders get the most of: ranges and validators, a manifest of
 every file at /.well-known/stampede/manifest/PATH (computed once, cached on disk,
@@ -185,7 +185,12 @@ names the files.`)
 			cancel()
 			return err
 		}
-		defer func() { cancel(); wait() }()
+		defer func() {
+			cancel()
+			if werr := wait(); err == nil {
+				err = werr
+			}
+		}()
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)

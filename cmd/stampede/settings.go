@@ -204,6 +204,10 @@ func (f *flagSet) setFrom(name string, v any, where string) error {
 			return usageErrorf("%s: --%s %q: %v", where, name, s, err)
 		}
 	}
+	if f.settings == nil {
+		f.settings = map[string]string{}
+	}
+	f.settings[name] = f.Lookup(name).Value.String()
 	return nil
 }
 

@@ -127,3 +127,32 @@ func TestSettingsErrors(t *testing.T) {
 		t.Errorf("get with a broken config: exit %d: %s", code, stderr.String())
 	}
 }
+
+// TestSettingsAreNotCommandLine: a setting is not a choice made on the
+// command line: get's --api from the environment (the daemon's address,
+// for the gets that use it) does not stop a plain get, and a config's
+// [get] limit-rate does not stop get --daemon.
+func TestSettingsAreNotCommandLine(t *testing.T) {
+	runEnv := func(vars map[string]string, args ...string) (int, string) {
+		var stderr strings.Builder
+		e := &env{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: &stderr, getenv: func(k string) string { return vars[k] }}
+		return run(t.Context(), args, e), stderr.String()
+	}
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	code, stderr := runEnv(map[string]string{"STAMPEDE_API": sock}, "get", "-q", "--retries", "0", "-o", filepath.Join(t.TempDir(), "f"), "http://127.0.0.1:1/f")
+	if code != exitNetwork {
+		t.Errorf("plain get with STAMPEDE_API set: exit %d: %s", code, stderr)
+	}
+	cfg := writeConfig(t, "[get]\nlimit-rate = \"20MB\"\n")
+	code, stderr = runEnv(map[string]string{"STAMPEDE_CONFIG": cfg, "STAMPEDE_LOG_FORMAT": "json"}, "get", "--daemon", "--api", sock, "http://127.0.0.1:1/f")
+	if strings.Contains(stderr, "not with --daemon") {
+		t.Errorf("get --daemon with settings for get: exit %d: %s", code, stderr)
+	}
+	// On the command line, still refused.
+	if code, stderr := runEnv(nil, "get", "--daemon", "--api", sock, "--limit-rate", "1MB", "http://127.0.0.1:1/f"); code != exitUsage || !strings.Contains(stderr, "--limit-rate: not with --daemon") {
+		t.Errorf("get --daemon --limit-rate: exit %d: %s", code, stderr)
+	}
+	if code, stderr := runEnv(nil, "get", "--api", sock, "http://127.0.0.1:1/f"); code != exitUsage || !strings.Contains(stderr, "go with --daemon") {
+		t.Errorf("get --api without --daemon: exit %d: %s", code, stderr)
+	}
+}

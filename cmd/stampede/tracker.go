@@ -57,7 +57,7 @@ func redacted(raw string) string {
 	return u.Redacted()
 }
 
-func runTracker(ctx context.Context, e *env, args []string) error {
+func runTracker(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlagSet(e, "tracker", "[--listen HOST:PORT]", `Run only a tracker: peers downloading the same file announce themselves to it
 and get a handful of others back, with an estimate of the swarm's size. Announces
 go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
@@ -114,7 +114,12 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 			cancel()
 			return err
 		}
-		defer func() { cancel(); wait() }()
+		defer func() {
+			cancel()
+			if werr := wait(); err == nil {
+				err = werr
+			}
+		}()
 	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "tracker on http://%s/announce\n", addr)
