@@ -41,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -140,7 +141,7 @@ type Gateway struct {
 	probes    *http.Client         // HEAD probes: no redirects followed
 	fetches   *http.Client         // bundle indexes: redirects followed
 	origins   *originclient.Client // manifests and pieces, over fetches
-	trackers  *http.Client         // tracker announces, without proxy settings
+	trackers  *http.Client         // tracker announces, through the upstream proxy too
 	upload    *ratelimit.Limiter
 	via       string    // our token in Via, to detect loops
 	selfProxy sync.Once // warns once that the upstream proxy is ourselves
@@ -467,26 +468,17 @@ func (g *Gateway) loops(r *http.Request, host string) bool {
 	return g.isSelf(host)
 }
 
-// isSelf reports whether host (HOST:PORT) is one of the addresses the
-// gateway listens on.
+// isSelf reports whether host (IP:PORT) is an address of one of the
+// gateway's listeners (listensOn). A target's host name is not looked up,
+// which would add a lookup to every request: a request sent back to us
+// under a name carries our Via. The upstream proxy's name is looked up
+// (upstream.go): its requests would not carry it.
 func (g *Gateway) isSelf(host string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.self[host]; ok {
-		return true
-	}
-	h, port, err := net.SplitHostPort(host)
+	ap, err := netip.ParseAddrPort(host)
 	if err != nil {
 		return false
 	}
-	if ip := net.ParseIP(h); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
-		for a := range g.self {
-			if _, p, _ := net.SplitHostPort(a); p == port {
-				return true
-			}
-		}
-	}
-	return false
+	return g.listensOn(ap.Addr(), ap.Port(), interfaceAddrs)
 }
 
 func (g *Gateway) badRequest(w http.ResponseWriter, r *http.Request, err error) {

@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -56,6 +59,112 @@ func TestUpstreamProxyIsSelf(t *testing.T) {
 	if n := strings.Count(logs.String(), "the upstream proxy is this gateway"); n != 1 {
 		t.Errorf("warned %d times, want once: %s", n, logs.String())
 	}
+}
+
+// TestUpstreamProxyIsSelfByName: the gateway is recognised as its own
+// upstream proxy under a host name too, here "localhost", which resolves
+// to the loopback address it listens on.
+func TestUpstreamProxyIsSelfByName(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("direct")) }))
+	defer origin.Close()
+	var logs syncBuffer
+	g := startGateway(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, port, _ := net.SplitHostPort(g.addr)
+	self, _ := url.Parse("http://localhost:" + port)
+	g.transport.Proxy = g.proxyFor(self)
+	for range 2 {
+		res, body := get(t, g.proxyClient(), http.MethodGet, origin.URL+"/x", nil)
+		if res.StatusCode != 200 || string(body) != "direct" {
+			t.Fatalf("with %s, the gateway, as its upstream proxy: %s %q", self.Host, res.Status, body)
+		}
+	}
+	if n := strings.Count(logs.String(), "the upstream proxy is this gateway"); n != 1 {
+		t.Errorf("warned %d times, want once: %s", n, logs.String())
+	}
+}
+
+// TestUpstreamProxyIsSelfOnEveryInterface: a gateway listening on every
+// interface (0.0.0.0) is also reached at the machine's own network
+// addresses, so a proxy that names one of them with the gateway's port is
+// the gateway.
+func TestUpstreamProxyIsSelfOnEveryInterface(t *testing.T) {
+	lan := nonLoopbackAddr(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("direct")) }))
+	defer origin.Close()
+	g := startGateway(t, Config{})
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve on %s: %v", ln.Addr(), err)
+		}
+	})
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	self, _ := url.Parse("http://" + net.JoinHostPort(lan.String(), port))
+	g.transport.Proxy = g.proxyFor(self)
+	res, body := get(t, g.proxyClient(), http.MethodGet, origin.URL+"/x", nil)
+	if res.StatusCode != 200 || string(body) != "direct" {
+		t.Fatalf("with %s, the gateway on 0.0.0.0, as its upstream proxy: %s %q", self.Host, res.Status, body)
+	}
+}
+
+// TestListensOn: which addresses reach a listener, by what it is bound to.
+func TestListensOn(t *testing.T) {
+	lan := netip.MustParseAddr("192.0.2.2") // the machine's, for local
+	local := func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1"), lan} }
+	for _, tc := range []struct {
+		listen, dial string
+		want         bool
+	}{
+		{"127.0.0.1:8642", "127.0.0.1:8642", true},
+		{"127.0.0.1:8642", "[::ffff:127.0.0.1]:8642", true},
+		{"127.0.0.1:8642", "0.0.0.0:8642", true}, // dialing nowhere in particular reaches loopback
+		{"127.0.0.1:8642", "127.0.0.1:8643", false},
+		{"127.0.0.1:8642", "127.0.0.2:8642", false},
+		{"127.0.0.1:8642", "[::1]:8642", false},
+		{"127.0.0.1:8642", "192.0.2.2:8642", false},
+		{"0.0.0.0:8642", "[::1]:8642", true},
+		{"0.0.0.0:8642", "192.0.2.2:8642", true},
+		{"[::]:8642", "192.0.2.2:8642", true},
+		{"0.0.0.0:8642", "198.51.100.7:8642", false}, // another machine's
+		{"0.0.0.0:8642", "192.0.2.2:80", false},
+		{"192.0.2.2:8642", "192.0.2.2:8642", true},
+		{"192.0.2.2:8642", "127.0.0.1:8642", false},
+	} {
+		g := &Gateway{self: map[string]struct{}{tc.listen: {}}}
+		dial := netip.MustParseAddrPort(tc.dial)
+		if got := g.listensOn(dial.Addr(), dial.Port(), local); got != tc.want {
+			t.Errorf("listening on %s, %s is the gateway: %v, want %v", tc.listen, tc.dial, got, tc.want)
+		}
+	}
+}
+
+// nonLoopbackAddr returns one of the machine's own network addresses that
+// is not a loopback one, or skips the test.
+func nonLoopbackAddr(t *testing.T) netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skipf("no interface addresses: %v", err)
+	}
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		// Link-local addresses are left out: an IPv6 one is reached only
+		// with its zone.
+		if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			return ip.Unmap()
+		}
+	}
+	t.Skip("this machine has no network address but loopback ones")
+	return netip.Addr{}
 }
 
 // TestAccessLog: at debug level (stampede gateway -v) every request is
