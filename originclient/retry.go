@@ -27,8 +27,9 @@ func (c *Client) Do(ctx context.Context, method string, u *url.URL, hdr http.Hea
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	req.Header.Set("User-Agent", "stampede")
+	scope := parseAuthScope(c.cfg.AuthHost)
 	for k, v := range c.cfg.Header {
-		if credentialHeader(k) && !isDomainOrSubdomain(hostKey(u.Hostname()), hostKey(c.cfg.AuthHost)) {
+		if credentialHeader(k) && !scope.allows(u) {
 			continue
 		}
 		req.Header[k] = v
@@ -41,7 +42,7 @@ func (c *Client) Do(ctx context.Context, method string, u *url.URL, hdr http.Hea
 		req.Header.Set(contract.ReasonHeader, reason)
 	}
 	c.count(reason)
-	return c.cfg.Client.Do(req)
+	return scope.guardRedirects(c.cfg.Client, req).Do(req)
 }
 
 // DoPatiently is Do, waiting out 503 answers for their Retry-After until
