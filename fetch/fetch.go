@@ -107,9 +107,10 @@ type Config struct {
 	Client      *http.Client
 	// Header is sent with every request to the server (originclient's
 	// Config.Header): never to peers or trackers. Its credentials
-	// (Authorization, Cookie) go only to URL's host and its subdomains,
-	// not to another host a redirect or the manifest's link leads to
-	// (originclient's Config.AuthHost).
+	// (Authorization, Cookie) go only to URL's scheme, host and port (and
+	// the host's subdomains on the same scheme and port), not to another
+	// place a redirect or the manifest's link leads to (originclient's
+	// Config.AuthHost).
 	Header http.Header
 	Logger *slog.Logger
 	// Swarm configures the peer side; by default a download whose manifest
@@ -244,7 +245,7 @@ func New(cfg Config) (*Download, error) {
 	}
 	d := &Download{cfg: cfg, url: u, lim: ratelimit.New(cfg.LimitRate)}
 	d.oc = originclient.New(originclient.Config{
-		Client: cfg.Client, Header: cfg.Header, AuthHost: u.Hostname(), Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
+		Client: cfg.Client, Header: cfg.Header, AuthHost: u.Scheme + "://" + u.Host, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
 		MaxRetryAfter: cfg.MaxRetryAfter, IdleTimeout: cfg.IdleTimeout, OriginIdleTimeout: cfg.Swarm.OriginIdleTimeout,
 	})
 	d.phase.Store("connecting")

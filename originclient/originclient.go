@@ -77,12 +77,14 @@ type Config struct {
 	// credentials (Authorization, Cookie: the headers Go's client drops
 	// on a redirect to another host) go only to AuthHost.
 	Header http.Header
-	// AuthHost is the host name Header's credentials were given for.
-	// They go to it and its subdomains only, the rule Go's client applies
-	// to redirects, and which must hold after them too: the probe's
-	// redirect to another host sends none, but the pieces are then asked
-	// of that host directly, and a manifest link may name a third. With
-	// no AuthHost they go nowhere. Package fetch sets its URL's.
+	// AuthHost says where Header's credentials were given for: the
+	// scheme, host and port of the URL (https://example.com:8443, without
+	// its userinfo). They go there, and to the host's subdomains on the
+	// same scheme and port, only (auth.go), after redirects too: the
+	// probe's redirect to another host sends none, but the pieces are then
+	// asked of that host directly, and a manifest link may name a third.
+	// A bare host name checks the host alone. With no AuthHost they go
+	// nowhere. Package fetch sets its URL's.
 	AuthHost string
 	// Logger receives the client's log (default: discard).
 	Logger *slog.Logger

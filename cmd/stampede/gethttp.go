@@ -161,9 +161,10 @@ func validHeaderValue(v string) bool {
 
 // getCredentials are where a URL's Basic credentials come from, first to
 // last: a -H Authorization (sent as given), the URL's user:password@, -u,
-// then the .netrc entry of the URL's host. They go to that host and its
-// subdomains only (originclient.Config.AuthHost), so a redirect elsewhere
-// does not carry them.
+// then the .netrc entry of the URL's host. They go to the URL's scheme,
+// host and port only, and the host's subdomains on those
+// (originclient.Config.AuthHost), so a redirect elsewhere does not carry
+// them.
 type getCredentials struct {
 	user  *url.Userinfo // -u
 	netrc *netrc.Netrc  // --netrc, --netrc-file

@@ -173,9 +173,22 @@ func TestGetURLCredentials(t *testing.T) {
 // requests sent there directly afterwards (the file's body).
 func TestGetCredentialsNotRedirected(t *testing.T) {
 	data := randomBytes(1<<20, 22)
-	there, rc := startRecorded(t, data)
-	// The same loopback server under another host name.
-	elsewhere := strings.Replace(there, "127.0.0.1", "localhost", 1)
+	// The redirect goes to the same loopback server under another host
+	// name, or on the same host to another port (curl drops credentials
+	// there too).
+	for _, name := range []string{"host", "port"} {
+		t.Run(name, func(t *testing.T) {
+			there, rc := startRecorded(t, data)
+			elsewhere := there
+			if name == "host" {
+				elsewhere = strings.Replace(there, "127.0.0.1", "localhost", 1)
+			}
+			testCredentialsNotRedirected(t, data, elsewhere, rc)
+		})
+	}
+}
+
+func testCredentialsNotRedirected(t *testing.T, data []byte, elsewhere string, rc *recorder) {
 	here := &recorder{}
 	srv := httptest.NewServer(here.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, elsewhere+r.URL.Path, http.StatusFound)
@@ -192,14 +205,14 @@ func TestGetCredentialsNotRedirected(t *testing.T) {
 	}
 	reqs := rc.all()
 	if len(reqs) < 2 {
-		t.Fatalf("%d requests to the other host; want the redirected probe and the body", len(reqs))
+		t.Fatalf("%d requests to the other server; want the redirected probe and the body", len(reqs))
 	}
 	for _, r := range reqs {
 		if r.host != strings.TrimPrefix(elsewhere, "http://") {
 			t.Errorf("a request for host %s", r.host)
 		}
 		if r.header.Get("Authorization") != "" || r.header.Get("Cookie") != "" {
-			t.Errorf("%s %s on another host: Authorization %q, Cookie %q", r.method, r.path, r.header.Get("Authorization"), r.header.Get("Cookie"))
+			t.Errorf("%s %s on another server: Authorization %q, Cookie %q", r.method, r.path, r.header.Get("Authorization"), r.header.Get("Cookie"))
 		}
 		if r.header.Get("X-Test") != "t" {
 			t.Errorf("%s %s: X-Test %q; headers other than credentials follow", r.method, r.path, r.header.Get("X-Test"))
