@@ -19,7 +19,7 @@ import (
 )
 
 // The integration tests run the real stampede binary, built once per test
-// process (or taken from STAMPEDE_BENCH_BIN).
+// process (or taken from STAMPEDETEST_BENCH_BIN).
 
 var (
 	binOnce sync.Once
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 func stampedeBin(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		if p := os.Getenv("STAMPEDE_BENCH_BIN"); p != "" {
+		if p := os.Getenv("STAMPEDETEST_BENCH_BIN"); p != "" {
 			binPath = p
 			return
 		}

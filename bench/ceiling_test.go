@@ -18,10 +18,10 @@ import (
 // (docs/benchmarks.md, seventh pass): on 2 cores it was 47 MB/s (94%,
 // the TCP/IP headers being most of the rest) at half the CPU, so the
 // network emulation alone does not hold flash50 back. Opt-in
-// (STAMPEDE_NETNS_CEILING=1, root): it takes about a minute.
+// (STAMPEDETEST_NETNS_CEILING=1, root): it takes about a minute.
 func TestNetnsMeshCeiling(t *testing.T) {
-	if os.Getenv("STAMPEDE_NETNS_CEILING") == "" || os.Geteuid() != 0 {
-		t.Skip("set STAMPEDE_NETNS_CEILING=1 and run as root")
+	if os.Getenv("STAMPEDETEST_NETNS_CEILING") == "" || os.Geteuid() != 0 {
+		t.Skip("set STAMPEDETEST_NETNS_CEILING=1 and run as root")
 	}
 	const (
 		hosts   = 50

@@ -124,17 +124,17 @@ func heapPeak() (stop func() uint64) {
 
 // A 2 GiB file streams through the gateway with the heap bounded by the
 // window and a fixed allowance, not by the file: the body goes through
-// the cache file on disk. STAMPEDE_GATEWAY_BIG=SIZE (bytes, e.g. 8589934592)
+// the cache file on disk. STAMPEDETEST_GATEWAY_BIG=SIZE (bytes, e.g. 8589934592)
 // runs it with another size.
 func TestBigDownloadMemoryBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the 2 GiB download")
 	}
 	size := int64(2 << 30)
-	if s := os.Getenv("STAMPEDE_GATEWAY_BIG"); s != "" {
+	if s := os.Getenv("STAMPEDETEST_GATEWAY_BIG"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
-			t.Fatalf("STAMPEDE_GATEWAY_BIG=%q: want a size in bytes", s)
+			t.Fatalf("STAMPEDETEST_GATEWAY_BIG=%q: want a size in bytes", s)
 		}
 		size = n
 	}

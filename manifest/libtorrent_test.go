@@ -21,7 +21,7 @@ import (
 // a missing oracle fails the run instead of skipping it.
 const (
 	python               = "/usr/bin/python3"
-	requireLibtorrentEnv = "STAMPEDE_REQUIRE_LIBTORRENT"
+	requireLibtorrentEnv = "STAMPEDETEST_REQUIRE_LIBTORRENT"
 )
 
 // oracle runs a testdata script and returns the fields of each output line.

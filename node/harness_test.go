@@ -58,7 +58,7 @@ func randomBytes(n int, seed uint64) []byte {
 }
 
 // testLogger writes to the test's output at level, or at debug level for
-// every logger when STAMPEDE_TEST_DEBUG is set (for one test at a time:
+// every logger when STAMPEDETEST_DEBUG is set (for one test at a time:
 // go test -run TestX -v ./node).
 func testLogger(t *testing.T, level slog.Level) *slog.Logger {
 	if testDebug {
@@ -67,7 +67,7 @@ func testLogger(t *testing.T, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
 }
 
-var testDebug = os.Getenv("STAMPEDE_TEST_DEBUG") != ""
+var testDebug = os.Getenv("STAMPEDETEST_DEBUG") != ""
 
 // network is where a test's components listen and dial: real loopback or a
 // memnet.Network.

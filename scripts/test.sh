@@ -10,16 +10,16 @@ cd "$(dirname "$0")/.."
 ./scripts/install-test-deps.sh --if-root
 # What is installed must be used: these tests fail rather than skip.
 if /usr/bin/python3 -c 'import libtorrent' 2>/dev/null; then
-	export STAMPEDE_REQUIRE_LIBTORRENT=1
+	export STAMPEDETEST_REQUIRE_LIBTORRENT=1
 fi
 if command -v redis-server >/dev/null; then
 	export STAMPEDE_REQUIRE_REDIS=1
 fi
 if command -v promtool >/dev/null; then
-	export STAMPEDE_REQUIRE_PROMTOOL=1
+	export STAMPEDETEST_REQUIRE_PROMTOOL=1
 fi
 if command -v chromium >/dev/null; then
-	export STAMPEDE_REQUIRE_CHROMIUM=1
+	export STAMPEDETEST_REQUIRE_CHROMIUM=1
 fi
 
 go vet ./...

@@ -5,7 +5,7 @@
 //
 // Chromium is Debian's chromium package, driven over its DevTools
 // protocol by github.com/chromedp/chromedp (docs/dependencies.md). A test
-// skips without it, unless STAMPEDE_REQUIRE_CHROMIUM=1 (scripts/test.sh
+// skips without it, unless STAMPEDETEST_REQUIRE_CHROMIUM=1 (scripts/test.sh
 // sets it when chromium is installed).
 package dashboardtest
 
@@ -30,7 +30,7 @@ import (
 )
 
 // RequireEnv, set to 1, makes a missing Chromium a failure.
-const RequireEnv = "STAMPEDE_REQUIRE_CHROMIUM"
+const RequireEnv = "STAMPEDETEST_REQUIRE_CHROMIUM"
 
 // Timeout bounds each wait for the page.
 const Timeout = 10 * time.Second

@@ -21,7 +21,7 @@ import (
 // and passes the linter `promtool check metrics` runs (names, units,
 // suffixes, help texts), in this process; and then, when promtool is on
 // PATH, unless promtool itself passes it. Without promtool that last part
-// is skipped, or fails when STAMPEDE_REQUIRE_PROMTOOL=1 (scripts/test.sh
+// is skipped, or fails when STAMPEDETEST_REQUIRE_PROMTOOL=1 (scripts/test.sh
 // sets it when it installed promtool). It returns the page's families by
 // name.
 func Check(t testing.TB, page []byte) map[string]bool {
@@ -45,10 +45,10 @@ func Check(t testing.TB, page []byte) map[string]bool {
 
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("STAMPEDE_REQUIRE_PROMTOOL") == "1" {
-			t.Fatalf("STAMPEDE_REQUIRE_PROMTOOL=1 and no promtool: %v", err)
+		if os.Getenv("STAMPEDETEST_REQUIRE_PROMTOOL") == "1" {
+			t.Fatalf("STAMPEDETEST_REQUIRE_PROMTOOL=1 and no promtool: %v", err)
 		}
-		t.Logf("no promtool (set STAMPEDE_REQUIRE_PROMTOOL=1 to fail instead): checked in process only")
+		t.Logf("no promtool (set STAMPEDETEST_REQUIRE_PROMTOOL=1 to fail instead): checked in process only")
 		return names
 	}
 	cmd := exec.CommandContext(t.Context(), promtool, "check", "metrics")
