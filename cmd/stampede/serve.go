@@ -177,21 +177,12 @@ names the files.`)
 	if err != nil {
 		return err
 	}
-	if *admin != "" {
-		ctx, cancel := context.WithCancel(ctx)
-		wait, err := startAdmin(ctx, e, *admin, srv.AdminHandler(), true, cfg.Logger)
-		if err != nil {
-			ln.Close()
-			cancel()
-			return err
-		}
-		defer func() {
-			cancel()
-			if werr := wait(); err == nil {
-				err = werr
-			}
-		}()
+	stopAdmin, err := startAdmin(ctx, e, *admin, srv.AdminHandler(), true, cfg.Logger)
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	defer stopAdmin(&err)
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)
 	if cfg.Tracker != nil {

@@ -106,21 +106,12 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	if err != nil {
 		return err
 	}
-	if *admin != "" {
-		ctx, cancel := context.WithCancel(ctx)
-		wait, err := startAdmin(ctx, e, *admin, tr.AdminHandler(), false, log)
-		if err != nil {
-			ln.Close()
-			cancel()
-			return err
-		}
-		defer func() {
-			cancel()
-			if werr := wait(); err == nil {
-				err = werr
-			}
-		}()
+	stopAdmin, err := startAdmin(ctx, e, *admin, tr.AdminHandler(), false, log)
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	defer stopAdmin(&err)
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "tracker on http://%s/announce\n", addr)
 	if e.ready != nil {
