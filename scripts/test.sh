@@ -13,7 +13,7 @@ if /usr/bin/python3 -c 'import libtorrent' 2>/dev/null; then
 	export STAMPEDETEST_REQUIRE_LIBTORRENT=1
 fi
 if command -v redis-server >/dev/null; then
-	export STAMPEDE_REQUIRE_REDIS=1
+	export STAMPEDETEST_REQUIRE_REDIS=1
 fi
 if command -v promtool >/dev/null; then
 	export STAMPEDETEST_REQUIRE_PROMTOOL=1

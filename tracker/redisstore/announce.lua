@@ -1,125 +1,177 @@
 
--- announce: ARGV[8] the swarm cap, ARGV[9] the table cap, ARGV[10] a key
--- for the estimator's hash, should a swarm have none yet; then one or more
--- announces, of ANNOUNCE arguments each: now, a random seed, now less the
--- expiry and the estimator's bucket (as ARGV[1], [5], [6], [7], which they
--- replace for it), the swarm's name, id (hex), ip, port, "1" if a seed,
--- the event, numwant. The tracker sends together the announces made at
--- once (group commit): each is applied in turn, as a call of its own would
--- apply it, and a script failure fails them all.
+-- announce: args[7] the swarm cap, args[8] the table cap, args[9] the
+-- estimator's key the tracker hashed ids with; then one or more announces,
+-- of ANNOUNCE arguments each: now and the estimator's bucket (as args[1]
+-- and [6], which they replace for it), the swarm's name, id (hex), info
+-- ("1|ip|port" for a seed, else "0|ip|port"), the event, numwant, the
+-- estimator's bits for the id (see count). The tracker sends together the
+-- announces made at once (group commit): each is applied in turn, as a
+-- call of its own would apply it, and a failure fails them all.
 --
--- Returns, per announce, {kind, swarm size, complete, peers stopped,
--- expired, table full, swarms idle, limit, peers}: kind 0 peers picked for
--- the asker, 1 rate limited, 2 late (both: the cached list), 3 stopped (no
--- peers).
-local maxSwarms, capacity, newKey = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
-local ANNOUNCE = 11
+-- Returns one list, of, for each announce in turn: its kind, plus 4 if a
+-- peer was pushed out of the full table, plus 8 if the counts of other
+-- removals follow; swarm size, complete; should they follow, peers
+-- stopped, expired, swarms idle, limit; the number of values of peers
+-- that follow, the values. Kind 0: the peers for the asker (see pickFor);
+-- 1 rate limited, 2 late: the cached list, one string of lines; 3
+-- stopped, none. One list, rather than one per announce: Redis looks each
+-- list it answers with over for the fields that make it something else
+-- (an error, a status, a map...), and values it makes take time.
+local maxSwarms, capacity
+local ANNOUNCE = 8
 
-local function announce(o)
-	at(ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
-	local name, id, ip, port = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7]
-	local seeding, event, numwant = ARGV[o + 8], ARGV[o + 9], tonumber(ARGV[o + 10])
+-- header appends to out the values an answer starts with (see above),
+-- with 0 for the swarm size, complete and the count of the values of peers
+-- that follow, and returns where the swarm size and that count go.
+local function header(out, kind, stopped, full, expired, idle, limit)
+	local k = #out
+	if stopped + expired + idle + limit > 0 then
+		out[k + 1], out[k + 2], out[k + 3] = kind + 4 * full + 8, 0, 0
+		out[k + 4], out[k + 5], out[k + 6], out[k + 7] = stopped, expired, idle, limit
+		out[k + 8] = 0
+		return k + 2, k + 8
+	end
+	out[k + 1], out[k + 2], out[k + 3], out[k + 4] = kind + 4 * full, 0, 0, 0
+	return k + 2, k + 4
+end
+
+-- answer appends to out the answer to an announce to sw, with the cached
+-- list (nil: no peers).
+local function answer(out, sw, kind, stopped, full, expired, idle, limit, list)
+	local at, count = header(out, kind, stopped, full, expired, idle, limit)
+	local n, c = size(sw)
+	flush(sw)
+	out[at], out[at + 1] = n, c
+	if list then out[count], out[count + 1] = 1, list end
+end
+
+-- announce applies the announce whose arguments start at args[o], and
+-- appends its answer to out.
+local function announce(args, o, out)
+	at(args[o], args[o + 1])
+	local name, id, v = args[o + 2], args[o + 3], args[o + 4]
+	local event, numwant = args[o + 5], tonumber(args[o + 6])
 	local idle, limit = 0, 0
 
 	-- The swarm. One idle for EXPIRY goes on as if new (all its peers have
 	-- expired; Stats counts it dropped). A new one first sweeps away (a few)
 	-- idle ones, then, past maxSwarms, pushes out the one idle longest.
+	-- The registry is told of a swarm's announces at most once per GAP,
+	-- which spares most announces a ZADD; a swarm may then go as idle, or
+	-- be pushed out, up to GAP sooner than in memory.
 	local sw = open(name)
-	if redis.call('ZADD', reg, nowS, name) == 1 then
-		idle = idle + dropIdle(16)
-		while redis.call('ZCARD', reg) > maxSwarms do
-			-- The one idle longest, never this one (a tie, a clock gone back).
-			local oldest = redis.call('ZRANGE', reg, 0, 1)
-			local victim = oldest[1] == name and oldest[2] or oldest[1]
-			redis.call('ZREM', reg, victim)
-			drop(open(victim))
-			limit = limit + 1
-		end
-	end
-
 	local row = readMeta(sw, id)
-	local expired = expire(sw)
-	local seen = num(redis.call('ZSCORE', sw.p, id))
-	-- The row read before expiry went is the peer's only if it is still there.
-	local old = seen and row
-
-	local function answer(kind, stopped, full, peers)
-		local n, c = size(sw)
-		flush(sw)
-		return { kind, n, c, stopped, expired, full, idle, limit, peers }
+	local ra = sw.meta[RA]
+	if not (ra and now >= ra and now - ra < GAP) then
+		if call('ZADD', reg, nowS, name) == 1 then
+			idle = idle + dropIdle(16)
+			while call('ZCARD', reg) > maxSwarms do
+				-- The one idle longest, never this one (a tie, a clock gone back).
+				local oldest = call('ZRANGE', reg, 0, 1)
+				local victim = oldest[1] == name and oldest[2] or oldest[1]
+				call('ZREM', reg, victim)
+				drop(open(victim))
+				limit = limit + 1
+			end
+		end
+		sw.w[RA] = now
 	end
+
+	local expired = expire(sw)
+	-- A peer has a row if and only if it is in the table; the row read
+	-- before expiry went is the peer's only if it is still there.
+	local seen = row and num(call('ZSCORE', sw.p, id .. '|' .. row))
+	local old = seen and row
 
 	if event == 'stopped' then
 		-- Peers learn each other's ids: only the address a peer announced
 		-- from may take it out.
+		local ip = infoIP(v)
 		if old then
-			local _, oldIP = info(old)
-			if oldIP == ip then
-				redis.call('ZREM', sw.p, id)
+			if infoIP(old) == ip then
+				call('ZREM', sw.p, id .. '|' .. old)
 				setPeer(sw, id, old, nil)
-				local x = stops(sw, cur)
-				redis.call('INCR', x)
+				local _, bS = bucket(sw)
+				local x = stops(sw, bS)
+				call('INCR', x)
 				expiring(x)
-				counted(sw)
-				redis.call('ZADD', sw.d, nowS, id .. '|' .. ip)
-				redis.call('ZREMRANGEBYRANK', sw.d, 0, -DEPARTURES - 1)
-				expiring(sw.d)
-				touch(sw)
-				return answer(3, 1, 0, '')
+				counted(sw, bS)
+				local d = key(sw, 'd')
+				call('ZADD', d, nowS, id .. '|' .. ip)
+				call('ZREMRANGEBYRANK', d, 0, -DEPARTURES - 1)
+				expiring(d)
+				local dl = sw.meta[DL]
+				if not dl or now > dl then sw.w[DL] = now end
+				return answer(out, sw, 3, 1, 0, expired, idle, limit, nil)
 			end
 		end
-		return answer(3, 0, 0, '')
+		return answer(out, sw, 3, 0, 0, expired, idle, limit, nil)
 	end
-	if not seen and event ~= 'started' then
-		-- A late announce of a peer that has left.
-		local at = num(redis.call('ZSCORE', sw.d, id .. '|' .. ip))
-		if at and now - at < interval then return answer(2, 0, 0, cached(sw)) end
+	-- A late announce of a peer that has left, unless none left within
+	-- the interval.
+	local dl = sw.meta[DL]
+	if not seen and event ~= 'started' and dl and now - dl < interval then
+		local at = num(call('ZSCORE', key(sw, 'd'), id .. '|' .. infoIP(v)))
+		if at and now - at < interval then return answer(out, sw, 2, 0, 0, expired, idle, limit, cached(sw)) end
 	end
-	if seen and now - seen < GAP and (event ~= 'completed' or (old and string.sub(old, 1, 1) == '1')) then
-		return answer(1, 0, 0, cached(sw))
+	if seen and now - seen < GAP and (event ~= 'completed' or complete(old)) then
+		return answer(out, sw, 1, 0, 0, expired, idle, limit, cached(sw))
 	end
 
 	local full = 0
 	if not old and sw.n >= capacity then
-		local gone = redis.call('ZPOPMIN', sw.p)
-		setPeer(sw, gone[1], redis.call('HGET', sw.i, gone[1]), nil)
-		sw.w.ovf = now
+		local gone = call('ZPOPMIN', sw.p)[1]
+		setPeer(sw, lineID(gone), lineRow(gone), nil)
+		sw.w[OVF] = now
 		full = 1
 	end
-	if redis.call('ZADD', sw.p, nowS, id) == 1 and sw.n == 0 then expiring(sw.p) end
-	local lo = sw.w.lo or sw.meta.lo
-	if sw.n == 0 or (lo and now < lo) then sw.w.lo = now end
 	-- New, or moved (a new address: the latest announce is where it can be
 	-- reached), or now a seed.
-	setPeer(sw, id, old or nil, seeding .. '|' .. ip .. '|' .. port)
+	local line = id .. '|' .. v
+	if old and old ~= v then call('ZREM', sw.p, id .. '|' .. old) end
+	if call('ZADD', sw.p, nowS, line) == 1 and sw.n == 0 then expiring(sw.p) end
+	local lo = sw.w[LO] or sw.meta[LO]
+	if sw.n == 0 or (lo and now < lo) then sw.w[LO] = now end
 	if event == 'started' then
-		if redis.call('LPUSH', sw.a, id) > ARRIVALS then
-			redis.call('LTRIM', sw.a, 0, ARRIVALS - 1)
+		local a = key(sw, 'a')
+		if call('LPUSH', a, id) > ARRIVALS then
+			call('LTRIM', a, 0, ARRIVALS - 1)
 		end
-		expiring(sw.a)
-		sw.w.arr = now
+		expiring(a)
+		sw.w[ARR] = now
 	end
-	-- The estimator counts a hash of the id keyed by the swarm's own secret:
-	-- ids chosen to pile up in one register (Redis hashes what it is given
-	-- with a fixed seed) would swing the estimate. Each bucket gets its TTL
-	-- when it is made.
-	local key = sw.meta.k
-	if not key then
-		key = newKey
-		sw.w.k = key
+	count(sw, args[o + 7])
+
+	-- A newcomer is picked peers for before it is added to them, which
+	-- spares the pick a peer to leave out (and the set of peers it drew
+	-- from, if any, was made before, and has its TTL).
+	local at, count = header(out, 0, 0, full, expired, idle, limit)
+	if old then
+		setPeer(sw, id, old, v)
+		out[count] = pickFor(sw, line, id, numwant, reachable(v) and 1 or 0, out)
+	else
+		local drew
+		out[count], drew = pickFor(sw, line, id, numwant, 0, out)
+		if setPeer(sw, id, nil, v, true) and not drew then expiring(key(sw, 'r')) end
 	end
-	local h = hll(sw, cur)
-	if redis.call('PFADD', h, redis.sha1hex(key .. id)) == 1 then counted(sw) end
-	if sw.meta.hb ~= curS then
-		expiring(h)
-		sw.w.hb = curS
-	end
-	touch(sw)
-	return answer(0, 0, full, pick(sw, id, numwant))
+	local n, c = size(sw)
+	flush(sw)
+	out[at], out[at + 1] = n, c
 end
 
-local out = {}
-for o = 11, #ARGV, ANNOUNCE do
-	out[#out + 1] = announce(o)
+local function announceAll(args)
+	setup(args)
+	maxSwarms, capacity = tonumber(args[7]), tonumber(args[8])
+	-- The estimator's bits come from a hash of the id keyed by a secret
+	-- every tracker sharing the Redis takes from it, so that each counts a
+	-- peer once, and no one can choose ids that set the same bits; a
+	-- tracker whose key is not the one in Redis (it went) loads it anew.
+	if call('GET', prefix .. 'key') ~= args[9] then
+		return redis.error_reply('STALEKEY the estimator key changed')
+	end
+	local out = {}
+	for o = 10, #args, ANNOUNCE do
+		announce(args, o, out)
+	end
+	return out
 end
-return out

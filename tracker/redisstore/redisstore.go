@@ -3,52 +3,56 @@
 // serve" behind one name) share them: a peer announcing to any replica
 // finds the peers that announced to the others, and a replica restarting
 // loses nothing. It takes the decisions package tracker's MemoryStore takes,
-// as Lua scripts that Redis runs atomically (announce.lua, peers.lua and
-// stats.lua after swarm.lua), and is held to the same behaviour by the
-// conformance suite in package storetest.
+// in Lua that Redis runs atomically (announce.lua, peers.lua and stats.lua
+// after swarm.lua, loaded as Redis functions: see scripts.go), and is held
+// to the same behaviour by the conformance suite in package storetest.
 //
 // # Key layout
 //
 // Under a prefix (Config.Prefix, default "stampede:tracker:"), with S the
-// swarm's name "<root hex>:<size>" and a peer's line "id|complete|ip|port"
-// (id in hex, complete 0 or 1, port 0 when it accepts no connections):
+// swarm's name "<first half of the root, hex>:<size>" and a peer's line
+// "id|complete|ip|port" (id in hex, complete 0 or 1, port 0 when it
+// accepts no connections):
 //
-//	swarms           ZSET   S -> last announce (ms): the swarms, for the
-//	                        idle and MaxSwarms drops
-//	{S}:p            ZSET   peer id -> last seen (ms): the table
+//	swarms           ZSET   S -> last announce (ms), told at most once a
+//	                        second: the swarms, for the idle and MaxSwarms
+//	                        drops
+//	key              STRING the secret the estimator's hashes of ids are
+//	                        keyed with, for every tracker (no TTL)
+//	{S}:p            ZSET   peer's line -> last seen (ms): the table
 //	{S}:i            HASH   peer id -> "complete|ip|port", one padding
 //	                        field "~" (which keeps it a hash table), and
-//	                        the swarm's own fields: n and c (the table's
-//	                        size and seeds), tt (TTLs renewed), ovf (last
-//	                        overflow), arr (last arrival), lo (no peer in
-//	                        the table was seen before), est, estb, esta,
-//	                        dn (the estimate and when it was made), hb (the
-//	                        bucket last given a TTL), k (the key of the id
-//	                        hash the estimator counts), cache and cat (the
-//	                        peer list for announces that come too soon, and
-//	                        its time)
+//	                        the swarm's own fields (swarm.lua's FIELDS):
+//	                        n and c (the table's size and seeds), ovf (last
+//	                        overflow), est, estb, dn (the estimate, its
+//	                        bucket, the bits counted since), arr (last
+//	                        arrival), lo (no peer in the table was seen
+//	                        before), dl (last peer that said stopped), ra
+//	                        (last announce the registry was told of), hb
+//	                        (latest bucket), cache and cat (the peer list
+//	                        for announces that come too soon, and its time)
 //	{S}:r            SET    lines of the peers that accept connections
 //	{S}:rs           SET    lines of the seeds that accept connections
 //	{S}:a            LIST   ids of the 16 latest arrivals, newest first
 //	{S}:d            ZSET   "id|ip" -> when it said stopped (the 64 latest)
-//	{S}:h:<bucket>   HLL    keyed hashes of the ids heard from in one half
-//	                        interval (bucket: ms since the epoch / half an
-//	                        interval)
+//	{S}:h:<bucket>   STRING the estimator's bits of the ids heard from in
+//	                        one half interval (bucket: ms since the epoch /
+//	                        half an interval), 4 KiB at most
 //	{S}:x:<bucket>   STRING peers that said stopped in that half interval
-//	{S}:w            HLL    scratch for merging the buckets, deleted at once
+//	{S}:w            STRING scratch for merging the buckets, deleted at once
 //
 // # Bounds
 //
 // Nothing an announce carries grows Redis without bound: a swarm holds at
 // most MaxPeersPerSwarm peers (a newcomer to a full table pushes out the
 // one seen longest ago), 16 arrivals, 64 departures, a cached list of 51
-// peers and the HyperLogLogs of the last seven half intervals (at most
-// 12 KiB each); at most MaxSwarms swarms are kept (a new one pushes out
+// peers and the estimator's bits of the last seven half intervals (at most
+// 4 KiB each); at most MaxSwarms swarms are kept (a new one pushes out
 // the one idle longest). Values have fixed forms (hex ids, IP addresses,
 // ports). Every key of a swarm gets a TTL of four intervals when it is
-// made, renewed once an interval while the swarm lives, so what trackers
-// that all went away leave behind goes too; the decisions themselves use
-// only the times in the keys, passed in by the tracker.
+// made, renewed every half interval while the swarm lives, so what
+// trackers that all went away leave behind goes too; the decisions
+// themselves use only the times in the keys, passed in by the tracker.
 //
 // # Failures
 //
@@ -56,15 +60,13 @@
 // wrapping tracker.ErrStore; the tracker answers the announce 503 with a
 // tracker failure and goes on. Announces made at once go to Redis in one
 // call (see maxSending), and a call that fails fails each announce it
-// carried. Scripts are sent by SHA and again in full
-// when Redis has lost them (a restart). The scripts need one Redis, not a
-// Cluster: they touch the swarms' registry and a swarm's keys together.
+// carried. The functions are loaded again when Redis has lost them (a
+// restart). They need one Redis, not a Cluster: they touch the swarms'
+// registry and a swarm's keys together.
 package redisstore
 
 import (
 	"context"
-	crand "crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -75,27 +77,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/tracker"
-)
-
-var (
-	//go:embed swarm.lua
-	swarmLua string
-	//go:embed announce.lua
-	announceLua string
-	//go:embed peers.lua
-	peersLua string
-	//go:embed stats.lua
-	statsLua string
-
-	announceScript = redis.NewScript(swarmLua + announceLua)
-	peersScript    = redis.NewScript(swarmLua + peersLua)
-	statsScript    = redis.NewScript(swarmLua + statsLua)
 )
 
 // DefaultPrefix is Config.Prefix's default.
@@ -113,11 +101,12 @@ type Config struct {
 
 // Store is a tracker.Store in Redis. Create it with New or Open.
 type Store struct {
-	rdb    *redis.Client
-	limits tracker.Limits
-	prefix string
-	owned  bool   // Close closes rdb
-	secret string // the estimator's key for swarms this store makes
+	rdb     *redis.Client
+	limits  tracker.Limits
+	prefix  string
+	owned   bool                         // Close closes rdb
+	key     atomic.Pointer[estimatorKey] // nil until loaded from Redis
+	scripts atomic.Bool                  // Redis has no functions: send scripts (see run)
 
 	mu      sync.Mutex
 	queue   []*call // announces waiting for a call to Redis
@@ -142,8 +131,9 @@ const (
 type call struct {
 	ctx   context.Context
 	args  []any
+	id    tracker.PeerID
 	taken bool // in a batch (under Store.mu)
-	res   any
+	res   []any
 	err   error
 	done  chan struct{} // closed once res or err is set
 }
@@ -153,9 +143,7 @@ func New(rdb *redis.Client, cfg Config) *Store {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	var secret [16]byte
-	crand.Read(secret[:]) // never fails
-	return &Store{rdb: rdb, limits: cfg.Limits.WithDefaults(), prefix: cfg.Prefix, secret: hex.EncodeToString(secret[:])}
+	return &Store{rdb: rdb, limits: cfg.Limits.WithDefaults(), prefix: cfg.Prefix}
 }
 
 // ParseURL reads a --store URL: redis://[user:password@]HOST:PORT[/DB],
@@ -227,24 +215,23 @@ func (s *Store) Close() error {
 // them on as they are rather than format them.
 func (s *Store) args(now time.Time, more ...any) []any {
 	interval := s.limits.Interval.Milliseconds()
-	ms, seed, cutoff, bucket := s.times(now)
+	ms, bucket := s.times(now)
 	return append([]any{
 		ms,
 		interval,
 		s.prefix,
 		(tracker.ExpiryIntervals + 1) * interval, // the TTL
-		seed,
-		cutoff,
+		1 + rand.IntN(1<<31-2),                   // a seed
 		bucket,
 	}, more...)
 }
 
-// times returns the arguments now gives a script: now in ms, a random
-// seed, now less the expiry, the estimator's bucket.
-func (s *Store) times(now time.Time) (ms int64, seed int, cutoff, bucket int64) {
+// times returns the arguments now gives a script: now in ms and the
+// estimator's bucket.
+func (s *Store) times(now time.Time) (ms, bucket int64) {
 	interval := s.limits.Interval.Milliseconds()
 	ms = now.UnixMilli()
-	return ms, 1 + rand.IntN(1<<31-2), ms - tracker.ExpiryIntervals*interval, floorDiv(ms, max(interval/2, 1))
+	return ms, floorDiv(ms, max(interval/2, 1))
 }
 
 func floorDiv(a, b int64) int64 {
@@ -265,29 +252,19 @@ type discardLog struct{}
 
 func (discardLog) Printf(context.Context, string, ...any) {}
 
+// swarmName names the swarm of root and size in Redis: the first half of
+// the root, in hex, and the size. Every key of the swarm is built from its
+// name, in Lua, which hashes every byte of every string it makes; 128 bits
+// of a SHA-256 tell the swarms apart as well as 256.
 func swarmName(root manifest.Hash, size int64) string {
-	return root.String() + ":" + strconv.FormatInt(size, 10)
+	return hex.EncodeToString(root[:16]) + ":" + strconv.FormatInt(size, 10)
 }
 
 // Announce implements tracker.Store. Announces made at once on one Store
 // go to Redis together (see maxSending).
 func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr netip.AddrPort, now time.Time) (tracker.Outcome, error) {
 	var out tracker.Outcome
-	seeding := "0"
-	if req.Left == 0 {
-		seeding = "1"
-	}
-	ms, seed, cutoff, bucket := s.times(now)
-	c := &call{ctx: ctx, args: []any{
-		ms, seed, cutoff, bucket,
-		swarmName(req.Root, req.Size),
-		req.ID.String(),
-		addr.Addr().String(),
-		strconv.Itoa(int(addr.Port())),
-		seeding,
-		string(req.Event),
-		req.NumWant,
-	}}
+	c := s.newCall(ctx, req, addr, now)
 	s.mu.Lock()
 	if s.sending < maxSending {
 		// Nothing waits (whoever finishes a call takes what waits): go.
@@ -316,42 +293,61 @@ func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr 
 	if c.err != nil {
 		return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, c.err)
 	}
-	res, ok := c.res.([]any)
-	if !ok {
-		return out, fmt.Errorf("%w: announce: %v (%T) from the script, want a list", tracker.ErrStore, c.res, c.res)
-	}
+	res := c.res // of answerLen
+	k, _ := toInt(res[0])
+	head := answerHead(k)
 	var err error
-	var nums [8]int64
-	if len(res) != 9 {
-		return out, fmt.Errorf("%w: announce: %d values from the script, want 9", tracker.ErrStore, len(res))
-	}
-	for i := range 8 {
+	nums := make([]int64, head-1)
+	for i := range nums {
 		if nums[i], err = toInt(res[i]); err != nil {
 			return out, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
 		}
 	}
+	kind := nums[0]
 	out.SwarmSize, out.Complete = int(nums[1]), int(nums[2])
-	out.Removed = tracker.Removals{
-		PeersStopped:   int(nums[3]),
-		PeersExpired:   int(nums[4]),
-		PeersTableFull: int(nums[5]),
-		SwarmsIdle:     int(nums[6]),
-		SwarmsLimit:    int(nums[7]),
+	if kind&kindFull != 0 {
+		out.Removed.PeersTableFull = 1
 	}
-	list, _ := res[8].(string)
-	switch nums[0] {
+	if kind&kindRemovals != 0 {
+		out.Removed.PeersStopped, out.Removed.PeersExpired = int(nums[3]), int(nums[4])
+		out.Removed.SwarmsIdle, out.Removed.SwarmsLimit = int(nums[5]), int(nums[6])
+	}
+	peers := res[head:]
+	switch kind & kindMask {
 	case 0:
-		out.Peers, err = parsePeers(list, req.ID, req.NumWant)
+		out.Peers, err = picked(peers, req.ID, req.NumWant)
 	case 1, 2:
-		out.RateLimited, out.Late = nums[0] == 1, nums[0] == 2
-		out.Peers, err = parsePeers(list, req.ID, req.NumWant)
-	case 3:
+		// The cached list, one string of lines.
+		out.RateLimited, out.Late = kind&kindMask == 1, kind&kindMask == 2
+		list := ""
+		if len(peers) > 0 {
+			list, _ = peers[0].(string)
+		}
+		out.Peers, err = parsePeers(nil, list, req.ID, req.NumWant)
+	default:
 		out.Peers = []tracker.Peer{}
 	}
 	if err != nil {
 		return tracker.Outcome{}, fmt.Errorf("%w: announce: %w", tracker.ErrStore, err)
 	}
 	return out, nil
+}
+
+// newCall returns the call of an announce (see Announce).
+func (s *Store) newCall(ctx context.Context, req tracker.AnnounceRequest, addr netip.AddrPort, now time.Time) *call {
+	info := "0|"
+	if req.Left == 0 {
+		info = "1|"
+	}
+	ms, bucket := s.times(now)
+	return &call{ctx: ctx, id: req.ID, args: []any{
+		ms, bucket,
+		swarmName(req.Root, req.Size),
+		req.ID.String(),
+		info + addr.Addr().String() + "|" + strconv.Itoa(int(addr.Port())),
+		string(req.Event),
+		req.NumWant,
+	}}
 }
 
 // sent is called when a call to Redis is over: it sends what waits, from
@@ -426,34 +422,89 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 // send runs the announce script on batch, and hands each call its answer,
 // or the call's error.
 func (s *Store) send(ctx context.Context, batch []*call) {
-	args := s.args(time.UnixMilli(batch[0].args[0].(int64)),
-		s.limits.MaxSwarms,
-		s.limits.MaxPeersPerSwarm,
-		s.secret,
-	)
+	res, err := s.announce(ctx, batch)
 	for _, c := range batch {
-		args = append(args, c.args...)
-	}
-	res, err := announceScript.Run(ctx, s.rdb, nil, args...).Slice()
-	if err == nil && len(res) != len(batch) {
-		err = fmt.Errorf("%d answers from the script, want %d", len(res), len(batch))
-	}
-	for i, c := range batch {
-		if err != nil {
-			c.err = err
-		} else {
-			c.res = res[i]
+		if err == nil {
+			var n int
+			n, err = answerLen(res)
+			if err == nil {
+				c.res, res = res[:n], res[n:]
+			}
 		}
+		c.err = err
 		if c.done != nil {
 			close(c.done)
 		}
 	}
 }
 
+// The values an answer to an announce starts with (see announce.lua):
+// its kind, with these bits, the swarm size and complete, the counts of
+// removals if kindRemovals, the count of the values of peers that follow.
+const (
+	kindMask     = 3 // picked, rate limited, late, stopped
+	kindFull     = 4 // a peer was pushed out of the full table
+	kindRemovals = 8 // peers stopped, expired, swarms idle, limit follow
+)
+
+// answerHead returns how many values an answer of kind starts with, the
+// count of the peers' values last.
+func answerHead(kind int64) int {
+	if kind&kindRemovals != 0 {
+		return 8
+	}
+	return 4
+}
+
+// answerLen returns the length of the answer that res starts with.
+func answerLen(res []any) (int, error) {
+	if len(res) == 0 {
+		return 0, fmt.Errorf("no answer left from the script")
+	}
+	kind, err := toInt(res[0])
+	if err != nil {
+		return 0, err
+	}
+	head := answerHead(kind)
+	if len(res) < head {
+		return 0, fmt.Errorf("%d values left from the script, want %d or more", len(res), head)
+	}
+	n, err := toInt(res[head-1])
+	if err != nil || n < 0 || n > int64(len(res)-head) {
+		return 0, fmt.Errorf("%v values of peers, of %d left from the script", res[head-1], len(res)-head)
+	}
+	return head + int(n), nil
+}
+
+// announce runs the announce script on batch, with the estimator's key
+// (loaded anew, and the script run again, should Redis have another).
+func (s *Store) announce(ctx context.Context, batch []*call) ([]any, error) {
+	for attempt := 0; ; attempt++ {
+		key, err := s.estimatorKey(ctx)
+		if err != nil {
+			return nil, err
+		}
+		args := s.args(time.UnixMilli(batch[0].args[0].(int64)),
+			s.limits.MaxSwarms,
+			s.limits.MaxPeersPerSwarm,
+			key.text,
+		)
+		for _, c := range batch {
+			args = append(args, c.args...)
+			args = append(args, key.bits(c.id))
+		}
+		res, err := s.run(ctx, announceScript, args)
+		if err == nil || attempt > 0 || !isRedisError(err) || !strings.HasPrefix(err.Error(), "STALEKEY") {
+			return res, err
+		}
+		s.key.CompareAndSwap(key, nil)
+	}
+}
+
 // Peers implements tracker.Store.
 func (s *Store) Peers(ctx context.Context, root manifest.Hash, size int64, want int, now time.Time) (tracker.Outcome, error) {
 	var out tracker.Outcome
-	res, err := peersScript.Run(ctx, s.rdb, nil, s.args(now, swarmName(root, size))...).Slice()
+	res, err := s.run(ctx, peersScript, s.args(now, swarmName(root, size)))
 	if err != nil {
 		return out, fmt.Errorf("%w: peers: %w", tracker.ErrStore, err)
 	}
@@ -471,7 +522,7 @@ func (s *Store) Peers(ctx context.Context, root manifest.Hash, size int64, want 
 	}
 	out.SwarmSize, out.Complete, out.Removed.PeersExpired = int(nums[0]), int(nums[1]), int(nums[2])
 	list, _ := res[3].(string)
-	if out.Peers, err = parsePeers(list, tracker.PeerID{}, want); err != nil {
+	if out.Peers, err = parsePeers(nil, list, tracker.PeerID{}, want); err != nil {
 		return tracker.Outcome{}, fmt.Errorf("%w: peers: %w", tracker.ErrStore, err)
 	}
 	return out, nil
@@ -481,7 +532,7 @@ func (s *Store) Peers(ctx context.Context, root manifest.Hash, size int64, want 
 // kept (MaxSwarms bounds them), for a metrics scrape.
 func (s *Store) Stats(ctx context.Context, now time.Time) (tracker.StoreStats, error) {
 	var st tracker.StoreStats
-	res, err := statsScript.Run(ctx, s.rdb, nil, s.args(now)...).Slice()
+	res, err := s.run(ctx, statsScript, s.args(now))
 	if err != nil {
 		return st, fmt.Errorf("%w: stats: %w", tracker.ErrStore, err)
 	}
@@ -506,14 +557,18 @@ func toInt(v any) (int64, error) {
 	return 0, fmt.Errorf("%v (%T) from the script, want an integer", v, v)
 }
 
-// errBadList is wrapped by parsePeers' errors: what the script returned is
-// not a peer list (another program's keys under our prefix, say).
+// errBadList is wrapped by the errors of parsePeers and picked: what the
+// script returned is not a peer list (another program's keys under our
+// prefix, say).
 var errBadList = errors.New("bad peer list")
 
-// parsePeers reads the lines "id|complete|ip|port" a script returns, and
-// keeps up to want peers other than skip.
-func parsePeers(list string, skip tracker.PeerID, want int) ([]tracker.Peer, error) {
-	out := make([]tracker.Peer, 0, min(want, strings.Count(list, "\n")+1))
+// parsePeers appends to out the peers of the lines "id|complete|ip|port"
+// in list (joined by newlines) that a script returned, but skip, until
+// out holds want.
+func parsePeers(out []tracker.Peer, list string, skip tracker.PeerID, want int) ([]tracker.Peer, error) {
+	if out == nil {
+		out = make([]tracker.Peer, 0, min(want, strings.Count(list, "\n")+1))
+	}
 	for line := range strings.SplitSeq(list, "\n") {
 		if len(out) == want {
 			break
@@ -521,26 +576,67 @@ func parsePeers(list string, skip tracker.PeerID, want int) ([]tracker.Peer, err
 		if line == "" {
 			continue
 		}
-		f := strings.Split(line, "|")
-		if len(f) != 4 {
-			return nil, fmt.Errorf("%w: line %q", errBadList, line)
-		}
-		id, err := tracker.ParsePeerID(f[0])
+		p, err := parseLine(line)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errBadList, err)
+			return nil, err
 		}
-		if id == skip {
-			continue
+		if p.ID != skip {
+			out = append(out, p)
 		}
-		ip, err := netip.ParseAddr(f[2])
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errBadList, err)
-		}
-		port, err := strconv.ParseUint(f[3], 10, 16)
-		if err != nil || port == 0 {
-			return nil, fmt.Errorf("%w: port %q", errBadList, f[3])
-		}
-		out = append(out, tracker.Peer{Addr: netip.AddrPortFrom(ip, uint16(port)), ID: id, Complete: f[1] == "1"})
 	}
 	return out, nil
+}
+
+// picked returns the peers for an announce acted on, from the values the
+// script returned (see pickFor in swarm.lua): the lines taken first, in
+// their order, then the others in a random order, but the asker and
+// those taken, up to want in all.
+func picked(vals []any, asker tracker.PeerID, want int) ([]tracker.Peer, error) {
+	if len(vals) == 0 {
+		return nil, fmt.Errorf("%w: no count of the peers taken first", errBadList)
+	}
+	taken, err := toInt(vals[0])
+	if err != nil || taken < 0 || taken >= int64(len(vals)) {
+		return nil, fmt.Errorf("%w: %v peers taken first, of %d", errBadList, vals[0], len(vals)-1)
+	}
+	out := make([]tracker.Peer, 0, min(want, len(vals)-1))
+	others := vals[1+taken:]
+	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	for i, v := range vals[1:] {
+		if len(out) == want {
+			break
+		}
+		line, _ := v.(string)
+		p, err := parseLine(line)
+		if err != nil {
+			return nil, err
+		}
+		// The others may hold the asker, and those taken first.
+		if p.ID == asker || int64(i) >= taken && slices.ContainsFunc(out, func(q tracker.Peer) bool { return q.ID == p.ID }) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseLine reads a peer's line "id|complete|ip|port".
+func parseLine(line string) (tracker.Peer, error) {
+	f := strings.Split(line, "|")
+	if len(f) != 4 {
+		return tracker.Peer{}, fmt.Errorf("%w: line %q", errBadList, line)
+	}
+	id, err := tracker.ParsePeerID(f[0])
+	if err != nil {
+		return tracker.Peer{}, fmt.Errorf("%w: %w", errBadList, err)
+	}
+	ip, err := netip.ParseAddr(f[2])
+	if err != nil {
+		return tracker.Peer{}, fmt.Errorf("%w: %w", errBadList, err)
+	}
+	port, err := strconv.ParseUint(f[3], 10, 16)
+	if err != nil || port == 0 {
+		return tracker.Peer{}, fmt.Errorf("%w: port %q", errBadList, f[3])
+	}
+	return tracker.Peer{Addr: netip.AddrPortFrom(ip, uint16(port)), ID: id, Complete: f[1] == "1"}, nil
 }

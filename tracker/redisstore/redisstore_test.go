@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,7 +67,7 @@ func TestStoreMiniredis(t *testing.T) {
 
 // TestStoreRedisServer runs the conformance suite on a real redis-server,
 // which it starts itself; it skips when there is none, unless
-// STAMPEDE_REQUIRE_REDIS=1 (scripts/test.sh installs one).
+// STAMPEDETEST_REQUIRE_REDIS=1 (scripts/test.sh installs one).
 func TestStoreRedisServer(t *testing.T) {
 	url := redisServer(t)
 	storetest.Run(t, newStoreOn(url), storetest.Options{Crowds: []int{10, 100, 1000, 10000}})
@@ -76,15 +77,15 @@ func TestStoreRedisServer(t *testing.T) {
 // temporary directory (redis takes no listener, and asked for port 0 it
 // opens no TCP port at all), and returns its URL. The server is killed,
 // by its PID, when the test ends. It skips the test when redis-server is
-// not installed, unless STAMPEDE_REQUIRE_REDIS=1.
+// not installed, unless STAMPEDETEST_REQUIRE_REDIS=1.
 func redisServer(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("STAMPEDE_REQUIRE_REDIS") == "1" {
-			t.Fatalf("STAMPEDE_REQUIRE_REDIS=1 and no redis-server: %v", err)
+		if os.Getenv("STAMPEDETEST_REQUIRE_REDIS") == "1" {
+			t.Fatalf("STAMPEDETEST_REQUIRE_REDIS=1 and no redis-server: %v", err)
 		}
-		t.Skipf("no redis-server (set STAMPEDE_REQUIRE_REDIS=1 to fail instead): %v", err)
+		t.Skipf("no redis-server (set STAMPEDETEST_REQUIRE_REDIS=1 to fail instead): %v", err)
 	}
 	dir := t.TempDir()
 	if len(dir) > 90 {
@@ -168,7 +169,7 @@ func TestRestartLosesNothing(t *testing.T) {
 
 // swarmFields is how many fields of its own a swarm keeps in its hash,
 // next to the peers' (swarm.lua's META, cache and cat).
-const swarmFields = 14
+const swarmFields = 13
 
 // TestKeysBounded plays an attacker: many ids into one swarm, many
 // swarms, ids that stop and start: the keys and their sizes stay within
@@ -203,8 +204,8 @@ func TestKeysBounded(t *testing.T) {
 	}
 	swarms := make(map[string]bool)
 	for _, k := range keys {
-		if k == DefaultPrefix+"swarms" {
-			continue
+		if k == DefaultPrefix+"swarms" || k == DefaultPrefix+"key" {
+			continue // the registry; the estimator's key, for good
 		}
 		name, _, ok := strings.Cut(strings.TrimPrefix(k, DefaultPrefix+"{"), "}")
 		if !ok {
@@ -249,11 +250,16 @@ func TestKeysBounded(t *testing.T) {
 			if strings.HasPrefix(v, "1|") {
 				c++
 			}
-			if _, err := rdb.ZScore(ctx, base+":p", id).Result(); err != nil {
+			if _, err := rdb.ZScore(ctx, base+":p", id+"|"+v).Result(); err != nil {
 				t.Errorf("%s: %s has a row, not a place in the table: %v", name, id, err)
 			}
 		}
 		meta := rdb.HMGet(ctx, base+":i", "n", "c").Val()
+		for i, v := range meta {
+			if v == nil {
+				meta[i] = "0" // a swarm no peer joined yet
+			}
+		}
 		if fmt.Sprint(meta[0]) != strconv.Itoa(n) || fmt.Sprint(meta[1]) != strconv.Itoa(c) || rdb.ZCard(ctx, base+":p").Val() != int64(n) {
 			t.Errorf("%s: counts %v, table of %d with %d seeds (zset %d)", name, meta, n, c, rdb.ZCard(ctx, base+":p").Val())
 		}
@@ -464,5 +470,74 @@ func TestStoreGroupCommitFails(t *testing.T) {
 		} else if err != nil || outs[i].SwarmSize > 7 {
 			t.Errorf("peer %d: %v, swarm of %d", i, err, outs[i].SwarmSize)
 		}
+	}
+}
+
+// TestEstimatorKeyChanged: a store whose estimator key is no longer the
+// one in Redis (Redis lost it, and another tracker made another) takes
+// the one in Redis, and its announces go through.
+func TestEstimatorKeyChanged(t *testing.T) {
+	m, url := miniRedis(t)
+	st := New(client(t, url), Config{})
+	now := time.Unix(1e9, 0)
+	announce(t, st, 1, tracker.EventStarted, now)
+	m.Set(DefaultPrefix+"key", "another")
+	if out := announce(t, st, 2, tracker.EventStarted, now.Add(time.Second)); out.SwarmSize != 2 {
+		t.Errorf("swarm_size %d after the key changed, want 2", out.SwarmSize)
+	}
+	if k := st.key.Load(); k == nil || k.text != "another" {
+		t.Errorf("estimator key %+v, want the one in Redis", k)
+	}
+	m.Del(DefaultPrefix + "key")
+	announce(t, st, 3, tracker.EventStarted, now.Add(2*time.Second))
+	if v, err := m.Get(DefaultPrefix + "key"); err != nil || v == "another" {
+		t.Errorf("estimator key in Redis %q, %v: want a new one", v, err)
+	}
+}
+
+// TestFunctionsLoadedAgain: a Redis that lost the store's functions (a
+// restart) gets them again, and the announce that found them gone goes
+// through.
+func TestFunctionsLoadedAgain(t *testing.T) {
+	rdb := client(t, redisServer(t))
+	st := New(rdb, Config{})
+	now := time.Unix(1e9, 0)
+	announce(t, st, 1, tracker.EventStarted, now)
+	if err := rdb.FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out := announce(t, st, 2, tracker.EventStarted, now.Add(time.Second)); out.SwarmSize != 2 || len(out.Peers) != 1 {
+		t.Errorf("after the functions went: swarm_size %d, %d peers; want 2, 1", out.SwarmSize, len(out.Peers))
+	}
+	if st.scripts.Load() {
+		t.Error("the store went over to scripts")
+	}
+}
+
+// TestPicked: the peers for an announce are those taken first, in their
+// order, then the others, but the asker and those taken, up to want.
+func TestPicked(t *testing.T) {
+	line := func(i int) string { return fmt.Sprintf("%032x|0|10.0.0.%d|7000", i, i) }
+	id := func(i int) tracker.PeerID { return tracker.PeerID{15: byte(i)} }
+	vals := []any{int64(2), line(1), line(2), line(3), line(2), line(9), line(4), line(5)}
+	for range 20 {
+		got, err := picked(slices.Clone(vals), id(9), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 4 || got[0].ID != id(1) || got[1].ID != id(2) {
+			t.Fatalf("picked %v, want 1, 2 and two of 3, 4, 5", got)
+		}
+		for _, p := range got[2:] {
+			if n := p.ID[15]; n != 3 && n != 4 && n != 5 {
+				t.Fatalf("picked %v, want 1, 2 and two of 3, 4, 5", got)
+			}
+		}
+		if got[2].ID == got[3].ID {
+			t.Fatalf("picked %v twice", got[2])
+		}
+	}
+	if _, err := picked([]any{int64(3), line(1)}, id(9), 4); !errors.Is(err, errBadList) {
+		t.Errorf("more taken than given: %v", err)
 	}
 }

@@ -1,6 +1,8 @@
--- The tracker's swarms in Redis: the common part of the three scripts
--- (announce.lua, peers.lua, stats.lua are appended to it). Each script runs
--- atomically, so replicas sharing a Redis never see half an announce.
+-- The tracker's swarms in Redis: the common part of the three calls
+-- (announce.lua, peers.lua, stats.lua are appended to it, and the whole is
+-- loaded as a library of Redis functions, or sent as a script each, see
+-- scripts.go). Each call runs atomically, so replicas sharing a Redis never
+-- see half an announce.
 -- redisstore.go documents the key layout; package tracker's swarm.go is
 -- the in-memory version of the same decisions, and the conformance suite
 -- (package storetest) holds both to the same behaviour.
@@ -10,44 +12,76 @@
 -- only there to collect what a crash left: every decision uses the times
 -- stored in scores and fields.
 --
--- ARGV[1] now, ARGV[2] the interval (ms), ARGV[3] the key prefix,
--- ARGV[4] the keys' TTL (ms), ARGV[5] a random seed in [1, 2^31-2],
--- ARGV[6] now less the expiry (3 intervals), ARGV[7] the current
--- estimator bucket (now / half an interval): decimal integers, made by the
--- tracker. Redis turns a Lua number into a string with a printf and a
--- string into a number with a strtod, which cost a script more than most
--- of the commands it calls: the times go to Redis as the strings given,
--- and fields are written only when they change.
+-- Every call takes first, in args[1] to args[6]: now, the interval (ms),
+-- the key prefix, the keys' TTL (ms), a random seed in [1, 2^31-2], the
+-- current estimator bucket (now / half an interval): decimal integers,
+-- made by the tracker.
+--
+-- Redis runs the calls on one core for every tracker sharing it, so they
+-- are written for its time. Most of it goes to Lua itself: each string
+-- Lua makes is hashed, byte by byte, and kept once; a table grows by
+-- copying; numbers turn into strings with a printf and back with a
+-- strtod; garbage is collected as the calls go. So times go to Redis as
+-- the strings given, fields are written only when they change, keys are
+-- made only when used, and what a call returns to the tracker is one
+-- list.
 
-local ttl = ARGV[4]
-local interval = tonumber(ARGV[2])
-local prefix = ARGV[3]
-local nowS, now, seed, cutoffS, cutoff, curS, cur
+-- The library functions used most, as locals (a global is looked up in a
+-- table at each use), set by setup: a library's text runs, when it is
+-- loaded, without the standard library.
+local call, byte, tonumber, ipairs, unpack, max, min, floor
+
+local ttl, interval, prefix, reg
+local nowS, now, seedS, seed, cutoffS, cutoff, curS, cur
 local EXPIRY -- a peer, or a swarm, silent this long is gone
 
--- at sets the time the decisions are taken at, and the random seed, as
--- ARGV[1], [5], [6], [7] give them: announce.lua, which takes several
--- announces in one call, sets each one's own before it.
-local function at(nowArg, seedArg, cutoffArg, curArg)
-	nowS, cutoffS, curS = nowArg, cutoffArg, curArg
-	now, seed, cutoff, cur = tonumber(nowS), tonumber(seedArg), tonumber(cutoffS), tonumber(curS)
-	EXPIRY = now - cutoff
+-- at sets the time the decisions are taken at, as args[1] and [6] give
+-- it: announce.lua, which takes several announces in one call, sets each
+-- one's own before it. Only now is needed as a number every time: the
+-- bucket is, when it is, by bucketN, and now less the expiry as a string
+-- by cutoffStr.
+local function at(nowArg, curArg)
+	nowS, curS = nowArg, curArg
+	now, cur, cutoffS = tonumber(nowS), nil, nil
+	cutoff = now - EXPIRY
 end
-at(ARGV[1], ARGV[5], ARGV[6], ARGV[7])
+
+-- cutoffStr returns now less the expiry (3 intervals) as a string.
+local function cutoffStr()
+	if not cutoffS then cutoffS = string.format('%d', cutoff) end
+	return cutoffS
+end
+
+-- setup takes the arguments every call takes first.
+local function setup(args)
+	call, byte, tonumber, ipairs, unpack = redis.call, string.byte, _G.tonumber, _G.ipairs, _G.unpack
+	max, min, floor = math.max, math.min, math.floor
+	ttl, interval, prefix = args[4], tonumber(args[2]), args[3]
+	reg = prefix .. 'swarms'
+	EXPIRY = 3 * interval
+	seedS, seed = args[5], nil
+	at(args[1], args[6])
+end
+
+-- bucketN returns the current estimator bucket as a number.
+local function bucketN()
+	if not cur then cur = tonumber(curS) end
+	return cur
+end
 
 local GAP = 1000            -- minAnnounceGap
 local ARRIVALS = 16         -- arrivalRing
 local DEPARTURES = 64       -- stoppedRing
 local CACHED = 51           -- MaxNumWant+1: the cached list, for anyone
 local KEPT_BUCKETS = 7      -- buckets a key's TTL may still keep alive
-local PAD = string.rep('-', 80) -- longer than hash-max-listpack-value
-
-local reg = prefix .. 'swarms'
+-- Longer than hash-max-listpack-value (a literal: a library's text, run
+-- when it is loaded, has no string library).
+local PAD = '--------------------------------------------------------------------------------'
 
 -- Park-Miller: exact in Lua's doubles, and seeded by the caller (Redis
 -- seeds math.random the same way for every script).
 local function rnd(n)
-	seed = (seed * 16807) % 2147483647
+	seed = ((seed or tonumber(seedS)) * 16807) % 2147483647
 	return 1 + (seed % n)
 end
 
@@ -69,158 +103,202 @@ local function num(s)
 	return nil
 end
 
--- open returns the keys of the swarm named name ("<root hex>:<size>");
--- readMeta reads its fields once (meta), flush writes those set in w.
+-- open returns the swarm named name (swarmName in redisstore.go): the
+-- keys of its table and hash, the others made by key when first needed.
+-- readMeta reads its fields once (meta), flush writes those set in w and
+-- the peers' rows set in rows (field, value, ...).
 local function open(name)
 	local b = prefix .. '{' .. name .. '}'
 	return {
 		name = name, base = b,
-		p = b .. ':p',   -- ZSET id -> last seen: the table
+		p = b .. ':p',   -- ZSET "id|complete|ip|port" -> last seen: the table
 		i = b .. ':i',   -- HASH id -> "complete|ip|port", and the swarm's
-		                 -- fields (META, cache, cat)
-		rs = b .. ':rs', -- SET "id|complete|ip|port" of reachable seeds
-		r = b .. ':r',   -- SET "id|complete|ip|port" of reachable peers
-		a = b .. ':a',   -- LIST latest arrivals, newest first
-		d = b .. ':d',   -- ZSET "id|ip" -> when it said stopped
-		w = {},
+		                 -- fields (FIELDS)
+		r = false,       -- SET "id|complete|ip|port" of reachable peers
+		rs = false,      -- SET "id|complete|ip|port" of reachable seeds
+		a = false,       -- LIST latest arrivals, newest first
+		d = false,       -- ZSET "id|ip" -> when it said stopped
+		meta = false, w = {}, rows = false, n = 0, c = 0, made = false,
 	}
 end
 
+-- key returns the key of the swarm's sw[f] ('r', 'rs', 'a' or 'd').
+local function key(sw, f)
+	local k = sw[f]
+	if not k then
+		k = sw.base .. ':' .. f
+		sw[f] = k
+	end
+	return k
+end
+
 -- The swarm's fields, kept in its hash next to the peers' (whose names,
--- hex ids, are longer): n and c the table's size and seeds, tt when the
--- TTLs were renewed, ovf the last overflow, est, estb, esta, dn the
--- estimate and when it was made, arr the last arrival, lo a time no peer
--- in the table was seen before (expiry has nothing to do until then), hb
--- the estimator bucket last given a TTL, k the key of the estimator's
--- hash of ids. The last two are kept as strings.
-local META = { 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k' }
-local NMETA = #META
+-- hex ids, are longer), by their place in FIELDS: N and C the table's
+-- size and seeds, OVF the last overflow, EST, ESTB, DN the estimate, the
+-- bucket it was made in and the bits the bucket gained since, ARR the
+-- last arrival, LO a time no peer in the table was seen before (expiry has
+-- nothing to do until then), DL the latest "stopped" that took a peer
+-- out, RA the announce the registry was last told of, HB the estimator's
+-- latest bucket (see bucket); ESTB and HB are kept as strings, the others
+-- read as numbers. CACHE and CAT, the cached peer list and its time, are
+-- read on their own (see cached). A swarm's fields are a list rather than
+-- a table by name: Lua makes room for a name as it is set.
+local N, C, OVF, EST, ESTB, DN, ARR, LO, DL, RA, HB, CACHE, CAT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+local FIELDS = { 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', 'cache', 'cat' }
+local NUMBERS = { N, C, OVF, EST, DN, ARR, LO, DL, RA }
 
 -- readMeta reads the swarm's fields (not the cached list) and, given an
 -- id, that peer's row, in one call.
 local function readMeta(sw, id)
-	local v
+	local m
 	if id then
-		v = redis.call('HMGET', sw.i, 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k', id)
+		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', id)
 	else
-		v = redis.call('HMGET', sw.i, 'n', 'c', 'tt', 'ovf', 'est', 'estb', 'esta', 'dn', 'arr', 'lo', 'hb', 'k')
+		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb')
 	end
-	local m = {}
-	for j = 1, NMETA - 2 do
-		if v[j] then m[META[j]] = num(v[j]) end
+	for _, j in ipairs(NUMBERS) do
+		if m[j] then m[j] = num(m[j]) end
 	end
-	m.hb, m.k = v[NMETA - 1], v[NMETA]
-	m.made = v[1] and true
-	sw.meta = m
+	local row = m[HB + 1]
+	m[HB + 1] = nil
+	sw.meta, sw.made = m, m[N] and true
 	-- Every change to the table goes through setPeer, which keeps these.
-	sw.n, sw.c = m.n or 0, m.c or 0
-	return v[NMETA + 1]
+	sw.n, sw.c = m[N] or 0, m[C] or 0
+	return row
 end
 
 -- expiring gives a key just written the TTL, should the write have made it.
-local function expiring(k) redis.call('PEXPIRE', k, ttl) end
+local function expiring(k) call('PEXPIRE', k, ttl) end
 
--- flush writes the fields set in sw.w that changed, in one call; now
--- and the current bucket go as the strings given.
+-- flush writes the rows set and the fields set in sw.w that changed, in
+-- one call; now goes as the string given.
 local function flush(sw)
-	local args, m = {}, sw.meta
-	for f, v in pairs(sw.w) do
-		if m[f] ~= v then
-			args[#args + 1] = f
-			args[#args + 1] = (v == now and nowS) or (v == cur and curS) or v
-			m[f] = v
+	local w, args = sw.w, sw.rows
+	if not args then
+		if next(w) == nil then return end
+		args = {}
+	end
+	sw.rows = false
+	local m = sw.meta
+	for j, v in pairs(w) do
+		if m[j] ~= v then
+			args[#args + 1] = FIELDS[j]
+			args[#args + 1] = (v == now and nowS) or v
+			m[j] = v
 		end
 	end
 	sw.w = {}
 	if #args == 0 then return end
-	redis.call('HSET', sw.i, unpack(args))
+	call('HSET', sw.i, unpack(args))
 	-- A swarm's hash is made with its first peer, which gives it the TTL;
 	-- should fields come first, they do.
-	if not m.made then
-		m.made = true
+	if not sw.made then
+		sw.made = true
 		expiring(sw.i)
 	end
 end
 
-local function hll(sw, b) return sw.base .. ':h:' .. (b == cur and curS or string.format('%d', b)) end
-local function stops(sw, b) return sw.base .. ':x:' .. (b == cur and curS or string.format('%d', b)) end
+-- The estimator's keys of a bucket, named by the bucket as a string
+-- (bucketS turns a number into one): its bits (see count) and the count
+-- of peers that said stopped in it.
+local function bucketS(b) return b == bucketN() and curS or string.format('%d', b) end
+local function bucketKey(sw, bS) return sw.base .. ':h:' .. bS end
+local function stops(sw, bS) return sw.base .. ':x:' .. bS end
 
 local function drop(sw)
-	local ks = { sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d }
+	local ks = { sw.p, sw.i, key(sw, 'r'), key(sw, 'rs'), key(sw, 'a'), key(sw, 'd') }
 	for j = 0, KEPT_BUCKETS - 1 do
-		ks[#ks + 1] = hll(sw, cur - j)
-		ks[#ks + 1] = stops(sw, cur - j)
+		local bS = bucketS(bucketN() - j)
+		ks[#ks + 1] = bucketKey(sw, bS)
+		ks[#ks + 1] = stops(sw, bS)
 	end
-	redis.call('DEL', unpack(ks))
+	call('DEL', unpack(ks))
 end
 
--- touch renews the TTL of every key of the swarm once an interval (and a
--- key written since is given one by its writer: expiring writes it).
+-- touch renews the TTL of every key of the swarm (and a key written since
+-- is given one by its writer: expiring writes it). count calls it once a
+-- bucket, half an interval.
 local function touch(sw)
-	local tt = sw.meta.tt
-	if tt and now >= tt and now - tt < interval then return end
-	sw.w.tt = now
-	flush(sw)
-	for _, k in ipairs({ sw.p, sw.i, sw.rs, sw.r, sw.a, sw.d }) do
-		redis.call('PEXPIRE', k, ttl)
-	end
+	call('PEXPIRE', sw.p, ttl)
+	call('PEXPIRE', sw.i, ttl)
+	call('PEXPIRE', key(sw, 'r'), ttl)
+	call('PEXPIRE', key(sw, 'rs'), ttl)
+	call('PEXPIRE', key(sw, 'a'), ttl)
+	call('PEXPIRE', key(sw, 'd'), ttl)
 end
 
 -- dropIdle drops up to max swarms no one announced to for EXPIRY.
 local function dropIdle(max)
-	local idle = redis.call('ZRANGEBYSCORE', reg, '-inf', cutoffS, 'LIMIT', 0, max)
+	local idle = call('ZRANGEBYSCORE', reg, '-inf', cutoffStr(), 'LIMIT', 0, max)
 	for _, name in ipairs(idle) do
 		drop(open(name))
-		redis.call('ZREM', reg, name)
+		call('ZREM', reg, name)
 	end
 	return #idle
 end
 
-local function info(v)
-	local c, ip, port = string.match(v, '^(%d)|(.*)|(%d+)$')
-	return c, ip, port
-end
+-- A peer's info "c|ip|port": complete, when c is 1; reachable, when the
+-- port is not 0; and the IP. The first two look at bytes, rather than
+-- make strings of them.
+local function complete(v) return byte(v, 1) == 49 end
+local function reachable(v) return byte(v, -1) ~= 48 or byte(v, -2) ~= 124 end
+local function infoIP(v) return string.match(v, '^%d|(.*)|%d+$') end
+
+-- A peer's line "id|c|ip|port": its id (32 hex digits) and its info.
+local function lineID(line) return string.sub(line, 1, 32) end
+local function lineRow(line) return string.sub(line, 34) end
 
 -- setPeer records that the peer id, in the table with the info old ("c|ip|
 -- port", or nil if it was not), now has the info v (nil: it is gone):
 -- its row, the sets it is picked from, the counts. The caller keeps the
--- ZSET of the table.
-local function setPeer(sw, id, old, v)
-	if old == v then return end
-	local oc, nc, oport, nport, _ = '0', '0', '0', '0', nil
-	if old then oc, _, oport = info(old) end
-	if v then nc, _, nport = info(v) end
-	if old and oport ~= '0' then
-		redis.call('SREM', sw.r, id .. '|' .. old)
-		if oc == '1' then redis.call('SREM', sw.rs, id .. '|' .. old) end
+-- ZSET of the table. With later, it leaves giving the set of reachable
+-- peers its TTL, should it have made it, to the caller, and returns
+-- whether it added to it.
+local function setPeer(sw, id, old, v, later)
+	if old == v then return false end
+	local oc, nc = old and complete(old), v and complete(v)
+	local added = false
+	if old and reachable(old) then
+		call('SREM', key(sw, 'r'), id .. '|' .. old)
+		if oc then call('SREM', key(sw, 'rs'), id .. '|' .. old) end
 	end
-	if v and nport ~= '0' then
-		redis.call('SADD', sw.r, id .. '|' .. v)
-		expiring(sw.r)
-		if nc == '1' then
-			redis.call('SADD', sw.rs, id .. '|' .. v)
-			expiring(sw.rs)
+	if v and reachable(v) then
+		local r = key(sw, 'r')
+		call('SADD', r, id .. '|' .. v)
+		if later then
+			added = true
+		else
+			expiring(r)
+		end
+		if nc then
+			local rs = key(sw, 'rs')
+			call('SADD', rs, id .. '|' .. v)
+			expiring(rs)
 		end
 	end
 	if v then
+		-- Written by flush, with the swarm's fields.
+		local rows = sw.rows
+		if not rows then
+			rows = {}
+			sw.rows = rows
+		end
+		rows[#rows + 1], rows[#rows + 2] = id, v
 		if not old and sw.n == 0 then
 			-- The first peer: the hash also gets a field longer than
 			-- Redis keeps in a compact (listpack) hash, whose lookups
 			-- scan every field, so that it is a hash table from the start.
-			redis.call('HSET', sw.i, id, v, '~', PAD)
-			expiring(sw.i)
-			sw.meta.made = true
-		else
-			redis.call('HSET', sw.i, id, v)
+			rows[#rows + 1], rows[#rows + 2] = '~', PAD
 		end
 	else
-		redis.call('HDEL', sw.i, id)
+		call('HDEL', sw.i, id)
 	end
 	if not old then sw.n = sw.n + 1 end
 	if not v then sw.n = sw.n - 1 end
-	if oc == '1' then sw.c = sw.c - 1 end
-	if nc == '1' then sw.c = sw.c + 1 end
-	sw.w.n, sw.w.c = sw.n, sw.c
+	if oc then sw.c = sw.c - 1 end
+	if nc then sw.c = sw.c + 1 end
+	sw.w[N], sw.w[C] = sw.n, sw.c
+	return added
 end
 
 -- expire removes the peers not heard from for EXPIRY and returns how many.
@@ -228,60 +306,126 @@ end
 -- any last-seen time in the table (announcing moves times forward,
 -- and an announce from a clock behind moves lo back).
 local function expire(sw)
-	local lo = sw.meta.lo
+	local lo = sw.meta[LO]
 	if lo and lo > cutoff then return 0 end
-	local gone = redis.call('ZRANGEBYSCORE', sw.p, '-inf', cutoffS)
+	local gone = call('ZRANGEBYSCORE', sw.p, '-inf', cutoffStr())
 	if #gone > 0 then
-		redis.call('ZREMRANGEBYSCORE', sw.p, '-inf', cutoffS)
-		local infos = redis.call('HMGET', sw.i, unpack(gone))
-		for j, id in ipairs(gone) do
-			if infos[j] then setPeer(sw, id, infos[j], nil) end
+		call('ZREMRANGEBYSCORE', sw.p, '-inf', cutoffStr())
+		for _, line in ipairs(gone) do
+			setPeer(sw, lineID(line), lineRow(line), nil)
 		end
 	end
 	-- An empty table keeps the lo it had: whoever joins it sets lo.
-	local first = redis.call('ZRANGE', sw.p, 0, 0, 'WITHSCORES')
-	if first[2] then sw.w.lo = num(first[2]) end
+	local first = call('ZRANGE', sw.p, 0, 0, 'WITHSCORES')
+	if first[2] then sw.w[LO] = num(first[2]) end
 	return #gone
 end
 
--- counted notes that the estimator's registers changed, when its last
--- estimate could still be taken (made in this bucket): see estimate.
-local function counted(sw)
+-- bucket returns the estimator's bucket, as a number and a string: the
+-- current one, or the swarm's latest if that is later (a tracker whose
+-- clock is behind), so that the window never moves back, as in memory.
+local function bucket(sw)
+	local hb = sw.w[HB] or sw.meta[HB]
+	if hb and hb ~= curS then
+		local b = tonumber(hb)
+		if b > bucketN() then return b, hb end
+	end
+	return bucketN(), curS
+end
+
+-- counted notes that the estimator's window changed in bucket bS, when
+-- its last estimate could still be taken (made in that bucket): see
+-- estimate.
+local function counted(sw, bS)
 	local m, w = sw.meta, sw.w
-	local estb = w.estb or m.estb
-	if estb and estb >= cur then w.dn = (w.dn or m.dn or 0) + 1 end
+	if (w[ESTB] or m[ESTB]) == bS then w[DN] = (w[DN] or m[DN] or 0) + 1 end
+end
+
+-- The estimator counts ids by linear counting (Whang et al., "A
+-- linear-time probabilistic counting algorithm for database
+-- applications", 1990): an id sets one bit of LEVEL_BITS, chosen by a
+-- keyed hash of it, and n ids set about LEVEL_BITS * (1 - e^(-n /
+-- LEVEL_BITS)) bits, which gives n back to within 1 % up to n = 3 *
+-- LEVEL_BITS. One id in SAMPLE also sets a bit of a second level, which
+-- counts on where the first fills up, to some 3 million ids. The levels
+-- are the two halves of a string, so that merging buckets is one BITOP
+-- OR, and counting them one BITCOUNT each, with no loop over bits or
+-- registers in Lua (Redis's own HyperLogLogs keep small counts in a
+-- sparse form that every PFADD searches and rewrites). It is more
+-- accurate than the HyperLogLog the memory store keeps (3 %), and exact at
+-- small counts but for ids that share a bit (15 in 16384 for 6 ids).
+local LEVEL_BITS, LEVELS, SAMPLE = 16384, 2, 64
+local LEVEL_BYTES = LEVEL_BITS / 8
+-- A level is counted while less than this share of its bits is set
+-- (about 3 * LEVEL_BITS ids).
+local FULL = 0.95
+
+-- count counts the id whose hash sets the bits at the offsets bits (see
+-- estimatorKey.bits in estimator.go: one, or more separated by commas) in
+-- the bucket. The first count in a bucket gives it its TTL, and renews the
+-- swarm's.
+local function count(sw, bits)
+	local hb = sw.w[HB] or sw.meta[HB]
+	local bS = hb
+	if hb ~= curS then
+		local _
+		_, bS = bucket(sw)
+	end
+	local h = bucketKey(sw, bS)
+	local more = string.find(bits, ',', 1, true)
+	if call('SETBIT', h, more and string.sub(bits, 1, more - 1) or bits, 1) == 0 then
+		counted(sw, bS)
+	end
+	if hb ~= bS then
+		expiring(h)
+		touch(sw)
+		sw.w[HB] = bS
+	end
+	if more then
+		for o in string.gmatch(string.sub(bits, more + 1), '%d+') do
+			if call('SETBIT', h, o, 1) == 0 then counted(sw, bS) end
+		end
+	end
+end
+
+-- countBits returns the ids counted in the estimator's string at key v.
+local function countBits(v)
+	local scale = 1
+	for level = 0, LEVELS - 1 do
+		local set = call('BITCOUNT', v, level * LEVEL_BYTES, (level + 1) * LEVEL_BYTES - 1)
+		if set < FULL * LEVEL_BITS or level == LEVELS - 1 then
+			return -scale * LEVEL_BITS * math.log(1 - min(set, LEVEL_BITS - 1) / LEVEL_BITS)
+		end
+		scale = scale * SAMPLE
+	end
 end
 
 -- estimate returns the distinct peers heard from over the last 1.5 to 2
--- intervals, less those that said stopped. It is recomputed when the
--- window moved (every half interval), or its registers changed more than
--- 1/16 of the last estimate times (or 16 times, for a small one) since:
--- merging the buckets is the costliest call a script makes, and an
--- attacker could have many swarms overflow.
+-- intervals, less those that said stopped: the current bucket and the
+-- three before, merged into a scratch key and counted. It is counted anew
+-- when the window moved (every half interval), or the bucket gained bits
+-- enough since for the estimate to be 1/16 off (a bit stands for one id
+-- while few are set, for e^(n / LEVEL_BITS) ids once n are), or 16 for a
+-- small one: an attacker could have many swarms overflow.
 local function estimate(sw)
 	local m = sw.meta
-	local est, dn = m.est, sw.w.dn or m.dn or 0
-	if est and m.estb == cur and now >= m.esta and dn * 16 < math.max(est, 16) then
+	local b, bS = bucket(sw)
+	local est, dn = m[EST], sw.w[DN] or m[DN] or 0
+	if est and m[ESTB] == bS and dn * 16 * math.exp(est / LEVEL_BITS) < max(est, 16) then
 		return est
 	end
-	local hs, xs = {}, {}
-	for j = 0, 3 do
-		hs[#hs + 1] = hll(sw, cur - j)
-		xs[#xs + 1] = stops(sw, cur - j)
+	local v = sw.base .. ':w'
+	est = 0
+	if call('BITOP', 'OR', v, bucketKey(sw, bS), bucketKey(sw, bucketS(b - 1)), bucketKey(sw, bucketS(b - 2)), bucketKey(sw, bucketS(b - 3))) > 0 then
+		est = countBits(v)
+		call('DEL', v)
 	end
-	-- Merged into a scratch key and counted, rather than counted at once
-	-- (PFCOUNT of several keys): in-process Redises for tests add up
-	-- the counts of the keys instead of counting their union.
-	local w = sw.base .. ':w'
-	redis.call('DEL', w)
-	redis.call('PFMERGE', w, unpack(hs))
-	est = redis.call('PFCOUNT', w)
-	redis.call('DEL', w)
-	for _, v in ipairs(redis.call('MGET', unpack(xs))) do
-		if v then est = est - num(v) end
+	local x = call('MGET', stops(sw, bS), stops(sw, bucketS(b - 1)), stops(sw, bucketS(b - 2)), stops(sw, bucketS(b - 3)))
+	for j = 1, 4 do
+		if x[j] then est = est - num(x[j]) end
 	end
-	est = math.max(0, est)
-	sw.w.est, sw.w.estb, sw.w.esta, sw.w.dn = est, cur, now, 0
+	est = max(0, est)
+	sw.w[EST], sw.w[ESTB], sw.w[DN] = est, bS, 0
 	return est
 end
 
@@ -292,61 +436,120 @@ end
 local function size(sw, lastEstimate)
 	local n, c = sw.n, sw.c
 	if n == 0 then return 0, 0 end
-	local ovf = sw.w.ovf or sw.meta.ovf
+	local ovf = sw.w[OVF] or sw.meta[OVF]
 	if not ovf or now - ovf >= EXPIRY then return n, c end
-	local e = lastEstimate and (sw.meta.est or 0) or estimate(sw)
-	local est = math.max(n, math.floor(e + 0.5))
-	return est, math.floor(est * c / n + 0.5)
+	local e = lastEstimate and (sw.meta[EST] or 0) or estimate(sw)
+	local est = max(n, floor(e + 0.5))
+	return est, floor(est * c / n + 0.5)
 end
 
--- pick chooses up to want peers that accept connections, never asker:
--- seeds first (at random), then the latest arrivals, then others at
--- random. It returns them as lines "id|complete|ip|port".
-local function pick(sw, asker, want)
-	local out, chosen = {}, {}
-	local function takeRandom(set)
-		-- want+1 distinct members leave want once the asker is out;
-		-- those already taken come back too, so ask for them as well.
-		local cand = redis.call('SRANDMEMBER', set, want + 1 + #out)
-		shuffle(cand)
-		for _, line in ipairs(cand) do
-			if #out >= want then return end
-			local id = string.sub(line, 1, 32)
-			if not chosen[id] and id ~= asker then
-				chosen[id] = true
-				out[#out + 1] = line
-			end
-		end
+-- take appends line to out, unless it is asker's or among the lines out
+-- holds past its first s0 values (a peer's line is the same string
+-- wherever it comes from). Looking through the few taken costs less than
+-- keeping a table of them.
+local function take(out, s0, asker, line)
+	if line == asker then return end
+	local k = #out
+	for j = s0 + 1, k do
+		if out[j] == line then return end
 	end
-	if sw.c > 0 then takeRandom(sw.rs) end
+	out[k + 1] = line
+end
+
+-- takeRandom appends to out members of set (of at most size) at random,
+-- as take, until out holds want lines past s0.
+local function takeRandom(out, s0, asker, want, set, size)
+	-- want+1 members leave want once the asker is out; those already
+	-- taken come back too, so ask for them as well.
+	local n = want + 1 + #out - s0
+	if size >= 8 * n then
+		-- From a set this much larger, draws that may repeat (in random
+		-- order) cost Redis less than distinct members, and two more
+		-- make up for repeats; the distinct ones below for more.
+		for _, line in ipairs(call('SRANDMEMBER', set, -(n + 2))) do
+			if #out - s0 >= want then return end
+			take(out, s0, asker, line)
+		end
+		if #out - s0 >= want then return end
+		n = want + 1 + #out - s0
+	end
+	local cand = call('SRANDMEMBER', set, n)
+	shuffle(cand)
+	for _, line in ipairs(cand) do
+		if #out - s0 >= want then return end
+		take(out, s0, asker, line)
+	end
+end
+
+-- pickFirst appends to out up to want lines of seeds that accept
+-- connections (at random), then of the latest arrivals that do, never the
+-- line asker nor the id askerID (nil: none), each once, and returns how
+-- many. (The asker's row read for the arrivals may be the one it had.)
+local function pickFirst(sw, asker, askerID, want, out)
+	local s0 = #out
+	if sw.c > 0 then takeRandom(out, s0, asker, want, key(sw, 'rs'), sw.c) end
 	-- Arrivals older than EXPIRY have all expired: no need to look.
-	local arrivedAt = sw.w.arr or sw.meta.arr
-	if #out < want and arrivedAt and now - arrivedAt < EXPIRY then
-		local arr = redis.call('LRANGE', sw.a, 0, ARRIVALS - 1)
+	local arrivedAt = sw.w[ARR] or sw.meta[ARR]
+	if #out - s0 < want and arrivedAt and now - arrivedAt < EXPIRY then
+		local arr = call('LRANGE', key(sw, 'a'), 0, ARRIVALS - 1)
 		if #arr > 0 then
-			local infos = redis.call('HMGET', sw.i, unpack(arr))
+			local infos = call('HMGET', sw.i, unpack(arr))
 			for j, id in ipairs(arr) do
-				if #out >= want then break end
+				if #out - s0 >= want then break end
 				local v = infos[j]
-				if v and not chosen[id] and id ~= asker and string.sub(v, -2) ~= '|0' then
-					chosen[id] = true
-					out[#out + 1] = id .. '|' .. v
-				end
+				if v and id ~= askerID and reachable(v) then take(out, s0, asker, id .. '|' .. v) end
 			end
 		end
 	end
-	if #out < want then takeRandom(sw.r) end
-	return table.concat(out, '\n')
+	return #out - s0
+end
+
+-- pick appends to out up to want lines "id|complete|ip|port" of peers
+-- that accept connections, never the line asker (nil: none): seeds first
+-- (at random), then the latest arrivals, then others at random.
+local function pick(sw, asker, want, out)
+	local s0 = #out
+	if pickFirst(sw, asker, nil, want, out) < want then
+		takeRandom(out, s0, asker, want, key(sw, 'r'), sw.n)
+	end
+end
+
+-- pickFor appends to out the peers for an announce of the peer whose line
+-- is asker and id askerID, as pick would choose them but for the last
+-- step: how many lines pickFirst took, those lines, then, should they be
+-- fewer than want, other peers at random, as many as want, those taken
+-- and the asker's lines in the set of reachable peers (askers, 0 or 1),
+-- which the tracker shuffles and keeps, but the asker and those taken,
+-- until it has want in all. Leaving that to the tracker spares Lua a loop
+-- over them. It returns how many values it appended, and whether it drew
+-- any from the set.
+local function pickFor(sw, asker, askerID, want, askers, out)
+	local k = #out
+	out[k + 1] = 0
+	local taken = pickFirst(sw, asker, askerID, want, out)
+	out[k + 1] = taken
+	local drew = false
+	if taken < want then
+		local others = call('SRANDMEMBER', key(sw, 'r'), want + taken + askers)
+		local n = #out
+		for j = 1, #others do
+			out[n + j] = others[j]
+		end
+		drew = #others > 0
+	end
+	return #out - k, drew
 end
 
 -- cached returns the list picked for nobody in particular, refreshed at
 -- most once per GAP; the tracker leaves the asker out.
 local function cached(sw)
-	local m = redis.call('HMGET', sw.i, 'cache', 'cat')
+	local m = call('HMGET', sw.i, 'cache', 'cat')
 	local cat = num(m[2])
 	if m[1] and cat and now >= cat and now - cat < GAP then return m[1] end
-	local list = pick(sw, '', CACHED)
-	sw.w.cache, sw.w.cat = list, now
+	local picked = {}
+	pick(sw, nil, CACHED, picked)
+	local list = table.concat(picked, '\n')
+	sw.w[CACHE], sw.w[CAT] = list, now
 	flush(sw)
 	return list
 end
