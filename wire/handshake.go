@@ -41,7 +41,24 @@ const (
 	// CapLayer: the sender answers GETLAYER (it may itself have joined
 	// with the root alone, and answers once it knows the layer).
 	CapLayer Caps = 1 << 2
+	// CapPrivate: the swarm is private, and an AUTH frame carrying the
+	// sender's token follows its handshake (Handshake.Token).
+	CapPrivate Caps = 1 << 3
 )
+
+// TypeAuth is the frame that follows a handshake with CapPrivate: its
+// payload is the sender's token, 1 to MaxToken bytes, as its issuer
+// encodes it (package sign). It is part of the handshake: ReadHandshake
+// reads it, and it never appears among the frames a Reader returns (one
+// there is of a type a Reader skips).
+const TypeAuth Type = 15
+
+// MaxToken is the most bytes of token an AUTH frame carries.
+const MaxToken = 256
+
+// ErrUnauthorized is returned by Exchange and Answer when the peer's
+// token is missing or refused (Handshake.Admit).
+var ErrUnauthorized = errors.New("wire: not admitted to the private swarm")
 
 // Has reports whether every bit of c2 is set in c.
 func (c Caps) Has(c2 Caps) bool { return c&c2 == c2 }
@@ -71,6 +88,16 @@ type Handshake struct {
 	Size       uint64
 	PeerID     PeerID
 	ListenPort uint16 // 0: not reachable
+
+	// Token admits the sender to a private swarm: sent in an AUTH frame
+	// right after the handshake, with CapPrivate set (MarshalBinary sets
+	// or clears it by Token). At most MaxToken bytes.
+	Token []byte
+	// Admit, in the handshake a side sends, makes its swarm private:
+	// Exchange and Answer call it with the peer's handshake (once root,
+	// size and peer ID passed), and its error, or a peer without a token,
+	// gets a GOODBYE GoodbyeUnauthorized and ErrUnauthorized. Not sent.
+	Admit func(theirs Handshake) error
 }
 
 // Handshake errors. Exchange wraps them; test with errors.Is.
@@ -82,27 +109,43 @@ var (
 )
 
 // AppendBinary appends the handshake's HandshakeLen bytes to b, with this
-// package's Version.
+// package's Version, and the AUTH frame of its Token if it has one. It
+// fails only for a Token longer than MaxToken.
 func (h Handshake) AppendBinary(b []byte) ([]byte, error) {
+	if len(h.Token) > MaxToken {
+		return b, fmt.Errorf("wire: a token of %d bytes, at most %d", len(h.Token), MaxToken)
+	}
+	caps := h.Caps &^ CapPrivate
+	if len(h.Token) > 0 {
+		caps |= CapPrivate
+	}
 	b = append(b, Magic...)
 	b = append(b, Version, 0)
-	b = binary.BigEndian.AppendUint16(b, uint16(h.Caps))
+	b = binary.BigEndian.AppendUint16(b, uint16(caps))
 	b = append(b, h.Root[:]...)
 	b = binary.BigEndian.AppendUint64(b, h.Size)
 	b = append(b, h.PeerID[:]...)
-	return binary.BigEndian.AppendUint16(b, h.ListenPort), nil
+	b = binary.BigEndian.AppendUint16(b, h.ListenPort)
+	if len(h.Token) > 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(1+len(h.Token)))
+		b = append(b, byte(TypeAuth))
+		b = append(b, h.Token...)
+	}
+	return b, nil
 }
 
 // MarshalBinary returns the handshake's HandshakeLen bytes, with this
-// package's Version. It never fails.
+// package's Version, and the AUTH frame of its Token if it has one.
 func (h Handshake) MarshalBinary() ([]byte, error) {
-	return h.AppendBinary(make([]byte, 0, HandshakeLen))
+	return h.AppendBinary(make([]byte, 0, HandshakeLen+5+len(h.Token)))
 }
 
-// ReadHandshake reads exactly HandshakeLen bytes (no more, so frames can be
-// read from r next) and decodes them. It checks the magic (ErrNotStampede)
-// and the version (ErrVersion for 0; a higher one is fine: the session
-// speaks Version). Whether the handshake fits ours is Exchange's business.
+// ReadHandshake reads exactly HandshakeLen bytes, and the AUTH frame that
+// follows them when CapPrivate is set (no more, so frames can be read from
+// r next), and decodes them. It checks the magic (ErrNotStampede), the
+// version (ErrVersion for 0; a higher one is fine: the session speaks
+// Version) and the AUTH frame's form (ErrMalformed). Whether the
+// handshake fits ours is Exchange's business.
 func ReadHandshake(r io.Reader) (Handshake, error) {
 	var b [HandshakeLen]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
@@ -125,7 +168,32 @@ func ReadHandshake(r io.Reader) (Handshake, error) {
 	if h.Version < 1 {
 		return h, fmt.Errorf("%w: the peer speaks version %d, we speak 1 to %d", ErrVersion, h.Version, Version)
 	}
+	if h.Caps.Has(CapPrivate) {
+		tok, err := readAuth(r)
+		if err != nil {
+			return h, err
+		}
+		h.Token = tok
+	}
 	return h, nil
+}
+
+// readAuth reads the AUTH frame that follows a handshake with CapPrivate
+// and returns its token.
+func readAuth(r io.Reader) ([]byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, fmt.Errorf("wire: reading the handshake's AUTH: %w", err)
+	}
+	l := binary.BigEndian.Uint32(hdr[:4])
+	if Type(hdr[4]) != TypeAuth || l < 2 || l > 1+MaxToken {
+		return nil, malformed("CapPrivate, then a frame of type %d and length %d, not AUTH with 1 to %d bytes", hdr[4], l, MaxToken)
+	}
+	tok := make([]byte, l-1)
+	if _, err := io.ReadFull(r, tok); err != nil {
+		return nil, fmt.Errorf("wire: reading the handshake's AUTH: %w", err)
+	}
+	return tok, nil
 }
 
 // deadliner is what Exchange needs to bound and cancel I/O: net.Conn has it.
@@ -167,7 +235,10 @@ func Answer(ctx context.Context, rw io.ReadWriter, theirs, mine Handshake) error
 		return err
 	}
 	defer stop()
-	out, _ := mine.MarshalBinary()
+	out, err := mine.MarshalBinary()
+	if err != nil {
+		return err
+	}
 	if _, err := rw.Write(out); err != nil {
 		err = fmt.Errorf("wire: sending the handshake: %w", err)
 		if ctx.Err() != nil {
@@ -231,7 +302,17 @@ func settle(ctx context.Context, rw io.ReadWriter, dl deadliner, stop func() boo
 	case theirs.PeerID == mine.PeerID:
 		bye.Reason, bye.Text = GoodbyeSelf, "you are me"
 		err = fmt.Errorf("%w (peer ID %v)", ErrSelf, mine.PeerID)
+	case mine.Admit != nil && len(theirs.Token) == 0:
+		bye.Reason, bye.Text = GoodbyeUnauthorized, "this swarm is private: come with a token from its origin"
+		err = fmt.Errorf("%w: the peer has no token", ErrUnauthorized)
 	default:
+		if mine.Admit != nil {
+			if aerr := mine.Admit(theirs); aerr != nil {
+				bye.Reason, bye.Text = GoodbyeUnauthorized, "your token: "+aerr.Error()
+				err = fmt.Errorf("%w: %w", ErrUnauthorized, aerr)
+				break
+			}
+		}
 		// Once stopped, ctx's end can no longer cut the connection short
 		// behind our back; if it has already, the connection is dead.
 		if !stop() {
@@ -259,7 +340,10 @@ var longAgo = time.Unix(1, 0)
 // cuts the other short, except on ErrVersion, where ours must still go out
 // so the GOODBYE that follows is understood.
 func exchange(ctx context.Context, rw io.ReadWriter, dl deadliner, deadline time.Time, mine Handshake) (Handshake, error) {
-	out, _ := mine.MarshalBinary()
+	out, err := mine.MarshalBinary()
+	if err != nil {
+		return Handshake{}, err
+	}
 	type read struct {
 		h   Handshake
 		err error

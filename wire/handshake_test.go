@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func TestHandshakeGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Version = wire.Version
-	if back != h {
+	if !reflect.DeepEqual(back, h) {
 		t.Fatalf("ReadHandshake = %+v, want %+v", back, h)
 	}
 	if rest, _ := io.ReadAll(r); string(rest) != "next" {
@@ -75,7 +76,11 @@ func TestReadHandshake(t *testing.T) {
 		{"good", good, nil},
 		{"newer version", patch(4, 2), nil},
 		{"reserved set", patch(5, 0xff), nil},
-		{"unknown caps", patch(6, 0xff, 0xfc), nil},
+		{"unknown caps", patch(6, 0xff, 0xf4), nil},
+		{"private, no AUTH", patch(6, 0, 0x08), io.EOF},
+		{"private, another frame", append(patch(6, 0, 0x08), 0, 0, 0, 1, 0), wire.ErrMalformed},
+		{"private, AUTH too long", append(patch(6, 0, 0x08), 0, 0, 2, 0, 15), wire.ErrMalformed},
+		{"private, empty AUTH", append(patch(6, 0, 0x08), 0, 0, 0, 1, 15), wire.ErrMalformed},
 		{"version 0", patch(4, 0), wire.ErrVersion},
 		{"bad magic", patch(0, 'S', 'T', 'M', 'Q'), wire.ErrNotStampede},
 		{"http", []byte("GET / HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n"), wire.ErrNotStampede},
@@ -146,7 +151,7 @@ func TestExchange(t *testing.T) {
 			t.Fatalf("Exchange: %v, %v", ra.err, rb.err)
 		}
 		hb.Version, ha.Version = wire.Version, wire.Version
-		if ra.h != hb || rb.h != ha {
+		if !reflect.DeepEqual(ra.h, hb) || !reflect.DeepEqual(rb.h, ha) {
 			t.Fatalf("a heard %+v, want %+v; b heard %+v, want %+v", ra.h, hb, rb.h, ha)
 		}
 		for _, c := range []*deadlineConn{a, b} {
@@ -376,4 +381,78 @@ func TestExchangeWithoutDeadlines(t *testing.T) {
 			c.Close() // releases what Exchange left blocked
 		}
 	})
+}
+
+// TestExchangePrivate: in a private swarm the handshake carries a token,
+// the admitting side checks it, and a peer without one, or with one
+// refused, is told why in a GOODBYE.
+func TestExchangePrivate(t *testing.T) {
+	tokenOf := func(id wire.PeerID) []byte { return append([]byte("token-of-"), id[:]...) }
+	admit := func(theirs wire.Handshake) error {
+		if !bytes.Equal(theirs.Token, tokenOf(theirs.PeerID)) {
+			return errors.New("not the peer's")
+		}
+		return nil
+	}
+	private := func() wire.Handshake {
+		h := testHandshake()
+		h.PeerID = wire.NewPeerID()
+		h.Token, h.Admit = tokenOf(h.PeerID), admit
+		return h
+	}
+	for _, c := range []struct {
+		name string
+		b    func(h *wire.Handshake)
+		want string // "": admitted
+	}{
+		{"admitted", func(*wire.Handshake) {}, ""},
+		{"no token", func(h *wire.Handshake) { h.Token, h.Admit = nil, nil }, "has no token"},
+		{"another peer's token", func(h *wire.Handshake) { h.Token = tokenOf(wire.PeerID{1}) }, "not the peer's"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a, b := net.Pipe()
+				defer a.Close()
+				defer b.Close()
+				ha, hb := private(), private()
+				c.b(&hb)
+				var ra exchangeResult
+				var wg sync.WaitGroup
+				wg.Go(func() { ra.h, ra.err = wire.Exchange(t.Context(), a, ha) })
+				var rb exchangeResult
+				rb.h, rb.err = wire.Exchange(t.Context(), b, hb)
+				var said wire.Message
+				if rb.err == nil && c.want != "" {
+					g, _ := wire.NewGeometry(int64(hb.Size), 1<<20)
+					said, _ = wire.NewReader(b, g).Read()
+				}
+				wg.Wait()
+				if c.want == "" {
+					if ra.err != nil || rb.err != nil {
+						t.Fatalf("Exchange: %v, %v", ra.err, rb.err)
+					}
+					if !bytes.Equal(ra.h.Token, hb.Token) || !ra.h.Caps.Has(wire.CapPrivate) || ra.h.Admit != nil {
+						t.Fatalf("a heard %+v", ra.h)
+					}
+					return
+				}
+				if !errors.Is(ra.err, wire.ErrUnauthorized) || !strings.Contains(ra.err.Error(), c.want) {
+					t.Errorf("the admitting side: %v, want ErrUnauthorized: %s", ra.err, c.want)
+				}
+				if bye, ok := said.(*wire.Goodbye); rb.err != nil || !ok || bye.Reason != wire.GoodbyeUnauthorized {
+					t.Errorf("the refused side: %v, then %#v; want a GOODBYE unauthorized", rb.err, said)
+				}
+			})
+		})
+	}
+	h := testHandshake()
+	h.Token = make([]byte, wire.MaxToken+1)
+	if _, err := h.MarshalBinary(); err == nil {
+		t.Error("a token over MaxToken marshalled")
+	}
+	h.Token = nil
+	h.Caps |= wire.CapPrivate
+	if b, _ := h.MarshalBinary(); len(b) != wire.HandshakeLen || b[7]&byte(wire.CapPrivate) != 0 {
+		t.Error("CapPrivate sent without a token")
+	}
 }

@@ -154,6 +154,7 @@ const (
 	GoodbyeTooManyPeers GoodbyeReason = 9  // the sender has enough connections
 	GoodbyeDone         GoodbyeReason = 10 // nothing left to trade (both have the whole file)
 	GoodbyeNoSwarm      GoodbyeReason = 11 // the sender holds no swarm of the root the receiver asked for
+	GoodbyeUnauthorized GoodbyeReason = 12 // the swarm is private, and the receiver's token is missing or refused
 )
 
 var goodbyeNames = [...]string{
@@ -169,6 +170,7 @@ var goodbyeNames = [...]string{
 	GoodbyeTooManyPeers: "too many peers",
 	GoodbyeDone:         "done",
 	GoodbyeNoSwarm:      "no such swarm",
+	GoodbyeUnauthorized: "unauthorized",
 }
 
 func (r GoodbyeReason) String() string {

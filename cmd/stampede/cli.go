@@ -89,6 +89,7 @@ func init() {
 		{"get", "URL... [-o FILE] | -i FILE", "download a file in verified pieces (wget/curl-like)", runGet},
 		{"serve", "DIR | --upstream URL", "serve files with manifests, as an origin that stays calm under load", runServe},
 		{"manifest", "FILE", "compute and print a file's manifest (or just its root)", runManifest},
+		{"keygen", "-o FILE", "make an ed25519 key pair: an origin's signing key for private swarms", runKeygen},
 		{"tracker", "[--listen HOST:PORT]", "run only a tracker, for origins that name it with --tracker", runTracker},
 		{"seed", "FILE --url URL", "seed a local copy of a file to its swarm", runSeed},
 		{"daemon", "[flags]", "one process for many swarms: downloads and seeds through a control API, the gateway", runDaemon},
