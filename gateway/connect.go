@@ -11,6 +11,8 @@ import (
 // CONNECT tunnels (RFC 9110 9.3.6) carry TLS the gateway does not see into:
 // it dials the target, answers 200 and splices bytes both ways until
 // either side is done, passing half-closes on. No inspection, no MITM.
+// Only to the ports of Config.ConnectPorts, and to private addresses only
+// as guard.go allows.
 
 // tunnelDialTimeout bounds the dial of a tunnel's target.
 const tunnelDialTimeout = 30 * time.Second
@@ -20,8 +22,13 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request) {
 	if r.URL != nil && r.URL.Host != "" {
 		host = r.URL.Host
 	}
-	if _, _, err := net.SplitHostPort(host); err != nil {
+	_, port, err := net.SplitHostPort(host)
+	if err != nil {
 		http.Error(w, "stampede gateway: CONNECT wants HOST:PORT, got "+host, http.StatusBadRequest)
+		return
+	}
+	if !g.connectPortAllowed(port) {
+		g.refusePort(w, r, host, port)
 		return
 	}
 	if g.loops(r, host) {
@@ -33,10 +40,13 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "stampede gateway: CONNECT needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
 		return
 	}
-	d := net.Dialer{Timeout: tunnelDialTimeout}
+	d := net.Dialer{Timeout: tunnelDialTimeout, Control: g.checkDial}
 	up, err := d.DialContext(r.Context(), "tcp", host)
 	if err != nil {
 		g.log.Info("tunnel dial failed", "host", host, "err", err)
+		if refusedTargetError(w, host, err) {
+			return
+		}
 		http.Error(w, "stampede gateway: cannot reach "+host+": "+err.Error(), http.StatusBadGateway)
 		return
 	}

@@ -84,7 +84,7 @@ func TestCurlConnect(t *testing.T) {
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, Config{})
+	g := startGateway(t, Config{ConnectPorts: []uint16{portOf(t, ts.Listener.Addr())}})
 	got := curl(t, bin, "-x", g.base, "--cacert", ca, ts.URL+"/")
 	if string(got) != "tls ok" {
 		t.Fatalf("curl through CONNECT: %q", got)

@@ -24,8 +24,10 @@
 // publishes a bundle (rel="stampede-bundle"), the page and its same-origin
 // assets come through one swarm download of the bundle (bundle.go).
 //
-// Files: gateway.go (Config, routing), metrics.go (metrics, health and the
-// gateway's own pages), passthrough.go (the plain proxy),
+// Files: gateway.go (Config, routing), guard.go (what the gateway
+// refuses: rebinding Hosts, CONNECT ports, private targets), metrics.go
+// (metrics, health and the gateway's own pages), passthrough.go (the
+// plain proxy),
 // connect.go (CONNECT), swarmed.go (answering from the swarm), object.go (one
 // cached file and its node), cache.go (the cache and the seeding bound),
 // reader.go (the body reader), bundle.go (pages).
@@ -45,8 +47,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,13 +100,29 @@ type Config struct {
 	UploadRate int64
 	// Transport reaches origins. Default: a clone of http.DefaultTransport
 	// that goes through the upstream proxy (UpstreamProxy, else the
-	// environment's, never the gateway itself: upstream.go) and never
-	// decompresses (bytes must arrive as hashed).
+	// environment's, never the gateway itself: upstream.go), never
+	// decompresses (bytes must arrive as hashed) and dials through the
+	// check of AllowPrivateTargets (guard.go). A Transport given here is
+	// used as it is: that check is then the embedder's.
 	Transport *http.Transport
 	// UpstreamProxy, if set, carries every request to origins and
 	// trackers; otherwise HTTPS_PROXY, HTTP_PROXY and NO_PROXY do
 	// (http.ProxyFromEnvironment: requests to loopback go direct).
 	UpstreamProxy *url.URL
+	// AllowHosts are host names, besides IP literals, localhost (and
+	// *.localhost) and the machine's host name, that requests in origin
+	// form (by URL prefix, or for the gateway's own pages) may carry in
+	// Host; others get 403, as DNS rebinding sends them (guard.go).
+	// Forward-proxy requests and CONNECT are not checked.
+	AllowHosts []string
+	// ConnectPorts are the ports CONNECT tunnels may go to (default
+	// DefaultConnectPorts: 443); others get 403.
+	ConnectPorts []uint16
+	// AllowPrivateTargets lets a gateway that Serves beyond loopback
+	// connect to loopback, link-local and private addresses (origins,
+	// trackers, tunnels) for its clients. On loopback they are always
+	// allowed. The addresses are checked as dialled, after DNS.
+	AllowPrivateTargets bool
 	// Node passes further settings to every node (scheduler tuning, a
 	// dialer); its Manifest, Store, Origin, Trackers, ListenAddr,
 	// UploadLimit, SeedTime, OnPiece and OnComplete are set here.
@@ -147,6 +167,11 @@ type Gateway struct {
 	selfProxy sync.Once // warns once that the upstream proxy is ourselves
 	proxy     *httputil.ReverseProxy
 
+	allowHosts    map[string]struct{} // names Host may carry in origin form (guard.go)
+	connectPorts  []uint16
+	refusePrivate atomic.Bool             // serving beyond loopback: dials to private addresses refused
+	kindOf        func(netip.Addr) string // addrKind; tests narrow it
+
 	ctx    context.Context // ends every node on Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // nodes and background removals
@@ -154,12 +179,13 @@ type Gateway struct {
 	cache *cache
 
 	// mu guards the following; it is taken before cache.mu.
-	mu      sync.Mutex
-	closed  bool
-	self    map[string]struct{} // addresses we listen on, to refuse loops
-	urls    map[string]*urlEntry
-	pages   map[string]*bundleRef // bundle members by request URL (bundle.go)
-	tunnels map[net.Conn]struct{} // client sides of CONNECT tunnels
+	mu         sync.Mutex
+	closed     bool
+	self       map[string]struct{} // addresses we listen on, to refuse loops
+	proxyAddrs map[string]struct{} // upstream proxies' HOST:PORT, dialled unchecked
+	urls       map[string]*urlEntry
+	pages      map[string]*bundleRef // bundle members by request URL (bundle.go)
+	tunnels    map[net.Conn]struct{} // client sides of CONNECT tunnels
 
 	metrics *series
 	// ownPages are the gateway's own pages by path (metrics.go).
@@ -213,20 +239,28 @@ func New(cfg Config) (*Gateway, error) {
 		transport: t,
 		probes: &http.Client{Transport: t, Timeout: 60 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		fetches:  &http.Client{Transport: t},
-		trackers: &http.Client{Transport: t, Timeout: 10 * time.Second},
-		upload:   ratelimit.New(cfg.UploadRate),
-		via:      "stampede-" + hex.EncodeToString(id[:]),
-		ctx:      ctx,
-		cancel:   cancel,
-		self:     map[string]struct{}{},
-		urls:     map[string]*urlEntry{},
-		pages:    map[string]*bundleRef{},
-		tunnels:  map[net.Conn]struct{}{},
-		metrics:  newSeries(),
+		fetches:      &http.Client{Transport: t},
+		trackers:     &http.Client{Transport: t, Timeout: 10 * time.Second},
+		upload:       ratelimit.New(cfg.UploadRate),
+		via:          "stampede-" + hex.EncodeToString(id[:]),
+		ctx:          ctx,
+		cancel:       cancel,
+		self:         map[string]struct{}{},
+		proxyAddrs:   map[string]struct{}{},
+		allowHosts:   allowedHosts(cfg.AllowHosts),
+		connectPorts: slices.Clone(cfg.ConnectPorts),
+		kindOf:       addrKind,
+		urls:         map[string]*urlEntry{},
+		pages:        map[string]*bundleRef{},
+		tunnels:      map[net.Conn]struct{}{},
+		metrics:      newSeries(),
+	}
+	if len(g.connectPorts) == 0 {
+		g.connectPorts = slices.Clone(DefaultConnectPorts)
 	}
 	if cfg.Transport == nil {
 		t.Proxy = g.proxyFor(cfg.UpstreamProxy)
+		t.DialContext = g.dialUpstream
 	}
 	g.origins = originclient.New(originclient.Config{Client: g.fetches, Logger: cfg.Logger, Retries: originclient.DefaultRetries})
 	g.proxy = g.reverseProxy()
@@ -248,11 +282,24 @@ func New(cfg Config) (*Gateway, error) {
 // Serve answers requests on ln until ctx is done, then closes the
 // listener and the connections in flight and returns nil. It returns early
 // with an error if ln fails. Requests to ln's own address are refused as
-// loops.
+// loops. When ln is beyond loopback, Serve warns, and from then on the
+// gateway refuses loopback, link-local and private targets unless
+// Config.AllowPrivateTargets (guard.go).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.mu.Lock()
 	g.self[ln.Addr().String()] = struct{}{}
 	g.mu.Unlock()
+	if beyondLoopback(ln.Addr()) {
+		if g.cfg.AllowPrivateTargets {
+			g.log.Warn("the gateway listens beyond loopback: whoever reaches it can use it as a proxy, to private addresses too ("+flagAllowPrivate+")", "addr", ln.Addr())
+		} else {
+			g.refusePrivate.Store(true)
+			// Connections pooled before now were not checked.
+			g.transport.CloseIdleConnections()
+			g.log.Warn("the gateway listens beyond loopback: whoever reaches it can use it as a proxy; "+
+				"loopback, link-local and private addresses are refused ("+flagAllowPrivate+" allows them)", "addr", ln.Addr())
+		}
+	}
 	hs := &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -334,6 +381,10 @@ func (g *Gateway) accessLog(w *countingWriter, r *http.Request, start time.Time)
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	if !r.URL.IsAbs() && !g.hostAllowed(r.Host) {
+		g.refuseHost(w, r)
+		return
+	}
 	target, prefixed, err := g.target(w, r)
 	if err != nil {
 		g.badRequest(w, r, err)

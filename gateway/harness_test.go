@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -144,6 +145,30 @@ func fastNode() node.Config {
 
 func startGateway(t testing.TB, cfg Config) *testGateway {
 	t.Helper()
+	return startGatewayOpts(t, cfg, gatewayOpts{})
+}
+
+// gatewayOpts are what some tests change in startGatewayOpts.
+type gatewayOpts struct {
+	// wide serves on a loopback listener that reports 0.0.0.0:PORT, as a
+	// gateway listening on every interface would.
+	wide bool
+	// kindOf, if set, replaces addrKind (which addresses are refused).
+	kindOf func(netip.Addr) string
+}
+
+// wideListener is a loopback listener that says it listens on every
+// interface: tests listen on loopback only.
+type wideListener struct{ net.Listener }
+
+func (l wideListener) Addr() net.Addr {
+	a := *l.Listener.Addr().(*net.TCPAddr)
+	a.IP = net.IPv4zero
+	return &a
+}
+
+func startGatewayOpts(t testing.TB, cfg Config, opts gatewayOpts) *testGateway {
+	t.Helper()
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = t.TempDir()
 	}
@@ -167,9 +192,16 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 		default:
 		}
 	}
+	if opts.kindOf != nil {
+		g.kindOf = opts.kindOf
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if opts.wide {
+		ln = wideListener{ln}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -185,7 +217,7 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 		})
 	}
 	t.Cleanup(stop)
-	return &testGateway{Gateway: g, addr: ln.Addr().String(), base: "http://" + ln.Addr().String(), stop: stop, complete: complete}
+	return &testGateway{Gateway: g, addr: addr, base: "http://" + addr, stop: stop, complete: complete}
 }
 
 // awaitComplete waits for the next download to complete and returns its key.
@@ -245,4 +277,14 @@ func mustEqual(t testing.TB, what string, got, want []byte) {
 		}
 		t.Fatalf("%s: got %d bytes, want %d; first difference at byte %d", what, len(got), len(want), i)
 	}
+}
+
+// portOf is the port of a listener's address.
+func portOf(t testing.TB, a net.Addr) uint16 {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ap.Port()
 }

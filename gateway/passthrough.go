@@ -51,15 +51,24 @@ func (g *Gateway) reverseProxy() *httputil.ReverseProxy {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client left
 			}
-			g.log.Warn("origin failed", "url", req.target.Redacted(), "err", err)
+			var rt *refusedTarget
+			if errors.As(err, &rt) {
+				g.log.Info("refused target", "url", req.target.Redacted(), "err", err)
+			} else {
+				g.log.Warn("origin failed", "url", req.target.Redacted(), "err", err)
+			}
 			originError(w, req.target, err)
 		},
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 }
 
-// originError answers 502 naming the origin and what went wrong.
+// originError answers 502 naming the origin and what went wrong, or 403
+// if the gateway refused to connect to it (guard.go).
 func originError(w http.ResponseWriter, target *url.URL, err error) {
+	if refusedTargetError(w, target.Host, err) {
+		return
+	}
 	w.Header().Del(Header)
 	http.Error(w, "stampede gateway: origin "+target.Host+": "+err.Error(), http.StatusBadGateway)
 }

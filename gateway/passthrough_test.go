@@ -177,7 +177,12 @@ func TestConnectTunnel(t *testing.T) {
 		io.WriteString(w, "secret over TLS: "+r.URL.Path)
 	}))
 	t.Cleanup(ts.Close)
-	g := startGateway(t, Config{})
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	g := startGateway(t, Config{ConnectPorts: []uint16{portOf(t, ts.Listener.Addr()), portOf(t, echo.Addr())}})
 	gu, _ := url.Parse(g.base)
 	pool := x509.NewCertPool()
 	pool.AddCert(ts.Certificate())
@@ -194,11 +199,6 @@ func TestConnectTunnel(t *testing.T) {
 
 	// Byte for byte: what goes in one end comes out of the other, and a
 	// half-close passes through.
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
 	go func() {
 		c, err := echo.Accept()
 		if err != nil {

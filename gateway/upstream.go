@@ -35,6 +35,7 @@ func (g *Gateway) proxyFor(explicit *url.URL) func(*http.Request) (*url.URL, err
 			})
 			return nil, nil
 		}
+		g.noteUpstreamProxy(p)
 		return p, nil
 	}
 }

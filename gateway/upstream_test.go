@@ -91,11 +91,14 @@ func TestUpstreamProxyIsSelfOnEveryInterface(t *testing.T) {
 	lan := nonLoopbackAddr(t)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("direct")) }))
 	defer origin.Close()
-	g := startGateway(t, Config{})
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	// The origin is on loopback, which a gateway on 0.0.0.0 refuses
+	// unless allowed.
+	g := startGateway(t, Config{AllowPrivateTargets: true})
+	lo, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := wideListener{lo}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx, ln) }()
