@@ -85,6 +85,12 @@ type Config struct {
 	// GatewayUpstreamProxy is the gateway's upstream proxy
 	// (gateway.Config.UpstreamProxy; nil: the environment's).
 	GatewayUpstreamProxy *url.URL
+	// GatewayAllowHosts, GatewayConnectPorts and GatewayAllowPrivateTargets
+	// are what the gateway lets through: gateway.Config's AllowHosts,
+	// ConnectPorts and AllowPrivateTargets.
+	GatewayAllowHosts          []string
+	GatewayConnectPorts        []uint16
+	GatewayAllowPrivateTargets bool
 	// AllowDirs are the directories downloads may write into and seeds be
 	// read from (default: StateDir/downloads). Paths outside them, or that
 	// reach outside through a symbolic link, are refused.
@@ -319,7 +325,8 @@ func (s *Server) startGateway() error {
 	g, err := gateway.New(gateway.Config{
 		CacheDir: s.cfg.CacheDir, CacheSize: s.cfg.CacheSize, MaxSeeds: s.cfg.MaxCacheSeeds, NoSeeds: s.cfg.NoCacheSeeds, Window: s.cfg.GatewayWindow,
 		UpstreamProxy: s.cfg.GatewayUpstreamProxy,
-		Node:          node.Config{Host: s.host}, Status: s.publicDash, Registry: s.reg, Logger: s.log.With("part", "gateway"),
+		AllowHosts:    s.cfg.GatewayAllowHosts, ConnectPorts: s.cfg.GatewayConnectPorts, AllowPrivateTargets: s.cfg.GatewayAllowPrivateTargets,
+		Node: node.Config{Host: s.host}, Status: s.publicDash, Registry: s.reg, Logger: s.log.With("part", "gateway"),
 	})
 	if err != nil {
 		ln.Close()

@@ -28,7 +28,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.StringVar(&cfg.PeerListen, "peer-listen", daemon.DefaultPeerListen, "accept the peers of every swarm on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what all swarms upload together, `RATE` (0: unlimited)")
 	fs.StringVar(&cfg.API, "api", "", "serve the control API on unix socket `PATH` or on HOST:PORT (then with a token, in STATE-DIR/api-token; default STATE-DIR/api.sock)")
-	fs.StringVar(&cfg.Gateway, "gateway", "", "run the gateway on `HOST:PORT` too (e.g. "+gateway.DefaultListen+"; keep it on loopback)")
+	fs.StringVar(&cfg.Gateway, "gateway", "", "run the gateway on `HOST:PORT` too (e.g. "+gateway.DefaultListen+"; beyond loopback, whoever reaches it can use it)")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "the gateway's cache, `DIR` (default STATE-DIR/cache)")
 	fs.StringVar(&cacheSize, "cache-size", "10GiB", "most bytes of files the gateway's cache keeps")
 	fs.IntVar(&cfg.MaxCacheSeeds, "max-cache-seeds", gateway.DefaultMaxSeeds, "most files of the cache seeded at once, the most recently used (0: none)")
@@ -36,6 +36,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.IntVar(&cfg.MaxDownloads, "max-downloads", daemon.DefaultMaxDownloads, "most downloads under way at once; the others wait in a queue")
 	fs.StringArrayVar(&allow, "allow-dir", nil, "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
 	upstreamProxy := fs.String("upstream-proxy", "", upstreamProxyUsage)
+	access := addGatewayAccessFlags(fs)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "log only warnings and errors")
 	fs.BoolVarP(&verbose, "verbose", "v", false, "log every job and connection decision, and every gateway request")
 	pos, err := fs.parse(args)
@@ -57,6 +58,9 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	cfg.NoCacheSeeds = cfg.MaxCacheSeeds == 0
 	cfg.AllowDirs = allow
 	if cfg.GatewayUpstreamProxy, err = parseProxy("--upstream-proxy", *upstreamProxy); err != nil {
+		return err
+	}
+	if err := access.apply(&cfg); err != nil {
 		return err
 	}
 	cfg.Logger = e.logger(quiet, verbose)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -59,6 +61,12 @@ func TestGatewayFlags(t *testing.T) {
 		{"gateway", "--window", "0"},
 		{"gateway", "--max-seeds", "-1"},
 		{"gateway", "extra"},
+		{"gateway", "--connect-ports", "https"},
+		{"gateway", "--connect-ports", "443,0"},
+		{"gateway", "--connect-ports", "70000"},
+		{"gateway", "--allow-host", "http://gateway.lan"},
+		{"gateway", "--allow-host", "gateway.lan:8642"},
+		{"daemon", "--connect-ports", ""},
 	} {
 		if code, _, stderr := runCmd(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, stderr)
@@ -119,6 +127,81 @@ func TestGatewayTwoFilesOnePeerPort(t *testing.T) {
 		if err != nil || theirs.Root != m.Root {
 			t.Errorf("%s: handshake on the peer port: %v", name, err)
 		}
+	}
+	// A root it does not hold gets a handshake of no swarm: nothing about
+	// what the gateway holds (docs/gateway.md, What the gateway exposes).
+	c, err := net.Dial("tcp", peerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hs := wire.Handshake{Size: 1 << 20, PeerID: wire.NewPeerID()}
+	hs.Root[0] = 1
+	theirs, err := wire.Exchange(t.Context(), c, hs)
+	if !errors.Is(err, wire.ErrWrongSwarm) || theirs.Root != (wire.Handshake{}).Root || theirs.Size != 0 {
+		t.Errorf("an unknown root: answered root %x size %d (%v); want a handshake of no swarm", theirs.Root[:8], theirs.Size, err)
+	}
+}
+
+// TestGatewayAccessFlags: by default the gateway refuses a rebinding Host
+// and CONNECT to a port other than 443; --allow-host and --connect-ports
+// allow them.
+func TestGatewayAccessFlags(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	go func() {
+		for {
+			c, err := target.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(target.Addr().String())
+	connect := func(gw string) (int, string) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "CONNECT "+target.Addr().String()+" HTTP/1.1\r\nHost: "+target.Addr().String()+"\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		return resp.StatusCode, string(body)
+	}
+	withHost := func(gw, host string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, gw+"/metrics", nil)
+		req.Host = host
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		return resp.StatusCode, string(body)
+	}
+
+	gw := startGateway(t)
+	if code, body := connect(gw); code != http.StatusForbidden || !strings.Contains(body, "--connect-ports 443,"+port) {
+		t.Errorf("CONNECT to port %s: %d %q; want 403 naming --connect-ports", port, code, body)
+	}
+	if code, body := withHost(gw, "gateway.test"); code != http.StatusForbidden || !strings.Contains(body, "--allow-host gateway.test") {
+		t.Errorf("Host gateway.test: %d %q; want 403 naming --allow-host", code, body)
+	}
+
+	gw = startGateway(t, "--connect-ports", "443,"+port, "--allow-host", "gateway.test")
+	if code, body := connect(gw); code != http.StatusOK {
+		t.Errorf("CONNECT to port %s with --connect-ports: %d %q", port, code, body)
+	}
+	if code, body := withHost(gw, "gateway.test"); code != http.StatusOK {
+		t.Errorf("Host gateway.test with --allow-host: %d %q", code, body)
 	}
 }
 
