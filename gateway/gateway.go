@@ -93,7 +93,11 @@ type Config struct {
 	MaxSeeds int
 	NoSeeds  bool
 	// PeerListen is the address each swarm node accepts peers on
-	// (default ":0": every interface, a port per file).
+	// (default ":0": every interface, a port per file) when Node.Host is
+	// nil. Such a port answers any handshake with its file's, so whoever
+	// connects learns the root it serves; a node.Host (as "stampede
+	// gateway" and the daemon use) answers only handshakes naming a swarm
+	// it runs (docs/gateway.md, What the gateway exposes).
 	PeerListen string
 	// UploadRate caps the bytes per second sent to peers, all files
 	// together (0: unlimited).
