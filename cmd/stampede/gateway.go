@@ -19,14 +19,17 @@ manifest are downloaded through the swarm, every piece verified, and streamed in
 order as soon as their first pieces arrive; Range, HEAD and conditional requests
 are answered from the cache. Complete files stay in a bounded cache and the most
 recently used are seeded. Other origins are proxied straight through; HTTPS
-(CONNECT) tunnels to port 443 pass untouched. It is "stampede daemon --gateway" without the control API: every
-file's swarm on one peer port, one upload budget. See docs/gateway.md.`)
+(CONNECT) tunnels to port 443 pass untouched. Prefix requests under a host name
+not the gateway's (DNS rebinding) are refused, and so, when it listens beyond
+loopback, are loopback and private targets. It is "stampede daemon --gateway"
+without the control API: every file's swarm on one peer port, one upload
+budget. See docs/gateway.md.`)
 	listen := fs.String("listen", gateway.DefaultListen, "listen on `HOST:PORT` (beyond loopback, whoever reaches it can use it: see docs/gateway.md)")
 	cacheDir := fs.String("cache-dir", "", "keep downloaded files in `DIR` (default: the user cache directory's stampede/gateway)")
 	cacheSize := fs.String("cache-size", "10GiB", "most bytes of files kept in the cache, e.g. 2GiB, 500MB")
 	window := fs.String("window", "32MiB", "how far ahead of each reader pieces are fetched first")
 	maxSeeds := fs.Int("max-seeds", gateway.DefaultMaxSeeds, "most complete files seeded at once, the most recently used (0: none)")
-	peerListen := fs.String("peer-listen", ":0", "accept the peers of every file on `HOST:PORT` (port 0: one the system picks)")
+	peerListen := fs.String("peer-listen", ":0", "accept the peers of every file on `HOST:PORT` (port 0: one the system picks); it answers only peers that name a file it serves")
 	upStr := fs.String("max-upload-rate", "0", "cap what we upload to peers, all files together, `RATE` (0: unlimited)")
 	upstreamProxy := fs.String("upstream-proxy", "", upstreamProxyUsage)
 	access := addGatewayAccessFlags(fs)
