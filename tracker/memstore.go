@@ -14,9 +14,12 @@ import (
 
 // MemoryStore is the Store a Tracker uses unless given another: the pure
 // per-swarm core (swarm.go) for each swarm, in a map, with the swarms in
-// the order they were last announced to, so that the idle ones and, past
-// MaxSwarms, the one idle longest are dropped. Create it with
-// NewMemoryStore.
+// the order they were last announced to, so that the idle ones are
+// dropped, and the lone ones (peers of one source at most) in that order
+// too, so that past MaxSwarms a new swarm pushes out the lone one idle
+// longest. A flood of announces to random roots makes lone swarms: they
+// push out each other, never a swarm whose peers trade with each other.
+// Create it with NewMemoryStore.
 //
 // Each swarm has a lock of its own, held while one announce is applied to
 // it (microseconds: the table is small), so that a crowd on one file does
@@ -27,9 +30,10 @@ type MemoryStore struct {
 	log    *slog.Logger
 	seed   maphash.Seed // keys the id hash of the size estimator
 
-	mu     sync.Mutex // guards the following, and every slot's prev, next and last
+	mu     sync.Mutex // guards the following, and every slot's links, last and lone
 	swarms map[swarmKey]*slot
 	lru    slot // sentinel of the list of slots from most to least recently announced
+	lones  slot // sentinel of the same list of the lone slots (linked by lprev, lnext)
 }
 
 // swarmKey names a swarm: a manifest's root and size.
@@ -40,12 +44,15 @@ type swarmKey struct {
 
 // slot holds one swarm in the store.
 type slot struct {
-	key        swarmKey
-	prev, next *slot     // guarded by MemoryStore.mu
-	last       time.Time // of the last announce; guarded by MemoryStore.mu
+	key          swarmKey
+	prev, next   *slot     // guarded by MemoryStore.mu; nil once dropped
+	lprev, lnext *slot     // in MemoryStore.lones while lone; guarded by MemoryStore.mu
+	last         time.Time // of the last announce; guarded by MemoryStore.mu
+	lone         bool      // guarded by MemoryStore.mu
 
-	mu sync.Mutex // guards sw
-	sw *swarm
+	mu      sync.Mutex // guards the following
+	sw      *swarm
+	wasLone bool // sw.lone() as last told to the store (lone)
 }
 
 // NewMemoryStore returns an empty MemoryStore for limits (zero fields take
@@ -61,18 +68,29 @@ func NewMemoryStore(limits Limits, log *slog.Logger) *MemoryStore {
 		swarms: make(map[swarmKey]*slot),
 	}
 	m.lru.prev, m.lru.next = &m.lru, &m.lru
+	m.lones.lprev, m.lones.lnext = &m.lones, &m.lones
 	return m
 }
 
 // Announce implements Store. It never fails.
 func (m *MemoryStore) Announce(_ context.Context, req AnnounceRequest, addr netip.AddrPort, now time.Time) (Outcome, error) {
-	a := announce{AnnounceRequest: req, addr: addr, hash: maphash.Comparable(m.seed, req.ID)}
+	a := announce{AnnounceRequest: req, addr: addr,
+		hash: maphash.Comparable(m.seed, CountingID(req.ID, addr.Addr(), m.limits.MaxPeersPerAddress))}
 	s, dropped := m.slotFor(swarmKey{req.Root, req.Size}, now)
+	if s == nil {
+		// Not kept: answered as the swarm's only peer.
+		out := Outcome{SwarmsFull: true, Peers: []Peer{}, Removed: dropped}
+		if req.Event != EventStopped {
+			out.SwarmSize, out.Complete = 1, boolInt(req.Left == 0)
+		}
+		return out, nil
+	}
 	// The swarm may be dropped from the store meanwhile; the announce
 	// then lands in a swarm no one will see again, and the peer comes
 	// back in on its next one.
 	s.mu.Lock()
 	res := s.sw.announce(a, now)
+	m.toldLocked(s)
 	s.mu.Unlock()
 	out := res.outcome()
 	out.Removed.SwarmsIdle, out.Removed.SwarmsLimit = dropped.SwarmsIdle, dropped.SwarmsLimit
@@ -91,6 +109,7 @@ func (m *MemoryStore) Peers(_ context.Context, root manifest.Hash, size int64, w
 	defer s.mu.Unlock()
 	var out Outcome
 	out.Removed.PeersExpired = s.sw.expire(now)
+	m.toldLocked(s)
 	out.Peers = s.sw.cached(PeerID{}, want, now)
 	out.SwarmSize, out.Complete = s.sw.size(now)
 	return out, nil
@@ -110,6 +129,7 @@ func (m *MemoryStore) Stats(_ context.Context, now time.Time) (StoreStats, error
 	for _, s := range slots {
 		s.mu.Lock()
 		st.Removed.PeersExpired += s.sw.expire(now)
+		m.toldLocked(s)
 		n, _ := s.sw.size(now)
 		st.Peers += int64(s.sw.peers.len())
 		st.Estimated += int64(n)
@@ -118,8 +138,16 @@ func (m *MemoryStore) Stats(_ context.Context, now time.Time) (StoreStats, error
 	return st, nil
 }
 
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // slotFor returns the slot of key, creating it if need be, and marks it
-// announced at now. It also says which swarms it dropped.
+// announced at now; nil if it is new and there is no room for it. It also
+// says which swarms it dropped.
 func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
 	var dropped Removals
 	m.mu.Lock()
@@ -128,23 +156,71 @@ func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
 	s := m.swarms[key]
 	if s == nil {
 		if len(m.swarms) >= m.limits.MaxSwarms {
-			old := m.lru.prev
-			m.log.Debug("dropping the swarm idle longest: tracking as many swarms as allowed",
+			old := m.lones.lprev
+			if old == &m.lones {
+				m.log.Debug("not keeping a new swarm: tracking as many swarms as allowed, each with peers of two addresses or more",
+					"root", key.root.String(), "max_swarms", m.limits.MaxSwarms)
+				return nil, dropped
+			}
+			m.log.Debug("dropping the lone swarm idle longest: tracking as many swarms as allowed",
 				"root", old.key.root.String(), "idle", now.Sub(old.last), "max_swarms", m.limits.MaxSwarms)
 			m.removeLocked(old)
 			dropped.SwarmsLimit++
 		}
-		s = &slot{key: key, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, rand.Uint64(), now)}
+		s = &slot{key: key, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, rand.Uint64(), now),
+			lone: true, wasLone: true}
 		m.swarms[key] = s
 		m.log.Debug("new swarm", "root", key.root.String(), "size", key.size)
 	} else {
 		s.prev.next, s.next.prev = s.next, s.prev
+		if s.lone {
+			s.lprev.lnext, s.lnext.lprev = s.lnext, s.lprev
+		}
 	}
 	s.last = now
 	s.prev, s.next = &m.lru, m.lru.next
 	m.lru.next.prev = s
 	m.lru.next = s
+	if s.lone {
+		m.pushLoneLocked(s)
+	}
 	return s, dropped
+}
+
+// pushLoneLocked puts s first in the list of lone slots.
+func (m *MemoryStore) pushLoneLocked(s *slot) {
+	s.lprev, s.lnext = &m.lones, m.lones.lnext
+	m.lones.lnext.lprev = s
+	m.lones.lnext = s
+}
+
+// toldLocked tells the store whether s has become lone, or stopped being
+// so, since it was last told. s.mu is held (and is taken before m.mu).
+func (m *MemoryStore) toldLocked(s *slot) {
+	lone := s.sw.lone()
+	if lone == s.wasLone {
+		return
+	}
+	s.wasLone = lone
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.prev == nil || s.lone == lone { // dropped meanwhile
+		return
+	}
+	s.lone = lone
+	if !lone {
+		s.lprev.lnext, s.lnext.lprev = s.lnext, s.lprev
+		s.lprev, s.lnext = nil, nil
+		return
+	}
+	// Its place among the lone ones is by its last announce.
+	at := m.lones.lnext
+	for at != &m.lones && at.last.After(s.last) {
+		at = at.lnext
+	}
+	s.lprev, s.lnext = at.lprev, at
+	at.lprev.lnext = s
+	at.lprev = s
 }
 
 // dropIdleLocked drops the swarms no one has announced to for
@@ -161,5 +237,10 @@ func (m *MemoryStore) dropIdleLocked(now time.Time) int {
 func (m *MemoryStore) removeLocked(s *slot) {
 	s.prev.next, s.next.prev = s.next, s.prev
 	s.prev, s.next = nil, nil
+	if s.lone {
+		s.lprev.lnext, s.lnext.lprev = s.lnext, s.lprev
+		s.lprev, s.lnext = nil, nil
+		s.lone = false
+	}
 	delete(m.swarms, s.key)
 }

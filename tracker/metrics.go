@@ -46,6 +46,10 @@ type series struct {
 	announces        [len(events)]prometheus.Counter
 	rateLimited      prometheus.Counter
 	late             prometheus.Counter
+	addressFull      prometheus.Counter
+	swarmsFull       prometheus.Counter
+	throttled        prometheus.Counter
+	untracked        prometheus.Counter
 	rejected         prometheus.Counter
 	failed           prometheus.Counter // calls to the store that failed
 	peersRemoved     [numRemoved]prometheus.Counter
@@ -73,6 +77,10 @@ func newSeries() *series {
 	copy(m.announces[:], c.Counters("stampede_tracker_announces_total", `Well-formed announces, by event ("periodic": none).`, "event", eventNames))
 	m.rateLimited = c.Counter("stampede_tracker_announces_rate_limited_total", "Announces less than a second after the same peer's last, answered from the cached peer list.")
 	m.late = c.Counter("stampede_tracker_announces_late_total", `Announces, other than "started", from a peer that said "stopped" within the last interval (one sent before overtaken by it): answered, not added back.`)
+	m.addressFull = c.Counter("stampede_tracker_announces_address_full_total", "Announces of a peer new to a swarm whose table holds max-peers-per-address peers of its source (address, IPv6 /64) already: answered, not added.")
+	m.swarmsFull = c.Counter("stampede_tracker_announces_swarms_full_total", "Announces to a new swarm while max-swarms swarms with peers of two sources or more were kept: answered as alone, the swarm not kept.")
+	m.throttled = c.Counter("stampede_tracker_announces_throttled_total", "Requests refused with 429: their source (address, IPv6 /64) was past its announce rate.")
+	m.untracked = c.Counter("stampede_tracker_announces_untracked_total", "Announces refused with 403: to a swarm this tracker does not track (an origin's tracker tracks the files it serves).")
 	m.rejected = c.Counter("stampede_tracker_announces_rejected_total", "Announces refused with 400 for bad parameters.")
 	m.failed = c.Counter("stampede_tracker_store_failures_total", "Calls to the swarm store that failed (announces answered 503, peer lookups and metrics left empty).")
 	copy(m.peersRemoved[:], c.Counters("stampede_tracker_peers_removed_total", "Peers taken out of a swarm's table, by reason.", "reason", removedNames[:]))

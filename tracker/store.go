@@ -46,8 +46,15 @@ type Limits struct {
 	Interval time.Duration
 	// MaxPeersPerSwarm bounds the table of peers kept per swarm.
 	MaxPeersPerSwarm int
-	// MaxSwarms bounds the swarms kept; past it, the one idle longest goes.
+	// MaxSwarms bounds the swarms kept; past it, a new swarm pushes out
+	// the one idle longest among those whose table holds peers of one
+	// source at most, or is not kept if there is none.
 	MaxSwarms int
+	// MaxPeersPerAddress bounds the peers of one source (an IPv4
+	// address, an IPv6 /64; loopback is exempt, see Source) a swarm's
+	// table holds, and the ids of one source the estimator counts (see
+	// CountingID).
+	MaxPeersPerAddress int
 }
 
 // WithDefaults returns l with its zero or negative fields set to the
@@ -64,6 +71,10 @@ func (l Limits) WithDefaults() Limits {
 	if l.MaxSwarms <= 0 {
 		l.MaxSwarms = DefaultMaxSwarms
 	}
+	if l.MaxPeersPerAddress <= 0 {
+		l.MaxPeersPerAddress = DefaultMaxPeersPerAddress
+	}
+	l.MaxPeersPerAddress = min(l.MaxPeersPerAddress, 256) // CountingID has a byte for it
 	return l
 }
 
@@ -92,6 +103,14 @@ type Outcome struct {
 	// Late: the announce came from a peer that said "stopped" within the
 	// last interval, and did not add it back.
 	Late bool
+	// AddressFull: the announce, of a peer not in the table, came from
+	// a source that has MaxPeersPerAddress peers in it already: it was
+	// answered and counted (CountingID), not added to the table.
+	AddressFull bool
+	// SwarmsFull: the announce was to a new swarm while the store held
+	// MaxSwarms swarms, each with peers of two sources or more: the
+	// swarm was not kept, and the peer is answered as if alone.
+	SwarmsFull bool
 	// Removed counts what this call took out of the store.
 	Removed Removals
 }

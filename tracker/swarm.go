@@ -58,6 +58,7 @@ type result struct {
 	peers               []Peer
 	rateLimited         bool
 	late                bool // from a peer that said "stopped" (stoppedRing): not added
+	addressFull         bool // from a source with perAddress peers in the table: not added
 	removed             [numRemoved]int
 }
 
@@ -65,10 +66,17 @@ type result struct {
 // peers, a ring of its latest arrivals, and a window counting every peer
 // heard from whether or not the table still holds it.
 type swarm struct {
-	interval time.Duration
-	peers    table
-	win      *window
-	rng      *rand.Rand
+	interval   time.Duration
+	perAddress int // peers of one source the table holds (source.go)
+	peers      table
+	win        *window
+	rng        *rand.Rand
+
+	// sources counts the table's peers of each source; nsrc counts the
+	// sources, each exempt (loopback) peer as one of its own. A swarm of
+	// one source is cheap to drop (see MemoryStore).
+	sources map[netip.Prefix]int32
+	nsrc    int
 
 	arrivals  [arrivalRing]PeerID
 	nArrivals int // ever recorded; the latest is arrivals[(nArrivals-1)%arrivalRing]
@@ -91,13 +99,52 @@ type swarm struct {
 	chosen []bool
 }
 
-func newSwarm(interval time.Duration, capacity int, seed uint64, now time.Time) *swarm {
+func newSwarm(interval time.Duration, capacity, perAddress int, seed uint64, now time.Time) *swarm {
 	return &swarm{
-		interval: interval,
-		peers:    newTable(capacity),
-		win:      newWindow(interval, now),
-		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		interval:   interval,
+		perAddress: perAddress,
+		peers:      newTable(capacity),
+		win:        newWindow(interval, now),
+		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		sources:    make(map[netip.Prefix]int32),
 	}
+}
+
+// lone reports whether the table holds peers of one source at most.
+func (s *swarm) lone() bool { return s.nsrc < 2 }
+
+// counted adds (n 1) or takes off (n -1) a peer of ip to the counts of
+// sources.
+func (s *swarm) counted(ip netip.Addr, n int32) {
+	src, ok := Source(ip)
+	if !ok {
+		s.nsrc += int(n)
+		return
+	}
+	k := s.sources[src] + n
+	switch {
+	case k == 0:
+		delete(s.sources, src)
+		s.nsrc--
+	case k == 1 && n > 0:
+		s.sources[src] = k
+		s.nsrc++
+	default:
+		s.sources[src] = k
+	}
+}
+
+// sourceFull reports whether ip's source has perAddress peers in the
+// table.
+func (s *swarm) sourceFull(ip netip.Addr) bool {
+	src, ok := Source(ip)
+	return ok && int(s.sources[src]) >= s.perAddress
+}
+
+// removePeer takes row i out of the table.
+func (s *swarm) removePeer(i int32) {
+	s.counted(s.peers.rows[i].addr.Addr(), -1)
+	s.peers.remove(i)
 }
 
 // announce applies a at time now and returns the answer.
@@ -110,7 +157,7 @@ func (s *swarm) announce(a announce, now time.Time) result {
 		// Peers learn each other's ids: only the address a peer announced
 		// from may take it out.
 		if known && s.peers.rows[i].addr.Addr() == a.addr.Addr() {
-			s.peers.remove(i)
+			s.removePeer(i)
 			s.win.stop(now)
 			res.removed[removedStopped]++
 			s.departed[s.nDeparted%stoppedRing] = departure{id: a.ID, addr: a.addr.Addr(), at: now}
@@ -134,19 +181,30 @@ func (s *swarm) announce(a announce, now time.Time) result {
 	}
 
 	complete := a.Left == 0
-	if known {
+	switch {
+	case known:
 		// A peer whose address changed has moved (a new network): the
-		// latest announce is where it can be reached.
+		// latest announce is where it can be reached. (It keeps its row
+		// whatever its new source holds: only newcomers are bounded.)
+		if old := s.peers.rows[i].addr.Addr(); old != a.addr.Addr() {
+			s.counted(old, -1)
+			s.counted(a.addr.Addr(), 1)
+		}
 		s.peers.update(i, a.addr, complete, now)
-	} else {
+	case s.sourceFull(a.addr.Addr()):
+		// Counted (as one of its source's perAddress), answered, not
+		// kept: ids cost nothing, and would push out the others.
+		res.addressFull = true
+	default:
 		if s.peers.full() {
-			s.peers.remove(s.peers.tail)
+			s.removePeer(s.peers.tail)
 			s.overflowAt = now
 			res.removed[removedTableFull]++
 		}
 		s.peers.insert(peerRow{id: a.ID, addr: a.addr, complete: complete, seen: now})
+		s.counted(a.addr.Addr(), 1)
 	}
-	if a.Event == EventStarted {
+	if a.Event == EventStarted && !res.addressFull {
 		s.arrivals[s.nArrivals%arrivalRing] = a.ID
 		s.nArrivals++
 	}
@@ -164,6 +222,7 @@ func (r *result) outcome() Outcome {
 		Peers:       r.peers,
 		RateLimited: r.rateLimited,
 		Late:        r.late,
+		AddressFull: r.addressFull,
 		Removed: Removals{
 			PeersStopped:   r.removed[removedStopped],
 			PeersExpired:   r.removed[removedExpired],
@@ -196,7 +255,7 @@ func (s *swarm) leftRecently(a announce, now time.Time) bool {
 func (s *swarm) expire(now time.Time) int {
 	n := 0
 	for s.peers.tail >= 0 && now.Sub(s.peers.rows[s.peers.tail].seen) >= expiryIntervals*s.interval {
-		s.peers.remove(s.peers.tail)
+		s.removePeer(s.peers.tail)
 		n++
 	}
 	return n

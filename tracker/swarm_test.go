@@ -54,7 +54,7 @@ func TestSwarmRandomAnnounces(t *testing.T) {
 	const interval = 10 * time.Second
 	rng := rand.New(rand.NewPCG(3, 4))
 	now := time.Unix(1e6, 0)
-	s := newSwarm(interval, 16, 1, now)
+	s := newSwarm(interval, 16, DefaultMaxPeersPerAddress, 1, now)
 	events := []Event{EventNone, EventNone, EventNone, EventStarted, EventCompleted, EventStopped}
 	for step := range 20000 {
 		now = now.Add(time.Duration(rng.IntN(int(300 * time.Millisecond))))

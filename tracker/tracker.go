@@ -109,6 +109,12 @@ const (
 	DefaultInterval         = 15 * time.Second
 	DefaultMaxPeersPerSwarm = 256
 	DefaultMaxSwarms        = 1024
+	// An honest peer announces once an interval, plus a few times at
+	// its start and end; docs/tracker.md says how these numbers were
+	// chosen.
+	DefaultMaxPeersPerAddress = 8
+	DefaultAnnounceRate       = 20  // a second, per source
+	DefaultAnnounceBurst      = 200 // per source
 )
 
 // Config configures a Tracker. Zero or negative fields take their defaults.
@@ -121,10 +127,30 @@ type Config struct {
 	// 100 bytes each in memory); the swarm-size estimate does not depend
 	// on it. Default DefaultMaxPeersPerSwarm.
 	MaxPeersPerSwarm int
-	// MaxSwarms bounds the swarms tracked at once; past it, the swarm idle
-	// longest is dropped. Default DefaultMaxSwarms. A full swarm takes
-	// about 30 KiB in memory with the default table.
+	// MaxSwarms bounds the swarms tracked at once. A new swarm past it
+	// pushes out the one idle longest among those whose table holds
+	// peers of one source (address) at most; when every swarm has peers
+	// of two sources or more, the new swarm is not kept (its peer is
+	// answered alone). Default DefaultMaxSwarms. A full swarm takes about
+	// 30 KiB in memory with the default table.
 	MaxSwarms int
+	// MaxPeersPerAddress bounds the peers of one source (an IPv4
+	// address, an IPv6 /64; loopback is exempt) a swarm's table holds and
+	// its swarm_size counts (source.go). Default
+	// DefaultMaxPeersPerAddress.
+	MaxPeersPerAddress int
+	// AnnounceRate is the announces a second one source may make on
+	// average over HTTP, and AnnounceBurst how many at once; past them it
+	// is answered 429 with a Retry-After. Loopback is not limited, nor
+	// are AnnounceContext's callers. Defaults DefaultAnnounceRate and
+	// DefaultAnnounceBurst; a negative AnnounceRate: no limit.
+	AnnounceRate  float64
+	AnnounceBurst int
+	// Allow, if set, says which swarms the tracker tracks: an announce to
+	// a swarm it refuses is answered 403 and changes nothing. An origin's
+	// tracker tracks the files the origin serves (origin.Server.Serves).
+	// Default nil: any swarm.
+	Allow func(root manifest.Hash, size int64) bool
 	// Store holds the swarms. Default: a MemoryStore of this Config's
 	// Limits. A store made elsewhere (package redisstore) must be given
 	// the same Limits.
@@ -145,7 +171,8 @@ const DefaultStoreTimeout = 2 * time.Second
 
 // Limits returns the limits of c, with the defaults applied, for a Store.
 func (c *Config) Limits() Limits {
-	return Limits{Interval: c.Interval, MaxPeersPerSwarm: c.MaxPeersPerSwarm, MaxSwarms: c.MaxSwarms}.WithDefaults()
+	return Limits{Interval: c.Interval, MaxPeersPerSwarm: c.MaxPeersPerSwarm, MaxSwarms: c.MaxSwarms,
+		MaxPeersPerAddress: c.MaxPeersPerAddress}.WithDefaults()
 }
 
 // Tracker answers announces; it is an http.Handler. Create it with New.
@@ -156,6 +183,7 @@ type Tracker struct {
 	log     *slog.Logger
 	store   Store
 	metrics *series
+	limiter *limiter // nil: no rate limit
 
 	// regOnce makes reg, the standalone tracker's registry, on first use
 	// (Handler): an embedded tracker's series go on its embedder's.
@@ -166,7 +194,13 @@ type Tracker struct {
 // New returns a Tracker for cfg.
 func New(cfg Config) *Tracker {
 	l := cfg.Limits()
-	cfg.Interval, cfg.MaxPeersPerSwarm, cfg.MaxSwarms = l.Interval, l.MaxPeersPerSwarm, l.MaxSwarms
+	cfg.Interval, cfg.MaxPeersPerSwarm, cfg.MaxSwarms, cfg.MaxPeersPerAddress = l.Interval, l.MaxPeersPerSwarm, l.MaxSwarms, l.MaxPeersPerAddress
+	if cfg.AnnounceRate == 0 {
+		cfg.AnnounceRate = DefaultAnnounceRate
+	}
+	if cfg.AnnounceBurst <= 0 {
+		cfg.AnnounceBurst = DefaultAnnounceBurst
+	}
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
 	}
@@ -179,7 +213,11 @@ func New(cfg Config) *Tracker {
 	if cfg.Store == nil {
 		cfg.Store = NewMemoryStore(l, cfg.Logger)
 	}
-	return &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store, metrics: newSeries()}
+	t := &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store, metrics: newSeries()}
+	if cfg.AnnounceRate > 0 {
+		t.limiter = newLimiter(cfg.AnnounceRate, cfg.AnnounceBurst)
+	}
+	return t
 }
 
 // Interval returns the announce interval the tracker asks of peers.
@@ -195,12 +233,6 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.refuse(w, r, http.StatusMethodNotAllowed, fmt.Errorf("method %s: announce with GET", r.Method))
 		return
 	}
-	req, err := parseAnnounce(r.URL.RawQuery)
-	if err != nil {
-		t.metrics.rejected.Add(1)
-		t.refuse(w, r, http.StatusBadRequest, err)
-		return
-	}
 	from, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		// Not a TCP connection (a test, a unix socket): no one to list.
@@ -208,10 +240,30 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ip := from.Addr().Unmap().WithZone("") // a zone means nothing to other hosts
+	// Every request of a source counts against its rate, well-formed or
+	// not. The tracker never connects to the addresses it is told of
+	// (nor to any): an announce costs it one answer.
+	if src, ok := Source(ip); ok && t.limiter != nil {
+		if ok, wait := t.limiter.allow(src, t.cfg.Now()); !ok {
+			t.metrics.throttled.Add(1)
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+			t.refuse(w, r, http.StatusTooManyRequests, errThrottled)
+			return
+		}
+	}
+	req, err := parseAnnounce(r.URL.RawQuery)
+	if err != nil {
+		t.metrics.rejected.Add(1)
+		t.refuse(w, r, http.StatusBadRequest, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), t.cfg.StoreTimeout)
 	defer cancel()
 	res, err := t.AnnounceContext(ctx, req, netip.AddrPortFrom(ip, req.Port))
 	switch {
+	case errors.Is(err, ErrNotTracked):
+		t.refuse(w, r, http.StatusForbidden, err)
+		return
 	case errors.Is(err, ErrStore):
 		w.Header().Set("Retry-After", strconv.Itoa(int(t.cfg.Interval/time.Second)))
 		t.refuse(w, r, http.StatusServiceUnavailable, errStoreFailed)
@@ -230,6 +282,13 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	w.Write(body)
 }
+
+// errThrottled is what a source past its rate is told.
+var errThrottled = errors.New("too many announces from this address: announce again after Retry-After")
+
+// ErrNotTracked is wrapped by the errors of announces to a swarm
+// Config.Allow refuses.
+var ErrNotTracked = errors.New("this tracker does not track that file")
 
 // errStoreFailed is what a peer is told when the store fails: what
 // failed (an address, a server's message) is for the log only.
@@ -257,11 +316,16 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 // request's remote IP; an embedder may call it directly. req.NumWant is
 // taken as in the protocol: 0 means DefaultNumWant. A request with
 // parameters out of range is an error wrapping errBadRequest, as a 400
-// would be; a store that fails, an error wrapping ErrStore.
+// would be; one to a swarm Config.Allow refuses, ErrNotTracked; a store
+// that fails, an error wrapping ErrStore.
 func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr netip.AddrPort) (*AnnounceResponse, error) {
 	if err := req.check(); err != nil {
 		t.metrics.rejected.Add(1)
 		return nil, err
+	}
+	if t.cfg.Allow != nil && !t.cfg.Allow(req.Root, req.Size) {
+		t.metrics.untracked.Add(1)
+		return nil, fmt.Errorf("%w (root %s, size %d)", ErrNotTracked, req.Root, req.Size)
 	}
 	switch {
 	case req.NumWant <= 0:
@@ -283,6 +347,12 @@ func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr
 	}
 	if res.Late {
 		t.metrics.late.Add(1)
+	}
+	if res.AddressFull {
+		t.metrics.addressFull.Add(1)
+	}
+	if res.SwarmsFull {
+		t.metrics.swarmsFull.Add(1)
 	}
 	t.metrics.countRemoved(&res.Removed)
 	if t.log.Enabled(ctx, slog.LevelDebug) {

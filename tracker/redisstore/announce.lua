@@ -1,23 +1,26 @@
 
 -- announce: args[7] the swarm cap, args[8] the table cap, args[9] the
--- estimator's key the tracker hashed ids with; then one or more announces,
+-- estimator's key the tracker hashed ids with, args[10] the cap of peers
+-- of one source in a table; then one or more announces,
 -- of ANNOUNCE arguments each: now and the estimator's bucket (as args[1]
 -- and [6], which they replace for it), the swarm's name, id (hex), info
 -- ("1|ip|port" for a seed, else "0|ip|port"), the event, numwant, the
--- estimator's bits for the id (see count). The tracker sends together the
+-- estimator's bits for the id (CountingID's, see count). The tracker sends together the
 -- announces made at once (group commit): each is applied in turn, as a
 -- call of its own would apply it, and a failure fails them all.
 --
 -- Returns one list, of, for each announce in turn: its kind, plus 4 if a
 -- peer was pushed out of the full table, plus 8 if the counts of other
--- removals follow; swarm size, complete; should they follow, peers
+-- removals follow, plus 16 if the peer was not added (its source has
+-- perAddress peers in the table), plus 32 if the swarm is new and was not
+-- kept (maxSwarms swarms, none lone); swarm size, complete; should they follow, peers
 -- stopped, expired, swarms idle, limit; the number of values of peers
 -- that follow, the values. Kind 0: the peers for the asker (see pickFor);
 -- 1 rate limited, 2 late: the cached list, one string of lines; 3
 -- stopped, none. One list, rather than one per announce: Redis looks each
 -- list it answers with over for the fields that make it something else
 -- (an error, a status, a map...), and values it makes take time.
-local maxSwarms, capacity
+local maxSwarms, capacity, perAddress
 local ANNOUNCE = 8
 
 -- header appends to out the values an answer starts with (see above),
@@ -55,10 +58,12 @@ local function announce(args, o, out)
 
 	-- The swarm. One idle for EXPIRY goes on as if new (all its peers have
 	-- expired; Stats counts it dropped). A new one first sweeps away (a few)
-	-- idle ones, then, past maxSwarms, pushes out the one idle longest.
-	-- The registry is told of a swarm's announces at most once per GAP,
-	-- which spares most announces a ZADD; a swarm may then go as idle, or
-	-- be pushed out, up to GAP sooner than in memory.
+	-- idle ones, then, past maxSwarms, pushes out the lone one (peers of
+	-- one source at most) idle longest, or, with none lone, is not kept.
+	-- The registry (and that of the lone ones) is told of a swarm's
+	-- announces at most once per GAP, which spares most announces a ZADD;
+	-- a swarm may then go as idle, or be pushed out, up to GAP sooner than
+	-- in memory.
 	local sw = open(name)
 	local row = readMeta(sw, id)
 	local ra = sw.meta[RA]
@@ -66,13 +71,21 @@ local function announce(args, o, out)
 		if call('ZADD', reg, nowS, name) == 1 then
 			idle = idle + dropIdle(16)
 			while call('ZCARD', reg) > maxSwarms do
-				-- The one idle longest, never this one (a tie, a clock gone back).
-				local oldest = call('ZRANGE', reg, 0, 1)
-				local victim = oldest[1] == name and oldest[2] or oldest[1]
+				-- The lone one idle longest, never this one (not lone yet).
+				local victim = call('ZRANGE', lone, 0, 0)[1]
+				if not victim then
+					call('ZREM', reg, name)
+					local at = header(out, 3 + 32, 0, 0, 0, idle, limit)
+					if event ~= 'stopped' then out[at], out[at + 1] = 1, complete(v) and 1 or 0 end
+					return
+				end
 				call('ZREM', reg, victim)
 				drop(open(victim))
 				limit = limit + 1
 			end
+			call('ZADD', lone, nowS, name)
+		elseif sw.ns < 2 then
+			call('ZADD', lone, nowS, name)
 		end
 		sw.w[RA] = now
 	end
@@ -119,6 +132,17 @@ local function announce(args, o, out)
 	end
 
 	local full = 0
+	if not old and sourceFull(sw, infoIP(v), perAddress) then
+		-- Counted (as one of its source's perAddress), answered, not kept:
+		-- ids cost nothing, and would push out the others.
+		count(sw, args[o + 7])
+		local at, count = header(out, 16, 0, 0, expired, idle, limit)
+		out[count] = pickFor(sw, id .. '|' .. v, id, numwant, 0, out)
+		local n, c = size(sw)
+		flush(sw)
+		out[at], out[at + 1] = n, c
+		return
+	end
 	if not old and sw.n >= capacity then
 		local gone = call('ZPOPMIN', sw.p)[1]
 		setPeer(sw, lineID(gone), lineRow(gone), nil)
@@ -161,7 +185,7 @@ end
 
 local function announceAll(args)
 	setup(args)
-	maxSwarms, capacity = tonumber(args[7]), tonumber(args[8])
+	maxSwarms, capacity, perAddress = tonumber(args[7]), tonumber(args[8]), tonumber(args[10])
 	-- The estimator's bits come from a hash of the id keyed by a secret
 	-- every tracker sharing the Redis takes from it, so that each counts a
 	-- peer once, and no one can choose ids that set the same bits; a
@@ -170,7 +194,7 @@ local function announceAll(args)
 		return redis.error_reply('STALEKEY the estimator key changed')
 	end
 	local out = {}
-	for o = 10, #args, ANNOUNCE do
+	for o = 11, #args, ANNOUNCE do
 		announce(args, o, out)
 	end
 	return out

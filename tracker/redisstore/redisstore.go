@@ -129,13 +129,13 @@ const (
 // A call is one announce to send: the script's arguments for it, and
 // then its answer or the error of the call that carried it.
 type call struct {
-	ctx   context.Context
-	args  []any
-	id    tracker.PeerID
-	taken bool // in a batch (under Store.mu)
-	res   []any
-	err   error
-	done  chan struct{} // closed once res or err is set
+	ctx     context.Context
+	args    []any
+	counted tracker.PeerID // what the estimator counts (tracker.CountingID)
+	taken   bool           // in a batch (under Store.mu)
+	res     []any
+	err     error
+	done    chan struct{} // closed once res or err is set
 }
 
 // New returns a Store using rdb, which stays the caller's to close.
@@ -308,6 +308,7 @@ func (s *Store) Announce(ctx context.Context, req tracker.AnnounceRequest, addr 
 	if kind&kindFull != 0 {
 		out.Removed.PeersTableFull = 1
 	}
+	out.AddressFull, out.SwarmsFull = kind&kindAddressFull != 0, kind&kindSwarmsFull != 0
 	if kind&kindRemovals != 0 {
 		out.Removed.PeersStopped, out.Removed.PeersExpired = int(nums[3]), int(nums[4])
 		out.Removed.SwarmsIdle, out.Removed.SwarmsLimit = int(nums[5]), int(nums[6])
@@ -340,7 +341,7 @@ func (s *Store) newCall(ctx context.Context, req tracker.AnnounceRequest, addr n
 		info = "1|"
 	}
 	ms, bucket := s.times(now)
-	return &call{ctx: ctx, id: req.ID, args: []any{
+	return &call{ctx: ctx, counted: tracker.CountingID(req.ID, addr.Addr(), s.limits.MaxPeersPerAddress), args: []any{
 		ms, bucket,
 		swarmName(req.Root, req.Size),
 		req.ID.String(),
@@ -442,9 +443,11 @@ func (s *Store) send(ctx context.Context, batch []*call) {
 // its kind, with these bits, the swarm size and complete, the counts of
 // removals if kindRemovals, the count of the values of peers that follow.
 const (
-	kindMask     = 3 // picked, rate limited, late, stopped
-	kindFull     = 4 // a peer was pushed out of the full table
-	kindRemovals = 8 // peers stopped, expired, swarms idle, limit follow
+	kindMask        = 3  // picked, rate limited, late, stopped
+	kindFull        = 4  // a peer was pushed out of the full table
+	kindRemovals    = 8  // peers stopped, expired, swarms idle, limit follow
+	kindAddressFull = 16 // tracker.Outcome.AddressFull
+	kindSwarmsFull  = 32 // tracker.Outcome.SwarmsFull
 )
 
 // answerHead returns how many values an answer of kind starts with, the
@@ -488,10 +491,11 @@ func (s *Store) announce(ctx context.Context, batch []*call) ([]any, error) {
 			s.limits.MaxSwarms,
 			s.limits.MaxPeersPerSwarm,
 			key.text,
+			s.limits.MaxPeersPerAddress,
 		)
 		for _, c := range batch {
 			args = append(args, c.args...)
-			args = append(args, key.bits(c.id))
+			args = append(args, key.bits(c.counted))
 		}
 		res, err := s.run(ctx, announceScript, args)
 		if err == nil || attempt > 0 || !isRedisError(err) || !strings.HasPrefix(err.Error(), "STALEKEY") {

@@ -168,8 +168,8 @@ func TestRestartLosesNothing(t *testing.T) {
 }
 
 // swarmFields is how many fields of its own a swarm keeps in its hash,
-// next to the peers' (swarm.lua's META, cache and cat).
-const swarmFields = 13
+// next to the peers' and their sources' counts (swarm.lua's FIELDS).
+const swarmFields = 14
 
 // TestKeysBounded plays an attacker: many ids into one swarm, many
 // swarms, ids that stop and start: the keys and their sizes stay within
@@ -188,8 +188,8 @@ func TestKeysBounded(t *testing.T) {
 		if ev == tracker.EventCompleted {
 			left = 0
 		}
-		root := manifest.Hash{byte(i % 40)} // ten times the swarms allowed
-		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), uint16(i%3))
+		root := manifest.Hash{byte(i % 40)}                                                      // ten times the swarms allowed
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i % 7)}), uint16(i%3)) // seven sources
 		if _, err := st.Announce(ctx, tracker.AnnounceRequest{Root: root, Size: 100, ID: id, Port: addr.Port(), Left: left, Event: ev, NumWant: 50}, addr, now); err != nil {
 			t.Fatal(err)
 		}
@@ -204,8 +204,8 @@ func TestKeysBounded(t *testing.T) {
 	}
 	swarms := make(map[string]bool)
 	for _, k := range keys {
-		if k == DefaultPrefix+"swarms" || k == DefaultPrefix+"key" {
-			continue // the registry; the estimator's key, for good
+		if k == DefaultPrefix+"swarms" || k == DefaultPrefix+"lone" || k == DefaultPrefix+"key" {
+			continue // the registries; the estimator's key, for good
 		}
 		name, _, ok := strings.Cut(strings.TrimPrefix(k, DefaultPrefix+"{"), "}")
 		if !ok {
@@ -222,7 +222,8 @@ func TestKeysBounded(t *testing.T) {
 				t.Errorf("%s: %d members", k, n)
 			}
 		case "hash":
-			if n := rdb.HLen(ctx, k).Val(); n > maxPeers+1+swarmFields { // +1: the padding field
+			// Each peer's row and its source's count; +1: the padding field.
+			if n := rdb.HLen(ctx, k).Val(); n > 2*maxPeers+1+swarmFields {
 				t.Errorf("%s: %d fields", k, n)
 			}
 		case "set":
@@ -242,17 +243,30 @@ func TestKeysBounded(t *testing.T) {
 	for name := range swarms {
 		base := DefaultPrefix + "{" + name + "}"
 		n, c := 0, 0
+		sources, counts := make(map[string]int), make(map[string]int)
 		for id, v := range rdb.HGetAll(ctx, base+":i").Val() {
+			if src, ok := strings.CutPrefix(id, "@"); ok {
+				counts[src], _ = strconv.Atoi(v)
+				continue
+			}
 			if len(id) != 2*len(tracker.PeerID{}) {
 				continue // the padding, the swarm's fields
 			}
 			n++
+			sources[strings.Split(v, "|")[1]]++
 			if strings.HasPrefix(v, "1|") {
 				c++
 			}
 			if _, err := rdb.ZScore(ctx, base+":p", id+"|"+v).Result(); err != nil {
 				t.Errorf("%s: %s has a row, not a place in the table: %v", name, id, err)
 			}
+		}
+		if fmt.Sprint(sources) != fmt.Sprint(counts) {
+			t.Errorf("%s: peers of each source %v, counted %v", name, sources, counts)
+		}
+		lone := rdb.ZScore(ctx, DefaultPrefix+"lone", name).Err() == nil
+		if ns := rdb.HGet(ctx, base+":i", "ns").Val(); ns != strconv.Itoa(len(sources)) && !(ns == "" && len(sources) == 0) || lone != (len(sources) < 2) {
+			t.Errorf("%s: %s sources counted, %d in the table; lone %v", name, ns, len(sources), lone)
 		}
 		meta := rdb.HMGet(ctx, base+":i", "n", "c").Val()
 		for i, v := range meta {
@@ -269,6 +283,11 @@ func TestKeysBounded(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, DefaultPrefix+"swarms").Val(); n > maxSwarms {
 		t.Errorf("%d swarms registered", n)
+	}
+	for _, name := range rdb.ZRange(ctx, DefaultPrefix+"lone", 0, -1).Val() {
+		if rdb.ZScore(ctx, DefaultPrefix+"swarms", name).Err() != nil {
+			t.Errorf("lone swarm %s not registered", name)
+		}
 	}
 	if n := rdb.ZCard(ctx, DefaultPrefix+"{"+swarmName(manifest.Hash{39}, 100)+"}:p").Val(); n > maxPeers {
 		t.Errorf("table of %d peers", n)

@@ -31,7 +31,7 @@
 -- loaded, without the standard library.
 local call, byte, tonumber, ipairs, unpack, max, min, floor
 
-local ttl, interval, prefix, reg
+local ttl, interval, prefix, reg, lone
 local nowS, now, seedS, seed, cutoffS, cutoff, curS, cur
 local EXPIRY -- a peer, or a swarm, silent this long is gone
 
@@ -58,6 +58,7 @@ local function setup(args)
 	max, min, floor = math.max, math.min, math.floor
 	ttl, interval, prefix = args[4], tonumber(args[2]), args[3]
 	reg = prefix .. 'swarms'
+	lone = prefix .. 'lone'
 	EXPIRY = 3 * interval
 	seedS, seed = args[5], nil
 	at(args[1], args[6])
@@ -141,29 +142,32 @@ end
 -- out, RA the announce the registry was last told of, HB the estimator's
 -- latest bucket (see bucket); ESTB and HB are kept as strings, the others
 -- read as numbers. CACHE and CAT, the cached peer list and its time, are
--- read on their own (see cached). A swarm's fields are a list rather than
--- a table by name: Lua makes room for a name as it is set.
-local N, C, OVF, EST, ESTB, DN, ARR, LO, DL, RA, HB, CACHE, CAT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
-local FIELDS = { 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', 'cache', 'cat' }
-local NUMBERS = { N, C, OVF, EST, DN, ARR, LO, DL, RA }
+-- read on their own (see cached). NS counts the sources (see source) of
+-- the table's peers: a swarm of fewer than two is lone (in the registry
+-- "lone" too) and the first to go past maxSwarms. A swarm's fields are a
+-- list rather than a table by name: Lua makes room for a name as it is
+-- set. The count of the table's peers of a source s is the field "@s".
+local N, C, OVF, EST, ESTB, DN, ARR, LO, DL, RA, HB, NS, CACHE, CAT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
+local FIELDS = { 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', 'ns', 'cache', 'cat' }
+local NUMBERS = { N, C, OVF, EST, DN, ARR, LO, DL, RA, NS }
 
 -- readMeta reads the swarm's fields (not the cached list) and, given an
 -- id, that peer's row, in one call.
 local function readMeta(sw, id)
 	local m
 	if id then
-		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', id)
+		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', 'ns', id)
 	else
-		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb')
+		m = call('HMGET', sw.i, 'n', 'c', 'ovf', 'est', 'estb', 'dn', 'arr', 'lo', 'dl', 'ra', 'hb', 'ns')
 	end
 	for _, j in ipairs(NUMBERS) do
 		if m[j] then m[j] = num(m[j]) end
 	end
-	local row = m[HB + 1]
-	m[HB + 1] = nil
+	local row = m[NS + 1]
+	m[NS + 1] = nil
 	sw.meta, sw.made = m, m[N] and true
 	-- Every change to the table goes through setPeer, which keeps these.
-	sw.n, sw.c = m[N] or 0, m[C] or 0
+	sw.n, sw.c, sw.ns = m[N] or 0, m[C] or 0, m[NS] or 0
 	return row
 end
 
@@ -180,6 +184,16 @@ local function flush(sw)
 	end
 	sw.rows = false
 	local m = sw.meta
+	-- A swarm whose peers came to be of two sources, or no more, leaves
+	-- the lone ones, or joins them.
+	local ns = w[NS]
+	if ns and (ns >= 2) ~= ((m[NS] or 0) >= 2) then
+		if ns >= 2 then
+			call('ZREM', lone, sw.name)
+		else
+			call('ZADD', lone, nowS, sw.name)
+		end
+	end
 	for j, v in pairs(w) do
 		if m[j] ~= v then
 			args[#args + 1] = FIELDS[j]
@@ -213,6 +227,7 @@ local function drop(sw)
 		ks[#ks + 1] = stops(sw, bS)
 	end
 	call('DEL', unpack(ks))
+	call('ZREM', lone, sw.name)
 end
 
 -- touch renews the TTL of every key of the swarm (and a key written since
@@ -244,6 +259,58 @@ local function complete(v) return byte(v, 1) == 49 end
 local function reachable(v) return byte(v, -1) ~= 48 or byte(v, -2) ~= 124 end
 local function infoIP(v) return string.match(v, '^%d|(.*)|%d+$') end
 
+-- source returns the source the peer at ip is counted under (Source in
+-- package tracker): an IPv4 address, or an IPv6 address's /64 as its
+-- first four groups (ip as Go writes it, canonical); nil for loopback,
+-- which is exempt.
+local function source(ip)
+	if not string.find(ip, ':', 1, true) then
+		if string.sub(ip, 1, 4) == '127.' then return nil end
+		return ip
+	end
+	if string.find(ip, '.', 1, true) then
+		-- ::ffff:a.b.c.d, which Go counts as a.b.c.d.
+		return source(string.match(ip, '([^:]*)$'))
+	end
+	if ip == '::1' then return nil end
+	local head, tail = string.match(ip, '^(.-)::(.*)$')
+	if not head then head, tail = ip, '' end
+	local g = {}
+	for x in string.gmatch(head, '[^:]+') do g[#g + 1] = x end
+	if #g < 4 then
+		local t = {}
+		for x in string.gmatch(tail, '[^:]+') do t[#t + 1] = x end
+		for _ = 1, 8 - #g - #t do g[#g + 1] = '0' end
+		for _, x in ipairs(t) do g[#g + 1] = x end
+	end
+	return g[1] .. ':' .. g[2] .. ':' .. g[3] .. ':' .. g[4]
+end
+
+-- sourceFull reports whether the source of ip has perAddress peers in the
+-- table.
+local function sourceFull(sw, ip, perAddress)
+	local src = source(ip)
+	return src and (num(call('HGET', sw.i, '@' .. src)) or 0) >= perAddress
+end
+
+-- tally adds (n 1) or takes off (n -1) a peer at ip to the counts of
+-- sources.
+local function tally(sw, ip, n)
+	local src = source(ip)
+	if not src then
+		sw.ns = sw.ns + n
+	else
+		local k = call('HINCRBY', sw.i, '@' .. src, n)
+		if k <= 0 then
+			call('HDEL', sw.i, '@' .. src)
+			sw.ns = sw.ns - 1
+		elseif k == 1 and n > 0 then
+			sw.ns = sw.ns + 1
+		end
+	end
+	sw.w[NS] = sw.ns
+end
+
 -- A peer's line "id|c|ip|port": its id (32 hex digits) and its info.
 local function lineID(line) return string.sub(line, 1, 32) end
 local function lineRow(line) return string.sub(line, 34) end
@@ -258,6 +325,11 @@ local function setPeer(sw, id, old, v, later)
 	if old == v then return false end
 	local oc, nc = old and complete(old), v and complete(v)
 	local added = false
+	local oip, nip = old and infoIP(old), v and infoIP(v)
+	if oip ~= nip then
+		if oip then tally(sw, oip, -1) end
+		if nip then tally(sw, nip, 1) end
+	end
 	if old and reachable(old) then
 		call('SREM', key(sw, 'r'), id .. '|' .. old)
 		if oc then call('SREM', key(sw, 'rs'), id .. '|' .. old) end

@@ -61,6 +61,8 @@ func Run(t *testing.T, newStore NewStore, opts Options) {
 		{"RateLimitPerPeer", testRateLimit},
 		{"IPv6AndMappedAddresses", testIPv6},
 		{"SwarmsBounded", testSwarmsBounded},
+		{"PeersPerAddressBounded", testPeersPerAddress},
+		{"SwarmsFullKeepLiveSwarms", testSwarmsFull},
 		{"TableBounded", testTableBounded},
 		{"MetricsCountAnnounces", testMetricsCount},
 		{"PeersLooksWithoutJoining", testPeersLooks},

@@ -339,7 +339,9 @@ func testSwarmsBounded(t *testing.T, newStore NewStore) {
 	h = newHarness(t, newStore, tracker.Config{MaxSwarms: 1})
 	for i := range 3 {
 		h.announceTo(manifest.Hash{0xff - byte(i)}, peer(i), tracker.EventStarted, 1000, 0)
-		if res := h.announceTo(manifest.Hash{0xff - byte(i)}, peer(10+i), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 {
+		again := peer(10 + i)
+		again.ip = peer(i).ip // one source: the swarm stays lone
+		if res := h.announceTo(manifest.Hash{0xff - byte(i)}, again, tracker.EventStarted, 1000, 0); res.SwarmSize != 2 {
 			t.Errorf("swarm %d, the newest: swarm_size %d, want 2", i, res.SwarmSize)
 		}
 	}
@@ -512,5 +514,153 @@ func testConcurrent(t *testing.T, newStore NewStore) {
 	wg.Wait()
 	if m := h.metrics(); m["stampede_tracker_swarms"] > 2 || m["stampede_tracker_peers"] > 64 {
 		t.Errorf("bounds exceeded: %v", m)
+	}
+}
+
+// announceFrom announces p to root through Announce (the HTTP layer
+// would rate limit a flood from one address), and checks the answer.
+func (h *harness) announceFrom(root manifest.Hash, p testPeer, event tracker.Event, left int64) *tracker.AnnounceResponse {
+	h.t.Helper()
+	res, err := h.tr.Announce(tracker.AnnounceRequest{Root: root, Size: testSize, ID: p.id, Port: p.port, Left: left, Event: event}, p.addr())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	checkPeers(h.t, p.id, 0, res)
+	return res
+}
+
+// randomPeer is a peer with a random id at ip and port.
+func randomPeer(rng *rand.Rand, ip string, port uint16) testPeer {
+	p := testPeer{ip: netip.MustParseAddr(ip), port: port}
+	for i := range p.id {
+		p.id[i] = byte(rng.Uint32())
+	}
+	return p
+}
+
+// testPeersPerAddress: ids from one source (an IPv4 address, an IPv6
+// /64) count up to MaxPeersPerAddress, in the table and in swarm_size,
+// and push no one out; loopback is exempt.
+func testPeersPerAddress(t *testing.T, newStore NewStore) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	h := newHarness(t, newStore, tracker.Config{MaxPeersPerAddress: 4})
+	honest := []testPeer{peer(1), peer(2), peer(3)}
+	for _, p := range honest {
+		h.announce(p, tracker.EventStarted, 1000, 0)
+	}
+	// A Sybil: 200 random ids behind one address, reachable or not.
+	for i := range 200 {
+		h.announceFrom(testRoot, randomPeer(rng, "198.51.100.7", uint16(i%2)*7000), tracker.EventStarted, 1000)
+	}
+	res := h.announceFrom(testRoot, randomPeer(rng, "198.51.100.7", 0), tracker.EventNone, 1000)
+	if res.SwarmSize != 3+4 {
+		t.Errorf("swarm_size %d after 200 ids from one address, want 3 + 4", res.SwarmSize)
+	}
+	m := h.metrics()
+	if m["stampede_tracker_peers"] != 7 || m["stampede_tracker_announces_address_full_total"] != 197 {
+		t.Errorf("metrics %v", m)
+	}
+	// The honest peers are still handed out.
+	h.clock.Advance(time.Second)
+	got := ids(h.announce(peer(1), tracker.EventNone, 1000, 50).Peers)
+	for _, p := range honest[1:] {
+		if !slices.Contains(got, p.id) {
+			t.Errorf("peer %s not handed out among %v", p.id, got)
+		}
+	}
+	// An IPv6 /64 is one source; another /64 another.
+	for i := range 10 {
+		h.announceFrom(testRoot, randomPeer(rng, fmt.Sprintf("2001:db8:1:2::%x", i+1), 7000), tracker.EventStarted, 1000)
+	}
+	h.announceFrom(testRoot, randomPeer(rng, "2001:db8:1:3::1", 7000), tracker.EventStarted, 1000)
+	// Loopback is exempt: the host's own peers all count.
+	for range 10 {
+		h.announceFrom(testRoot, randomPeer(rng, "127.0.0.1", 7000), tracker.EventStarted, 1000)
+	}
+	if res := h.announceFrom(testRoot, peer(4), tracker.EventStarted, 1000); res.SwarmSize != 3+4+4+1+10+1 {
+		t.Errorf("swarm_size %d, want 3 + 4 (the Sybil) + 4 + 1 (two /64s) + 10 (loopback) + 1", res.SwarmSize)
+	}
+
+	// A swarm larger than its table: the estimator counts a source as
+	// at most 4 too.
+	const interval = 10 * time.Second
+	h = newHarness(t, newStore, tracker.Config{Interval: interval, MaxPeersPerSwarm: 16, MaxPeersPerAddress: 4,
+		Logger: slog.New(slog.DiscardHandler)})
+	for round := range 3 {
+		for i := range 40 {
+			h.clock.Advance(interval / 2000)
+			h.announceFrom(testRoot, peer(i), tracker.EventNone, 1000)
+			for range 24 {
+				h.announceFrom(testRoot, randomPeer(rng, "198.51.100.7", 0), tracker.EventStarted, 1000)
+			}
+		}
+		h.clock.Advance(interval - 40*interval/2000)
+		if res := h.announceFrom(testRoot, peer(0), tracker.EventNone, 1000); res.SwarmSize < 40 || res.SwarmSize > 48 {
+			t.Errorf("round %d: swarm_size %d with 40 peers and 960 ids from one address, want 40 to 48", round, res.SwarmSize)
+		}
+	}
+}
+
+// testSwarmsFull: past MaxSwarms, new swarms push out lone swarms (peers
+// of one source at most), never one whose peers come from two sources
+// or more; with none lone, the new swarm is not kept.
+func testSwarmsFull(t *testing.T, newStore NewStore) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	h := newHarness(t, newStore, tracker.Config{MaxSwarms: 8})
+	live := []manifest.Hash{{0x11}, {0x22}}
+	for k, root := range live {
+		h.announceTo(root, peer(10*k+1), tracker.EventStarted, 0, 0)
+		h.announceTo(root, peer(10*k+2), tracker.EventStarted, 1000, 0)
+	}
+	// A flood of random roots from one address, the live swarms
+	// announcing between.
+	for i := range 2000 {
+		var root manifest.Hash
+		for j := range root {
+			root[j] = byte(rng.Uint32())
+		}
+		h.announceFrom(root, randomPeer(rng, "198.51.100.7", 7000), tracker.EventStarted, 1000)
+		if i%500 == 499 {
+			h.clock.Advance(time.Second)
+			for k, root := range live {
+				res := h.announceTo(root, peer(10*k+2), tracker.EventNone, 1000, 0)
+				if res.SwarmSize != 2 || len(res.Peers) != 1 || res.Peers[0].ID != peer(10*k+1).id {
+					t.Fatalf("flood %d: live swarm %d answered %+v", i, k, res)
+				}
+			}
+		}
+	}
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 8 || m[`stampede_tracker_swarms_removed_total{reason="limit"}`] != 2000-6 {
+		t.Errorf("metrics %v", m)
+	}
+
+	// Every swarm live: a new one is not kept, and is told it is alone.
+	h = newHarness(t, newStore, tracker.Config{MaxSwarms: 2})
+	for k, root := range live {
+		h.announceTo(root, peer(10*k+1), tracker.EventStarted, 0, 0)
+		h.announceTo(root, peer(10*k+2), tracker.EventStarted, 1000, 0)
+	}
+	for i := range 3 {
+		if res := h.announceTo(manifest.Hash{0x33}, peer(100+i), tracker.EventStarted, 1000, 0); res.SwarmSize != 1 || len(res.Peers) != 0 {
+			t.Errorf("new swarm past the limit: %+v, want alone", res)
+		}
+	}
+	if m := h.metrics(); m["stampede_tracker_swarms"] != 2 || m["stampede_tracker_announces_swarms_full_total"] != 3 ||
+		m[`stampede_tracker_swarms_removed_total{reason="limit"}`] != 0 {
+		t.Errorf("metrics %v", m)
+	}
+	// A swarm whose peers of another source left is lone again, and
+	// the one to go.
+	h.clock.Advance(time.Second)
+	h.announceTo(live[0], peer(2), tracker.EventStopped, 1000, 0)
+	h.announceTo(manifest.Hash{0x33}, peer(100), tracker.EventStarted, 1000, 0)
+	if res := h.announceTo(manifest.Hash{0x33}, peer(101), tracker.EventStarted, 1000, 0); res.SwarmSize != 2 {
+		t.Errorf("new swarm after one went lone: swarm_size %d, want 2", res.SwarmSize)
+	}
+	if res := h.announceTo(live[1], peer(12), tracker.EventNone, 1000, 0); res.SwarmSize != 2 {
+		t.Errorf("live swarm after a lone one went: swarm_size %d, want 2", res.SwarmSize)
+	}
+	if res := h.announceTo(live[0], peer(3), tracker.EventStarted, 1000, 0); res.SwarmSize != 1 {
+		t.Errorf("the lone swarm: swarm_size %d, want 1 (pushed out)", res.SwarmSize)
 	}
 }
