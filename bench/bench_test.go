@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func stampedeBin(t *testing.T) string {
+func stampedeBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		if p := os.Getenv("STAMPEDETEST_BENCH_BIN"); p != "" {
