@@ -13,6 +13,7 @@
 //	Stampede-Capabilities    overload: past its limits, answer with a piece of your choosing and peers
 //	Stampede-Candidates      other pieces the client would take instead of its Range ("3,7-9")
 //	Stampede-Reason          why the client asks (piece, retry-late, stream, origin:no-peers, ...)
+//	Stampede-Peer-Id         the client's peer ID, for a private swarm's token (with a manifest request)
 //
 //	Response header          Meaning
 //	Link                     <ManifestPrefix/P>; rel="stampede-manifest", and for a page
@@ -22,6 +23,9 @@
 //	Stampede-Root            the root of the manifest that piece belongs to (overload answer)
 //	Stampede-Peers           peers of the file's swarm, "ip:port, ip:port"
 //	Stampede-In-Swarm        a 503: every piece offered was just sent to other peers
+//	Stampede-Signature       the origin's signature of the file's root and size (with the manifest)
+//	Stampede-Key             the signing origin's public key (with the signature)
+//	Stampede-Token           a private swarm's token for the Stampede-Peer-Id asked (with the manifest)
 //
 // An overload answer is a 206 with Stampede-Piece and a Retry-After; a pick
 // answer (a candidate sent instead of the piece asked) is a 206 with
@@ -120,6 +124,25 @@ const (
 	// manifest URL for the manifest's head instead of the whole manifest
 	// (ManifestHeadURL).
 	ManifestHeadQuery = "piece_layer"
+
+	// SignatureHeader carries the origin's signature of the file's root
+	// and size (sign.SignManifest), on the answers that carry its
+	// manifest or manifest head, when the origin signs (serve
+	// --sign-key). A client given the origin's key refuses a manifest
+	// without it.
+	SignatureHeader = "Stampede-Signature"
+	// KeyHeader carries the signing origin's public key, in its one-line
+	// form (sign.FormatPublicKey), next to SignatureHeader: what a client
+	// not given a key checks a private swarm's tokens with.
+	KeyHeader = "Stampede-Key"
+	// PeerIDHeader is the request header in which a client names its peer
+	// ID (32 hex digits) when it asks for a manifest, so that a private
+	// swarm's origin answers with a token for it.
+	PeerIDHeader = "Stampede-Peer-Id"
+	// TokenHeader carries the token (sign.Token, its text form) that
+	// admits the peer PeerIDHeader named to a private swarm, on the
+	// answers that carry the manifest or its head.
+	TokenHeader = "Stampede-Token"
 )
 
 // Reasons a client gives in ReasonHeader. A swarm peer's origin fetch is
