@@ -31,6 +31,17 @@ func checkTrackerURLs(urls []string) error {
 	return nil
 }
 
+// admit has the embedded tracker track e's file (tracker.Tracker.Admit):
+// one given tracker.Config.OnlyAdmitted, as "stampede serve" runs it
+// unless told --open-tracker, tracks the files this origin serves, and
+// no other. Every manifest sent out is admitted, before the client can
+// announce to its swarm.
+func (s *Server) admit(e *entry) {
+	if t := s.cfg.Tracker; t != nil {
+		t.Admit(e.m.Root, e.m.Size)
+	}
+}
+
 // trackersFor returns the trackers to name in a manifest served for r.
 func (s *Server) trackersFor(r *http.Request) []string {
 	if s.cfg.Tracker == nil {
@@ -110,6 +121,7 @@ func (s *Server) addManifestHead(h http.Header, r *http.Request, entry func() *e
 		s.log.Warn("answering without the manifest's head", "err", err)
 		return
 	}
+	s.admit(e)
 	if v, ok := contract.EncodeManifestHead(pub.head); ok {
 		h.Set(contract.ManifestHeadHeader, v)
 	}

@@ -3,6 +3,7 @@ package origin
 import (
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -140,5 +141,44 @@ func TestNewRefusesBadTrackerURL(t *testing.T) {
 			s.Close()
 			t.Errorf("tracker %q accepted", u)
 		}
+	}
+}
+
+// TestEmbeddedTrackerTracksServedFiles: a tracker given OnlyAdmitted, as
+// "stampede serve" runs it, tracks the files its origin has sent a
+// manifest (or a manifest's head) of, and answers 403 for any other.
+func TestEmbeddedTrackerTracksServedFiles(t *testing.T) {
+	dir := t.TempDir()
+	data := randomBytes(fileSize, 43)
+	writeFile(t, dir, "f.bin", data, t0)
+	writeFile(t, dir, "g.bin", randomBytes(5000, 44), t0)
+	ts := start(t, Config{Dir: dir, CacheDir: t.TempDir(), Tracker: tracker.New(tracker.Config{OnlyAdmitted: true, Logger: testLogger(t)})})
+	m, err := manifest.FromReader(strings.NewReader(string(data)), int64(len(data)), "f.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	announceURL := ts.url + tracker.WellKnownPath
+	announce := func(root manifest.Hash, size int64) error {
+		a := tracker.AnnounceRequest{Root: root, Size: size, ID: tracker.NewPeerID(), Port: 7000, Left: size, Event: tracker.EventStarted}
+		_, err := tracker.Announce(t.Context(), ts.client, announceURL, a)
+		return err
+	}
+	// Before the origin sent anything out, and for a file it never
+	// serves: refused.
+	var se *tracker.StatusError
+	for _, root := range []manifest.Hash{m.Root, {0x42}} {
+		if err := announce(root, m.Size); !errors.As(err, &se) || se.Code != http.StatusForbidden {
+			t.Errorf("announce to %s before its manifest went out: %v, want 403", root, err)
+		}
+	}
+	// A HEAD that gets the manifest's head admits the file.
+	if res, _ := ts.do(t, "HEAD", "/f.bin", contract.WantHeader, contract.WantManifestHead); res.Header.Get(contract.ManifestHeadHeader) == "" {
+		t.Fatalf("HEAD without the manifest's head")
+	}
+	if err := announce(m.Root, m.Size); err != nil {
+		t.Errorf("announce once the manifest's head went out: %v", err)
+	}
+	if err := announce(m.Root, m.Size+1); !errors.As(err, &se) || se.Code != http.StatusForbidden {
+		t.Errorf("announce with another size: %v, want 403", err)
 	}
 }

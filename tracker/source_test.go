@@ -143,22 +143,41 @@ func TestRateLimiterBounded(t *testing.T) {
 	}
 }
 
-// TestAllow: a tracker given Allow tracks only those swarms; an announce
-// to another is answered 403 and kept nowhere.
-func TestAllow(t *testing.T) {
-	h := newHarness(t, Config{Allow: func(root manifest.Hash, size int64) bool { return root == testRoot && size == testSize }})
+// TestOnlyAdmitted: a tracker with OnlyAdmitted tracks the swarms
+// admitted, and those its store has (another tracker sharing it admitted
+// them); an announce to another is answered 403 and kept nowhere.
+func TestOnlyAdmitted(t *testing.T) {
+	h := newHarness(t, Config{OnlyAdmitted: true})
+	if code := h.serve("GET", query(testRoot, peer(1), EventStarted, 1000, 0), "192.0.2.1:4000").Code; code != http.StatusForbidden {
+		t.Errorf("announce before its file was admitted: %d, want 403", code)
+	}
+	h.tr.Admit(testRoot, testSize)
+	h.tr.Admit(testRoot, testSize+1)
 	h.announce(peer(1), EventStarted, 1000, 0)
 	other := manifest.Hash{0x99}
 	rec := h.serve("GET", query(other, peer(2), EventStarted, 1000, 0), "192.0.2.1:4000")
 	if rec.Code != http.StatusForbidden {
-		t.Errorf("announce to a swarm not allowed: %d %s", rec.Code, rec.Body)
+		t.Errorf("announce to a swarm not admitted: %d %s", rec.Code, rec.Body)
 	}
 	if _, err := h.tr.Announce(AnnounceRequest{Root: other, Size: testSize, ID: peer(3).id, Left: 1}, peer(3).addr()); !errors.Is(err, ErrNotTracked) {
-		t.Errorf("Announce to a swarm not allowed: %v", err)
+		t.Errorf("Announce to a swarm not admitted: %v", err)
 	}
 	m := h.metrics()
-	if m["stampede_tracker_swarms"] != 1 || m["stampede_tracker_announces_untracked_total"] != 2 {
+	if m["stampede_tracker_swarms"] != 1 || m["stampede_tracker_announces_untracked_total"] != 3 {
 		t.Errorf("metrics %v", m)
+	}
+	// Another tracker on the same store, which admitted nothing, tracks
+	// the swarm the first one keeps there.
+	replica := New(Config{OnlyAdmitted: true, Store: h.tr.store, Now: h.clock.Now})
+	if res, err := replica.Announce(AnnounceRequest{Root: testRoot, Size: testSize, ID: peer(4).id, Port: 7000, Left: 1}, peer(4).addr()); err != nil || res.SwarmSize != 2 {
+		t.Errorf("the replica: %v, %v", res, err)
+	}
+	// Admissions are bounded.
+	for i := range maxAdmitted + 10 {
+		h.tr.Admit(manifest.Hash{byte(i), byte(i >> 8), byte(i >> 16)}, 1)
+	}
+	if n := h.tr.admitted.len(); n != maxAdmitted {
+		t.Errorf("%d swarms admitted, want %d", n, maxAdmitted)
 	}
 }
 

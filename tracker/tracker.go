@@ -146,11 +146,12 @@ type Config struct {
 	// DefaultAnnounceBurst; a negative AnnounceRate: no limit.
 	AnnounceRate  float64
 	AnnounceBurst int
-	// Allow, if set, says which swarms the tracker tracks: an announce to
-	// a swarm it refuses is answered 403 and changes nothing. An origin's
-	// tracker tracks the files the origin serves (origin.Server.Serves).
-	// Default nil: any swarm.
-	Allow func(root manifest.Hash, size int64) bool
+	// OnlyAdmitted makes the tracker track only the swarms admitted with
+	// Admit, and those its store has already (admitted by another tracker
+	// sharing it, or before a restart): an announce to another is
+	// answered 403 and changes nothing (admit.go). An origin's tracker
+	// admits the files the origin serves. Default false: any swarm.
+	OnlyAdmitted bool
 	// Store holds the swarms. Default: a MemoryStore of this Config's
 	// Limits. A store made elsewhere (package redisstore) must be given
 	// the same Limits.
@@ -179,11 +180,12 @@ func (c *Config) Limits() Limits {
 // It checks the requests, counts them and speaks HTTP; its Store keeps
 // the swarms.
 type Tracker struct {
-	cfg     Config
-	log     *slog.Logger
-	store   Store
-	metrics *series
-	limiter *limiter // nil: no rate limit
+	cfg      Config
+	log      *slog.Logger
+	store    Store
+	metrics  *series
+	limiter  *limiter  // nil: no rate limit
+	admitted *admitted // nil: any swarm (Config.OnlyAdmitted)
 
 	// regOnce makes reg, the standalone tracker's registry, on first use
 	// (Handler): an embedded tracker's series go on its embedder's.
@@ -216,6 +218,9 @@ func New(cfg Config) *Tracker {
 	t := &Tracker{cfg: cfg, log: cfg.Logger, store: cfg.Store, metrics: newSeries()}
 	if cfg.AnnounceRate > 0 {
 		t.limiter = newLimiter(cfg.AnnounceRate, cfg.AnnounceBurst)
+	}
+	if cfg.OnlyAdmitted {
+		t.admitted = newAdmitted()
 	}
 	return t
 }
@@ -286,8 +291,8 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errThrottled is what a source past its rate is told.
 var errThrottled = errors.New("too many announces from this address: announce again after Retry-After")
 
-// ErrNotTracked is wrapped by the errors of announces to a swarm
-// Config.Allow refuses.
+// ErrNotTracked is wrapped by the errors of announces to a swarm a
+// tracker with Config.OnlyAdmitted does not track.
 var ErrNotTracked = errors.New("this tracker does not track that file")
 
 // errStoreFailed is what a peer is told when the store fails: what
@@ -316,16 +321,26 @@ func (t *Tracker) Announce(req AnnounceRequest, addr netip.AddrPort) (*AnnounceR
 // request's remote IP; an embedder may call it directly. req.NumWant is
 // taken as in the protocol: 0 means DefaultNumWant. A request with
 // parameters out of range is an error wrapping errBadRequest, as a 400
-// would be; one to a swarm Config.Allow refuses, ErrNotTracked; a store
-// that fails, an error wrapping ErrStore.
+// would be; one to a swarm not tracked (Config.OnlyAdmitted),
+// ErrNotTracked; a store that fails, an error wrapping ErrStore.
 func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr netip.AddrPort) (*AnnounceResponse, error) {
 	if err := req.check(); err != nil {
 		t.metrics.rejected.Add(1)
 		return nil, err
 	}
-	if t.cfg.Allow != nil && !t.cfg.Allow(req.Root, req.Size) {
-		t.metrics.untracked.Add(1)
-		return nil, fmt.Errorf("%w (root %s, size %d)", ErrNotTracked, req.Root, req.Size)
+	if t.admitted != nil && !t.admitted.has(swarmKey{req.Root, req.Size}) {
+		// Not admitted here: tracked only if the store has it already.
+		res, err := t.store.Peers(ctx, req.Root, req.Size, 1, t.cfg.Now())
+		if err != nil {
+			t.metrics.failed.Add(1)
+			t.log.Warn("announce failed: the store did not answer", "root", req.Root.String(), "err", err)
+			return nil, storeError(err)
+		}
+		t.metrics.countRemoved(&res.Removed)
+		if res.Peers == nil {
+			t.metrics.untracked.Add(1)
+			return nil, fmt.Errorf("%w (root %s, size %d)", ErrNotTracked, req.Root, req.Size)
+		}
 	}
 	switch {
 	case req.NumWant <= 0:

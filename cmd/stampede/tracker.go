@@ -65,7 +65,10 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	listen := fs.String("listen", ":6969", "listen on `HOST:PORT`")
 	interval := fs.Duration("interval", tracker.DefaultInterval, "time between a peer's periodic announces (whole seconds)")
 	maxPeers := fs.Int("max-peers", tracker.DefaultMaxPeersPerSwarm, "peers kept per swarm (the swarm-size estimate counts beyond them)")
-	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, the one idle longest is dropped")
+	maxSwarms := fs.Int("max-swarms", tracker.DefaultMaxSwarms, "swarms tracked at once; past it, a new swarm pushes out the idle longest of those with peers of one address, or is not kept")
+	perAddress := fs.Int("max-peers-per-address", tracker.DefaultMaxPeersPerAddress, "peers of one address (IPv6: /64) a swarm keeps and counts in its size")
+	rate := fs.Float64("announce-rate", tracker.DefaultAnnounceRate, "announces a second one address (IPv6: /64) may make on average; past it and the burst, 429 (0: no limit)")
+	burst := fs.Int("announce-burst", tracker.DefaultAnnounceBurst, "announces one address (IPv6: /64) may make at once")
 	storeURL := fs.String("store", "", storeUsage)
 	admin := fs.String("admin", "", adminUsage)
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
@@ -82,13 +85,25 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		return usageErrorf("--max-peers must be at least 1, got %d", *maxPeers)
 	case *maxSwarms < 1:
 		return usageErrorf("--max-swarms must be at least 1, got %d", *maxSwarms)
+	case *perAddress < 1 || *perAddress > 256:
+		return usageErrorf("--max-peers-per-address must be 1 to 256, got %d", *perAddress)
+	case *rate < 0:
+		return usageErrorf("--announce-rate must not be negative, got %v", *rate)
+	case *burst < 1:
+		return usageErrorf("--announce-burst must be at least 1, got %d", *burst)
+	}
+	if *rate == 0 {
+		*rate = -1 // tracker.Config: no limit
 	}
 	log := e.logger(*quiet, false)
 	cfg := tracker.Config{
-		Interval:         *interval,
-		MaxPeersPerSwarm: *maxPeers,
-		MaxSwarms:        *maxSwarms,
-		Logger:           log,
+		Interval:           *interval,
+		MaxPeersPerSwarm:   *maxPeers,
+		MaxSwarms:          *maxSwarms,
+		MaxPeersPerAddress: *perAddress,
+		AnnounceRate:       *rate,
+		AnnounceBurst:      *burst,
+		Logger:             log,
 	}
 	store, closeStore, err := openStore(ctx, *storeURL, cfg.Limits())
 	if err != nil {

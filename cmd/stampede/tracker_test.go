@@ -83,6 +83,11 @@ func TestTrackerFlagErrors(t *testing.T) {
 		{"--interval", "soon"},
 		{"--max-peers", "0"},
 		{"--max-swarms", "-1"},
+		{"--max-peers-per-address", "0"},
+		{"--max-peers-per-address", "257"},
+		{"--announce-rate", "-1"},
+		{"--announce-rate", "fast"},
+		{"--announce-burst", "0"},
 		{"--no-such-flag"},
 		{"--store", "http://127.0.0.1:6379"},
 		{"--store", "redis://127.0.0.1:port/0"},
@@ -113,7 +118,8 @@ func TestTrackerHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("help tracker: exit %d", code)
 	}
-	for _, flag := range []string{"--listen", "--interval", "--max-peers", "--max-swarms", "--store", "-q, --quiet"} {
+	for _, flag := range []string{"--listen", "--interval", "--max-peers", "--max-swarms", "--max-peers-per-address",
+		"--announce-rate", "--announce-burst", "--store", "-q, --quiet"} {
 		if !strings.Contains(stdout, flag) {
 			t.Errorf("help tracker does not mention %s:\n%s", flag, stdout)
 		}
