@@ -72,12 +72,15 @@ type bundle struct {
 	modTime time.Time // the newest member's
 }
 
-var errNotPage = statusErrorf(http.StatusNotFound, "not an HTML page (a name ending in .html or .htm)")
+var errNotPage = publicErrorf(http.StatusNotFound, "not an HTML page (a name ending in .html or .htm)")
 
 // buildBundle describes the bundle of the page name as its files are now.
 func (s *Server) buildBundle(ctx context.Context, name string) (*bundle, error) {
 	if !isPage(name) {
 		return nil, errNotPage
+	}
+	if s.hidden(name) {
+		return nil, statusErrorf(http.StatusNotFound, "a dot name")
 	}
 	f, fi, err := s.openRegular(name)
 	if err != nil {
@@ -101,7 +104,7 @@ func (s *Server) buildBundle(ctx context.Context, name string) (*bundle, error) 
 			break
 		}
 		an, err := cleanName(p)
-		if err != nil || an == "." || seen[an] {
+		if err != nil || an == "." || seen[an] || s.hidden(an) {
 			continue
 		}
 		seen[an] = true
@@ -119,6 +122,11 @@ func (s *Server) buildBundle(ctx context.Context, name string) (*bundle, error) 
 
 // openRegular opens the regular file name of Dir and stats it.
 func (s *Server) openRegular(name string) (*os.File, fs.FileInfo, error) {
+	// Stat before opening: opening a FIFO would block.
+	fi, err := s.root.Stat(name)
+	if err == nil && !fi.Mode().IsRegular() {
+		return nil, nil, statusErrorf(http.StatusNotFound, "not a regular file")
+	}
 	f, err := s.root.Open(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
@@ -126,7 +134,7 @@ func (s *Server) openRegular(name string) (*os.File, fs.FileInfo, error) {
 	case err != nil:
 		return nil, nil, statusErrorf(http.StatusNotFound, "%w", err)
 	}
-	fi, err := f.Stat()
+	fi, err = f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
 		err = statusErrorf(http.StatusNotFound, "not a regular file")
 	}
@@ -253,14 +261,15 @@ func (s *Server) serveBundle(w *respWriter, r *http.Request) {
 }
 
 func (s *Server) bundleError(w *respWriter, r *http.Request, err error) {
-	code := http.StatusInternalServerError
-	if se, ok := errors.AsType[*statusError](err); ok {
-		code = se.code
+	code, body := errorAnswer(err)
+	switch {
+	case r.Context().Err() != nil:
+	case code >= 500:
+		s.log.Warn("no bundle", "path", r.URL.Path, "status", code, "err", err)
+	default:
+		s.log.Debug("no bundle", "path", r.URL.Path, "status", code, "err", err)
 	}
-	if code >= 500 && r.Context().Err() == nil {
-		s.log.Warn("no bundle", "path", r.URL.Path, "err", err)
-	}
-	http.Error(w, fmt.Sprintf("stampede: no bundle for %s: %v", r.URL.Path, err), code)
+	http.Error(w, "stampede: no bundle: "+body, code)
 }
 
 // bundleKey is the manifest cache key of the bundle of page name; "bundle:"

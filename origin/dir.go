@@ -36,6 +36,11 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 		http.Error(w, "stampede: bad path", http.StatusBadRequest)
 		return
 	}
+	if s.hidden(name) {
+		s.log.Debug("refused a dot name", "file", name, "remote", r.RemoteAddr)
+		http.Error(w, "stampede: not found", http.StatusNotFound)
+		return
+	}
 	// Stat before opening: opening a FIFO would block.
 	fi, err := s.root.Stat(name)
 	if err != nil {
@@ -43,7 +48,8 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 		return
 	}
 	if !fi.IsDir() && !fi.Mode().IsRegular() {
-		http.Error(w, "stampede: not a regular file", http.StatusNotFound)
+		s.log.Debug("refused a file that is not regular", "file", name, "mode", fi.Mode())
+		http.Error(w, "stampede: not found", http.StatusNotFound)
 		return
 	}
 	f, err := s.root.Open(name)
@@ -65,25 +71,70 @@ func (s *Server) serveDir(w *respWriter, r *http.Request) {
 
 // serveDirPath answers for a directory as nginx and Go's FileServer do: with
 // its index.html when it has one (the site's front page, served as the file
-// with its manifest and page bundle), otherwise with a listing.
+// with its manifest and page bundle), otherwise with a listing, or 404
+// with NoListing (without the redirect to the slash, which would tell that
+// the directory exists).
 func (s *Server) serveDirPath(w *respWriter, r *http.Request, name string, d *os.File) {
+	index := path.Join(name, "index.html")
+	f, fi := s.openIndex(index)
+	if f != nil {
+		defer f.Close()
+	}
+	if f == nil && s.cfg.NoListing {
+		w.kind = kindOther
+		s.log.Debug("refused to list a directory", "path", r.URL.Path)
+		http.Error(w, "stampede: not found", http.StatusNotFound)
+		return
+	}
 	if !strings.HasSuffix(r.URL.Path, "/") {
 		w.kind = kindOther
 		http.Redirect(w, r, (&url.URL{Path: r.URL.Path + "/", RawQuery: r.URL.RawQuery}).String(), http.StatusMovedPermanently)
 		return
 	}
-	index := path.Join(name, "index.html")
-	if fi, err := s.root.Stat(index); err == nil && fi.Mode().IsRegular() {
-		if f, err := s.root.Open(index); err == nil {
-			defer f.Close()
-			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-				s.serveFile(w, r, index, f, fi)
-				return
-			}
-		}
+	if f != nil {
+		s.serveFile(w, r, index, f, fi)
+		return
 	}
 	w.kind = kindOther
-	s.serveIndex(w, r, d)
+	s.serveIndex(w, r, name, d)
+}
+
+// openIndex opens the file index if it is a regular file, or returns nil.
+func (s *Server) openIndex(index string) (*os.File, fs.FileInfo) {
+	if fi, err := s.root.Stat(index); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	f, err := s.root.Open(index)
+	if err != nil {
+		return nil, nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil
+	}
+	return f, fi
+}
+
+// hidden reports whether the name in Dir is one not served (Config.Dotfiles).
+func (s *Server) hidden(name string) bool { return !s.cfg.Dotfiles && dotName(name) }
+
+// dotName reports whether a segment of name, as cleanName returns it,
+// starts with a dot, a leading ".well-known" aside (RFC 8615 reserves the
+// name at the top only).
+func dotName(name string) bool {
+	if name == "." {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(name, ".well-known"); ok && (rest == "" || rest[0] == '/') {
+		name = strings.TrimPrefix(rest, "/")
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if strings.HasPrefix(seg, ".") {
+			return true
+		}
+	}
+	return false
 }
 
 // serveFile serves the regular file f, opened as name.
@@ -218,6 +269,9 @@ func (s *Server) dirManifest(ctx context.Context, p string) (*entry, error) {
 	name, err := cleanName(p)
 	if err != nil {
 		return nil, statusErrorf(http.StatusBadRequest, "%w", err)
+	}
+	if s.hidden(name) {
+		return nil, statusErrorf(http.StatusNotFound, "a dot name")
 	}
 	fi, err := s.root.Stat(name)
 	switch {
@@ -354,14 +408,16 @@ func manifestName(p string) string {
 	}, base)
 }
 
-// serveIndex lists a directory: enough to browse, nothing more.
-func (s *Server) serveIndex(w *respWriter, r *http.Request, d *os.File) {
+// serveIndex lists the directory name, open as d: enough to browse,
+// nothing more, and nothing hidden.
+func (s *Server) serveIndex(w *respWriter, r *http.Request, name string, d *os.File) {
 	entries, err := d.ReadDir(-1)
 	if err != nil {
 		s.log.Warn("cannot list a directory", "path", r.URL.Path, "err", err)
-		http.Error(w, "stampede: cannot list this directory", http.StatusInternalServerError)
+		http.Error(w, "stampede: internal error", http.StatusInternalServerError)
 		return
 	}
+	entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return s.hidden(path.Join(name, e.Name())) })
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	var b strings.Builder
@@ -391,6 +447,12 @@ func (s *Server) Warm(ctx context.Context) error {
 		}
 		if err != nil {
 			s.log.Warn("warming the manifest cache: skipping", "path", p, "err", err)
+			return nil
+		}
+		if s.hidden(p) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		if !d.Type().IsRegular() {

@@ -36,6 +36,10 @@
 //     assets in one resource at /.well-known/stampede/bundle/P, served and
 //     swarmed like a file, with its table of contents at
 //     /.well-known/stampede/bundle-index/P (bundle.go).
+//   - A path of Dir with a segment starting with a dot is not found by any
+//     route, nor listed, nor a bundle's member, unless Config.Dotfiles;
+//     /.well-known/ is exempt. Error bodies name no path and no system
+//     error (errorAnswer): the log has them.
 //   - /metrics is in the Prometheus text format.
 //   - dashboard.Path (/.well-known/stampede/dashboard) is the live status
 //     page (package internal/dashboard; dashboard.go). With AdminApart,
@@ -121,6 +125,18 @@ type Config struct {
 	// Upstream's path joined with /P. Manifests are computed from the
 	// upstream's content and revalidated with its ETag and Last-Modified.
 	Upstream *url.URL
+
+	// Dotfiles serves the files of Dir whose path has a segment starting
+	// with a dot (.git/config, .env, a/.htpasswd), as nginx and Caddy
+	// users expect not to by default: such a name is otherwise not found,
+	// by every route (file, manifest, bundle, bundle index), not listed,
+	// not part of a page's bundle and not warmed. /.well-known/ (RFC 8615)
+	// is served anyway, but not the dot names below it. An Upstream
+	// applies its own rules.
+	Dotfiles bool
+	// NoListing answers a directory of Dir without an index.html 404 Not
+	// Found, with or without its trailing slash, instead of listing it.
+	NoListing bool
 
 	// Rate caps the bytes per second of all file bodies together. 0, the
 	// default, means unlimited, and then bodies from Dir go out through
@@ -543,6 +559,8 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 type statusError struct {
 	code int
 	err  error
+	// public: err's text may go in the answer's body (publicErrorf).
+	public bool
 }
 
 func (e *statusError) Error() string { return e.err.Error() }
@@ -552,21 +570,41 @@ func statusErrorf(code int, format string, args ...any) error {
 	return &statusError{code: code, err: fmt.Errorf(format, args...)}
 }
 
+// publicErrorf is statusErrorf for an error whose text tells the client
+// why, and names no path and nothing of the server's.
+func publicErrorf(code int, format string, args ...any) error {
+	return &statusError{code: code, err: fmt.Errorf(format, args...), public: true}
+}
+
+// errorAnswer is the status and body that answer a request failed with
+// err: the body is the status's text, or a public error's. What went wrong
+// for which path goes to the log only: a path or an error of the system's
+// in a body tells a stranger what lies where (a symbolic link that
+// "escapes from parent" exists, and points out of the directory).
+func errorAnswer(err error) (code int, body string) {
+	se, ok := errors.AsType[*statusError](err)
+	if !ok {
+		return http.StatusInternalServerError, "internal error"
+	}
+	if se.public {
+		return se.code, se.err.Error()
+	}
+	return se.code, strings.ToLower(http.StatusText(se.code))
+}
+
 func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		s.log.Debug("manifest request abandoned by the client", "path", r.URL.Path, "err", err)
 		return
 	}
-	code := http.StatusInternalServerError
-	if se, ok := errors.AsType[*statusError](err); ok {
-		code = se.code
-	}
+	code, _ := errorAnswer(err)
 	level := slog.LevelWarn
 	if code == http.StatusNotFound {
 		level = slog.LevelDebug
 	}
 	s.log.Log(r.Context(), level, "no manifest", "path", r.URL.Path, "status", code, "err", err)
-	http.Error(w, fmt.Sprintf("stampede: no manifest for %s: %v", strings.TrimPrefix(r.URL.Path, contract.ManifestPrefix), err), code)
+	_, body := errorAnswer(err)
+	http.Error(w, "stampede: no manifest: "+body, code)
 }
 
 func (s *Server) serveMetrics(w *respWriter, r *http.Request) {

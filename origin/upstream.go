@@ -182,7 +182,7 @@ func (s *Server) upstreamManifest(ctx context.Context, r *http.Request) (*entry,
 	})
 }
 
-var errNoValidators = statusErrorf(http.StatusNotFound,
+var errNoValidators = publicErrorf(http.StatusNotFound,
 	"the upstream sends neither ETag nor Last-Modified for it, so a manifest could not be kept current")
 
 // probeTimeout bounds a HEAD to the upstream: every manifest request for
@@ -224,7 +224,7 @@ func (s *Server) hashUpstream(ctx context.Context, target *url.URL, probed valid
 	case !v.known():
 		return nil, errNoValidators
 	case res.ContentLength < 0:
-		return nil, statusErrorf(http.StatusNotFound, "the upstream sends no Content-Length for it, and a manifest needs the size first")
+		return nil, publicErrorf(http.StatusNotFound, "the upstream sends no Content-Length for it, and a manifest needs the size first")
 	}
 	if !v.matches(probed) {
 		s.log.Info("upstream resource changed between HEAD and GET; using the version received",

@@ -44,6 +44,12 @@ file, swarmed like any other, and /.well-known/stampede/bundle-index/PATH lists
 them (JSON: path, offset, size, content type, validators). At most 128 assets and
 32 MiB per bundle. Not in --upstream mode.
 
+Hidden: a path with a segment that starts with a dot (.git/config, .env,
+a/.htpasswd) is not found (404) by any route, not listed and left out of
+bundles, unless --dotfiles; /.well-known/ is served, though not the dot names
+below it. Directories without an index.html are listed unless --no-listing
+(then 404). Error answers name no path; the log has the detail.
+
 For operators: /metrics (Prometheus), /.well-known/stampede/healthz and readyz,
 and a live dashboard at /.well-known/stampede/dashboard (egress against --rate,
 transfers, requests by reason, the tracker's swarms; docs/dashboard.md). With
@@ -64,6 +70,8 @@ names the files.`)
 		"end a response whose client takes none of its bytes for this long, freeing its slot (0: never)")
 	cacheDir := fs.String("cache-dir", "", "keep computed manifests in `DIR`, swept of those of files gone or changed and kept under 256 MiB (default: the user cache directory's stampede/manifests)")
 	warm := fs.Bool("warm", false, "hash every file of DIR in the background at start")
+	dotfiles := fs.Bool("dotfiles", false, "serve and list the paths of DIR with a segment starting with a dot (.git, .env); /.well-known/ is served anyway")
+	noListing := fs.Bool("no-listing", false, "answer 404 for a directory of DIR without an index.html instead of listing it")
 	trackers := fs.StringArray("tracker", nil, "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
 	storeURL := fs.String("store", "", storeUsage)
@@ -85,6 +93,8 @@ names the files.`)
 		ResendAfter:       *resendAfter,
 		CacheDir:          *cacheDir,
 		Warm:              *warm,
+		Dotfiles:          *dotfiles,
+		NoListing:         *noListing,
 		AdminApart:        *admin != "",
 		Logger:            e.logger(*quiet, *verbose),
 	}
@@ -138,8 +148,13 @@ names the files.`)
 	default:
 		return usageErrorf("want one DIR or --upstream URL, got %d arguments", len(pos))
 	}
-	if *warm && cfg.Dir == "" {
-		return usageErrorf("--warm needs a DIR")
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--warm", *warm}, {"--dotfiles", *dotfiles}, {"--no-listing", *noListing}} {
+		if f.set && cfg.Dir == "" {
+			return usageErrorf("%s needs a DIR (an upstream applies its own rules)", f.name)
+		}
 	}
 	switch {
 	case *noTracker && len(*trackers) > 0:

@@ -33,6 +33,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{"--upstream", "ftp://example.com/"},
 		{"--upstream", "example.com"},
 		{"--upstream", "http://example.com/", "--warm"},
+		{"--upstream", "http://example.com/", "--dotfiles"},
+		{"--upstream", "http://example.com/", "--no-listing"},
 		{dir, "--rate", "fast"},
 		{dir, "--rate", "8Zbit"},
 		{dir, "--max-transfers", "0"},
@@ -177,7 +179,7 @@ func TestServeHelp(t *testing.T) {
 		t.Fatalf("help serve: exit %d", code)
 	}
 	for _, flag := range []string{"--listen", "--upstream", "--rate", "--max-transfers", "--retry-after", "--cache-dir", "--warm", "--tracker", "--no-tracker",
-		"--overload-transfers", "--overload-copies", "--overload-window", "--write-idle-timeout", "--resend-after", "-q, --quiet", "-v, --verbose", "stampede-bundle"} {
+		"--overload-transfers", "--overload-copies", "--overload-window", "--write-idle-timeout", "--resend-after", "--dotfiles", "--no-listing", "-q, --quiet", "-v, --verbose", "stampede-bundle"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
 		}
@@ -250,6 +252,44 @@ func TestServeTrackerFlags(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusNotFound {
 			t.Errorf("%q: the tracker path answers %s, want 404", tc.args, res.Status)
+		}
+	}
+}
+
+// By default serve hides dotfiles and lists directories; --dotfiles and
+// --no-listing turn each around.
+func TestServeDotfilesAndListing(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, ".env", []byte("SECRET"))
+	writeFile(t, dir, "a.txt", []byte("a"))
+	for _, tc := range []struct {
+		args          []string
+		env, listing  int
+		listsDotfiles bool
+	}{
+		{nil, http.StatusNotFound, http.StatusOK, false},
+		{[]string{"--dotfiles"}, http.StatusOK, http.StatusOK, true},
+		{[]string{"--no-listing"}, http.StatusNotFound, http.StatusNotFound, false},
+	} {
+		base := startServe(t, append([]string{dir}, tc.args...)...)
+		get := func(p string) (int, string) {
+			res, err := http.Get(base + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			body, _ := io.ReadAll(res.Body)
+			return res.StatusCode, string(body)
+		}
+		if code, _ := get("/.env"); code != tc.env {
+			t.Errorf("%q: GET /.env: %d, want %d", tc.args, code, tc.env)
+		}
+		code, body := get("/")
+		if code != tc.listing {
+			t.Errorf("%q: GET /: %d, want %d", tc.args, code, tc.listing)
+		}
+		if code == http.StatusOK && strings.Contains(body, ".env") != tc.listsDotfiles {
+			t.Errorf("%q: the listing of / %q: shows .env %v, want %v", tc.args, body, !tc.listsDotfiles, tc.listsDotfiles)
 		}
 	}
 }
