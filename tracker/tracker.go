@@ -31,6 +31,9 @@
 //
 // Unknown parameters are ignored; a known one that is missing, malformed or
 // repeated is answered 400 with {"error": "..."}. Any method but GET is 405.
+// A source address past its rate (source.go) is answered 429 with a
+// Retry-After; an announce to a swarm not tracked (Config.OnlyAdmitted),
+// 403. The tracker never connects to the addresses announces name.
 // A tracker whose store fails (Redis out of reach) answers 503 with a
 // Retry-After of one interval and {"error": "tracker failure: ..."}, which
 // does not say why; the peer announces again later.
@@ -59,8 +62,11 @@
 // the one seen longest ago), a ring of the latest arrivals, and a windowed
 // HyperLogLog counting every peer heard from over the last interval and a
 // half to two (estimate.go says why). While the table holds the whole swarm
-// it counts exactly; past it, the HyperLogLog does. Swarms idle for 3
-// intervals are dropped, and past MaxSwarms the one idle longest goes.
+// it counts exactly; past it, the HyperLogLog does. One source (an IPv4
+// address, an IPv6 /64) counts as MaxPeersPerAddress peers at most, in
+// both (source.go). Swarms idle for 3 intervals are dropped, and past
+// MaxSwarms a new swarm pushes out the lone one (peers of one source at
+// most) idle longest, or is not kept.
 //
 // The swarms live in a Store: MemoryStore (the default) in the process,
 // or package redisstore's in Redis, shared by several trackers. Package
@@ -75,7 +81,9 @@
 // /metrics, beside the health checks of package contract (ready: the
 // store answers).
 //
-// Files: tracker.go (Config, Tracker, HTTP), metrics.go (metrics, health,
+// Files: tracker.go (Config, Tracker, HTTP), source.go (what one address
+// may do: rate limits, counts), admit.go (the swarms an origin's tracker
+// tracks), metrics.go (metrics, health,
 // the standalone routes), store.go (the Store interface), memstore.go
 // (MemoryStore: the swarms and their idle order), swarm.go (the pure
 // per-swarm core: table, picks, size), estimate.go (the swarm-size

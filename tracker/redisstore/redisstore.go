@@ -15,8 +15,10 @@
 // accepts no connections):
 //
 //	swarms           ZSET   S -> last announce (ms), told at most once a
-//	                        second: the swarms, for the idle and MaxSwarms
-//	                        drops
+//	                        second: the swarms, for the idle drops
+//	lone             ZSET   the same, of the lone swarms (peers of one
+//	                        source at most, see tracker.Source): for the
+//	                        MaxSwarms drops
 //	key              STRING the secret the estimator's hashes of ids are
 //	                        keyed with, for every tracker (no TTL)
 //	{S}:p            ZSET   peer's line -> last seen (ms): the table
@@ -29,8 +31,10 @@
 //	                        arrival), lo (no peer in the table was seen
 //	                        before), dl (last peer that said stopped), ra
 //	                        (last announce the registry was told of), hb
-//	                        (latest bucket), cache and cat (the peer list
-//	                        for announces that come too soon, and its time)
+//	                        (latest bucket), ns (sources of the table's
+//	                        peers), cache and cat (the peer list for
+//	                        announces that come too soon, and its time);
+//	                        and "@<source>" -> the table's peers of it
 //	{S}:r            SET    lines of the peers that accept connections
 //	{S}:rs           SET    lines of the seeds that accept connections
 //	{S}:a            LIST   ids of the 16 latest arrivals, newest first
@@ -47,8 +51,9 @@
 // most MaxPeersPerSwarm peers (a newcomer to a full table pushes out the
 // one seen longest ago), 16 arrivals, 64 departures, a cached list of 51
 // peers and the estimator's bits of the last seven half intervals (at most
-// 4 KiB each); at most MaxSwarms swarms are kept (a new one pushes out
-// the one idle longest). Values have fixed forms (hex ids, IP addresses,
+// 4 KiB each); at most MaxPeersPerAddress peers of one source; at most
+// MaxSwarms swarms are kept (a new one pushes out the lone one idle
+// longest, or is not kept). Values have fixed forms (hex ids, IP addresses,
 // ports). Every key of a swarm gets a TTL of four intervals when it is
 // made, renewed every half interval while the swarm lives, so what
 // trackers that all went away leave behind goes too; the decisions
