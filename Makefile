@@ -52,11 +52,22 @@ bench: build
 man: build
 	./bin/stampede help --man > docs/stampede.1
 
+# Every native fuzz target (func Fuzz... in a _test.go file), one at a time,
+# each in its own package (two packages may name a target alike), for
+# FUZZTIME. FUZZ narrows them to names matching a regexp (make fuzz
+# FUZZ=Head), FUZZFLAGS adds go test flags (-parallel=1 for one worker).
+# Every target runs even when one fails; the failures are listed at the end.
+FUZZTIME  ?= 30s
+FUZZ      ?= .
+FUZZFLAGS ?=
 fuzz:
-	for f in $$(grep -ho '^func Fuzz[A-Za-z]*' -r --include='*_test.go' . | sed 's/func //' | sort -u); do \
-		pkg=$$(grep -rl "^func $$f" --include='*_test.go' . | head -1 | xargs dirname); \
-		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=30s $$pkg || exit 1; \
-	done
+	@failed=; \
+	for t in $$(grep -ro --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed 's|/[^/]*:func |:|' | sort -u | grep -E ':Fuzz.*($(FUZZ))'); do \
+		pkg=$${t%%:*}; f=$${t#*:}; \
+		echo "== $$pkg $$f"; \
+		$(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS) $$pkg || failed="$$failed $$pkg:$$f"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf bin
