@@ -597,13 +597,12 @@ func (s *Server) manifestError(w *respWriter, r *http.Request, err error) {
 		s.log.Debug("manifest request abandoned by the client", "path", r.URL.Path, "err", err)
 		return
 	}
-	code, _ := errorAnswer(err)
+	code, body := errorAnswer(err)
 	level := slog.LevelWarn
 	if code == http.StatusNotFound {
 		level = slog.LevelDebug
 	}
 	s.log.Log(r.Context(), level, "no manifest", "path", r.URL.Path, "status", code, "err", err)
-	_, body := errorAnswer(err)
 	http.Error(w, "stampede: no manifest: "+body, code)
 }
 
