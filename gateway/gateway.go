@@ -435,7 +435,10 @@ func (g *Gateway) target(w http.ResponseWriter, r *http.Request) (*url.URL, bool
 		}
 		return checkTarget(u, true)
 	}
-	if base := g.prefixedReferer(r); base != nil {
+	// Only an origin-form target ("/path") is an asset of the Referer's
+	// page: another ("*", an authority) joined to its host would name
+	// another host.
+	if base := g.prefixedReferer(r); base != nil && strings.HasPrefix(r.RequestURI, "/") {
 		loc := "/" + base.Scheme + "://" + base.Host + r.RequestURI
 		http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
 		return nil, false, nil
