@@ -132,7 +132,7 @@ local function announce(args, o, out)
 	end
 
 	local full = 0
-	if not old and sourceFull(sw, infoIP(v), perAddress) then
+	if not old and not joins(sw, infoIP(v), perAddress) then
 		-- Counted (as one of its source's perAddress), answered, not kept:
 		-- ids cost nothing, and would push out the others.
 		count(sw, args[o + 7])

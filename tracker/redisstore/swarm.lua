@@ -286,11 +286,24 @@ local function source(ip)
 	return g[1] .. ':' .. g[2] .. ':' .. g[3] .. ':' .. g[4]
 end
 
--- sourceFull reports whether the source of ip has perAddress peers in the
--- table.
-local function sourceFull(sw, ip, perAddress)
+-- joins counts the table's peers of the source of ip one more, for a
+-- newcomer about to be added, and returns true; or, if the source has
+-- perAddress already, changes nothing and returns false. (Counting first
+-- spares the usual newcomer a call to look.)
+local function joins(sw, ip, perAddress)
 	local src = source(ip)
-	return src and (num(call('HGET', sw.i, '@' .. src)) or 0) >= perAddress
+	if not src then
+		sw.ns = sw.ns + 1
+	else
+		local k = call('HINCRBY', sw.i, '@' .. src, 1)
+		if k > perAddress then
+			call('HINCRBY', sw.i, '@' .. src, -1)
+			return false
+		end
+		if k == 1 then sw.ns = sw.ns + 1 end
+	end
+	sw.w[NS] = sw.ns
+	return true
 end
 
 -- tally adds (n 1) or takes off (n -1) a peer at ip to the counts of
@@ -318,9 +331,9 @@ local function lineRow(line) return string.sub(line, 34) end
 -- setPeer records that the peer id, in the table with the info old ("c|ip|
 -- port", or nil if it was not), now has the info v (nil: it is gone):
 -- its row, the sets it is picked from, the counts. The caller keeps the
--- ZSET of the table. With later, it leaves giving the set of reachable
--- peers its TTL, should it have made it, to the caller, and returns
--- whether it added to it.
+-- ZSET of the table. With later, for a newcomer, it leaves giving the set
+-- of reachable peers its TTL, should it have made it, to the caller, and
+-- returns whether it added to it; and the count of its source, to joins.
 local function setPeer(sw, id, old, v, later)
 	if old == v then return false end
 	local oc, nc = old and complete(old), v and complete(v)
@@ -328,7 +341,7 @@ local function setPeer(sw, id, old, v, later)
 	local oip, nip = old and infoIP(old), v and infoIP(v)
 	if oip ~= nip then
 		if oip then tally(sw, oip, -1) end
-		if nip then tally(sw, nip, 1) end
+		if nip and not later then tally(sw, nip, 1) end
 	end
 	if old and reachable(old) then
 		call('SREM', key(sw, 'r'), id .. '|' .. old)
