@@ -532,6 +532,7 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 		s.manifestError(w, r, err)
 		return
 	}
+	s.admit(e) // its tracker tracks the file from now on
 	body := pub.body
 	h := w.Header()
 	h.Set("Content-Type", ManifestContentType)

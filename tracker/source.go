@@ -23,15 +23,18 @@ import (
 //     many of them (CountingID), so that one source adds at most that
 //     many to swarm_size however many ids it announces.
 //
-// Loopback is exempt: it is the host itself, where tests and local
-// swarms run many peers on one address, and an attacker there is past
-// any tracker's reach anyway.
+// The host's own loopback addresses, 127.0.0.1 and ::1, are exempt: tests
+// and local swarms run many peers on one address there, and an attacker
+// there is past any tracker's reach anyway. The rest of 127.0.0.0/8 is
+// not, so that a test on one machine can play other sources from
+// 127.0.0.2 on.
 
 // Source returns the source an announce from ip is counted under: ip as
-// a /32, or its /64 for IPv6; ok is false for loopback, which is exempt.
+// a /32, or its /64 for IPv6; ok is false for 127.0.0.1 and ::1, which
+// are exempt.
 func Source(ip netip.Addr) (src netip.Prefix, ok bool) {
 	ip = ip.Unmap()
-	if !ip.IsValid() || ip.IsLoopback() {
+	if !ip.IsValid() || ip == exempt4 || ip == netip.IPv6Loopback() {
 		return netip.Prefix{}, false
 	}
 	bits := 32
@@ -136,3 +139,6 @@ func (l *limiter) len() int {
 	defer l.mu.Unlock()
 	return len(l.buckets)
 }
+
+// exempt4 is the IPv4 address exempt from the bounds on a source.
+var exempt4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})

@@ -211,3 +211,16 @@ func TestNeverDials(t *testing.T) {
 		t.Fatalf("the tracker connected to an announced address, from %s", c.RemoteAddr())
 	}
 }
+
+// TestSourceExempt: only the host's own 127.0.0.1 and ::1 are exempt;
+// the rest of loopback counts as sources, as any address.
+func TestSourceExempt(t *testing.T) {
+	for ip, exempt := range map[string]bool{
+		"127.0.0.1": true, "::1": true, "::ffff:127.0.0.1": true,
+		"127.0.0.2": false, "127.1.2.3": false, "10.0.0.1": false, "2001:db8::1": false,
+	} {
+		if _, ok := Source(netip.MustParseAddr(ip)); ok == exempt {
+			t.Errorf("%s: counted %v, want exempt %v", ip, ok, exempt)
+		}
+	}
+}

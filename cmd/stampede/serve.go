@@ -74,6 +74,7 @@ names the files.`)
 	noListing := fs.Bool("no-listing", false, "answer 404 for a directory of DIR without an index.html instead of listing it")
 	trackers := fs.StringArray("tracker", nil, "name the tracker at announce `URL` in manifests instead of running one (repeatable)")
 	noTracker := fs.Bool("no-tracker", false, "run no tracker and name none in manifests")
+	openTracker := fs.Bool("open-tracker", false, "let the tracker serve runs track any file, not only those it serves (whose manifest it has sent)")
 	storeURL := fs.String("store", "", storeUsage)
 	admin := fs.String("admin", "", adminUsage)
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
@@ -168,7 +169,7 @@ names the files.`)
 		}
 		cfg.Trackers = *trackers
 	case !*noTracker:
-		tcfg := tracker.Config{Logger: cfg.Logger}
+		tcfg := tracker.Config{Logger: cfg.Logger, OnlyAdmitted: !*openTracker}
 		store, closeStore, err := openStore(ctx, *storeURL, tcfg.Limits())
 		if err != nil {
 			return err
@@ -179,6 +180,9 @@ names the files.`)
 	}
 	if *storeURL != "" && cfg.Tracker == nil {
 		return usageErrorf("--store is for the tracker serve runs: not with --tracker or --no-tracker")
+	}
+	if *openTracker && cfg.Tracker == nil {
+		return usageErrorf("--open-tracker is for the tracker serve runs: not with --tracker or --no-tracker")
 	}
 
 	srv, err := origin.New(cfg)

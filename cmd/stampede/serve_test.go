@@ -293,3 +293,32 @@ func TestServeDotfilesAndListing(t *testing.T) {
 		}
 	}
 }
+
+// TestServeOpenTracker: serve's tracker tracks the files it serves (once
+// their manifest went out) and refuses others with 403, unless
+// --open-tracker.
+func TestServeOpenTracker(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "f.bin", randomBytes(10_000, 9))
+	other := tracker.AnnounceRequest{Root: manifest.Hash{1, 2, 3}, Size: 1000, ID: tracker.NewPeerID(), Port: 7000, Left: 1000}
+	for _, open := range []bool{false, true} {
+		args := []string{dir}
+		if open {
+			args = append(args, "--open-tracker")
+		}
+		base := startServe(t, args...)
+		announceURL := base + tracker.WellKnownPath
+		_, err := tracker.Announce(t.Context(), nil, announceURL, other)
+		if open != (err == nil) {
+			t.Errorf("--open-tracker %v: an announce for a file not served: %v", open, err)
+		}
+		m := serveManifest(t, base, "/f.bin") // a GET of the manifest admits it
+		served := tracker.AnnounceRequest{Root: m.Root, Size: m.Size, ID: tracker.NewPeerID(), Port: 7000, Left: m.Size}
+		if _, err := tracker.Announce(t.Context(), nil, announceURL, served); err != nil {
+			t.Errorf("--open-tracker %v: an announce for the file served: %v", open, err)
+		}
+	}
+	if code, _, stderr := runCmd(t, "serve", dir, "--no-tracker", "--open-tracker"); code != exitUsage {
+		t.Errorf("--open-tracker with --no-tracker: exit %d, %s", code, stderr)
+	}
+}

@@ -217,13 +217,16 @@ func TestServeStoreFlag(t *testing.T) {
 			t.Errorf("serve %q: exit %d, want %d: %s", args, code, exitUsage, stderr)
 		}
 	}
-	// Two origins on one Redis share their tracker's swarms.
+	// Two origins on one Redis share their tracker's swarms: the file
+	// whose manifest A served, B's tracker tracks too.
+	writeFile(t, dir, "f.bin", randomBytes(1000, 4))
 	mr := miniredis.RunT(t)
 	store := "redis://" + mr.Addr() + "/0"
 	a, _ := startDaemon(t, "serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--store", store, "-q", dir)
 	b, _ := startDaemon(t, "serve", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--store", store, "-q", dir)
+	m := serveManifest(t, "http://"+a, "/f.bin")
 	for i, addr := range []string{a, b} {
-		req := tracker.AnnounceRequest{Root: manifest.Hash{4}, Size: 10, ID: tracker.PeerID{byte(i + 1)}, Port: uint16(7000 + i), Left: 10, Event: tracker.EventStarted}
+		req := tracker.AnnounceRequest{Root: m.Root, Size: m.Size, ID: tracker.PeerID{byte(i + 1)}, Port: uint16(7000 + i), Left: m.Size, Event: tracker.EventStarted}
 		res, err := tracker.Announce(t.Context(), nil, "http://"+addr+tracker.WellKnownPath, req)
 		if err != nil {
 			t.Fatal(err)

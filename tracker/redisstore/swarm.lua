@@ -261,11 +261,11 @@ local function infoIP(v) return string.match(v, '^%d|(.*)|%d+$') end
 
 -- source returns the source the peer at ip is counted under (Source in
 -- package tracker): an IPv4 address, or an IPv6 address's /64 as its
--- first four groups (ip as Go writes it, canonical); nil for loopback,
--- which is exempt.
+-- first four groups (ip as Go writes it, canonical); nil for 127.0.0.1
+-- and ::1, which are exempt.
 local function source(ip)
 	if not string.find(ip, ':', 1, true) then
-		if string.sub(ip, 1, 4) == '127.' then return nil end
+		if ip == '127.0.0.1' then return nil end
 		return ip
 	end
 	if string.find(ip, '.', 1, true) then

@@ -573,12 +573,14 @@ func testPeersPerAddress(t *testing.T, newStore NewStore) {
 		h.announceFrom(testRoot, randomPeer(rng, fmt.Sprintf("2001:db8:1:2::%x", i+1), 7000), tracker.EventStarted, 1000)
 	}
 	h.announceFrom(testRoot, randomPeer(rng, "2001:db8:1:3::1", 7000), tracker.EventStarted, 1000)
-	// Loopback is exempt: the host's own peers all count.
+	// 127.0.0.1 is exempt: the host's own peers all count. The rest of
+	// loopback is any source.
 	for range 10 {
 		h.announceFrom(testRoot, randomPeer(rng, "127.0.0.1", 7000), tracker.EventStarted, 1000)
+		h.announceFrom(testRoot, randomPeer(rng, "127.0.0.2", 7000), tracker.EventStarted, 1000)
 	}
-	if res := h.announceFrom(testRoot, peer(4), tracker.EventStarted, 1000); res.SwarmSize != 3+4+4+1+10+1 {
-		t.Errorf("swarm_size %d, want 3 + 4 (the Sybil) + 4 + 1 (two /64s) + 10 (loopback) + 1", res.SwarmSize)
+	if res := h.announceFrom(testRoot, peer(4), tracker.EventStarted, 1000); res.SwarmSize != 3+4+4+1+10+4+1 {
+		t.Errorf("swarm_size %d, want 3 + 4 (the Sybil) + 4 + 1 (two /64s) + 10 (127.0.0.1) + 4 (127.0.0.2) + 1", res.SwarmSize)
 	}
 
 	// A swarm larger than its table: the estimator counts a source as
