@@ -145,9 +145,16 @@ local function announce(args, o, out)
 	end
 	if not old and sw.n >= capacity then
 		local gone = call('ZPOPMIN', sw.p)[1]
-		setPeer(sw, lineID(gone), lineRow(gone), nil)
-		sw.w[OVF] = now
-		full = 1
+		if gone then
+			setPeer(sw, lineID(gone), lineRow(gone), nil)
+			sw.w[OVF] = now
+			full = 1
+		else
+			-- The count says full and the table is empty: they parted
+			-- (keys evicted under maxmemory, or dropped by hand). The
+			-- table is what is true.
+			sw.n, sw.c = 0, 0
+		end
 	end
 	-- New, or moved (a new address: the latest announce is where it can be
 	-- reached), or now a seed.

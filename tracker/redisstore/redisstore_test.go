@@ -561,3 +561,28 @@ func TestPicked(t *testing.T) {
 		t.Errorf("more taken than given: %v", err)
 	}
 }
+
+// TestTableLostUnderneath: a swarm whose table Redis lost while its count
+// says full (keys evicted under maxmemory, dropped by hand) takes the
+// next newcomer into the table, rather than failing every announce to
+// it.
+func TestTableLostUnderneath(t *testing.T) {
+	for name, url := range map[string]string{"miniredis": func() string { _, u := miniRedis(t); return u }(), "redis-server": redisServer(t)} {
+		t.Run(name, func(t *testing.T) {
+			rdb := client(t, url)
+			st := New(rdb, Config{Limits: tracker.Limits{MaxPeersPerSwarm: 4}, Prefix: "lost:"})
+			now := time.Unix(1e9, 0)
+			for i := 1; i <= 4; i++ {
+				announce(t, st, i, tracker.EventStarted, now)
+			}
+			if err := rdb.Del(t.Context(), "lost:{"+swarmName(manifest.Hash{7}, 100)+"}:p").Err(); err != nil {
+				t.Fatal(err)
+			}
+			announce(t, st, 5, tracker.EventStarted, now.Add(time.Second)) // fails the test on an error
+			out := announce(t, st, 6, tracker.EventStarted, now.Add(2*time.Second))
+			if !slices.ContainsFunc(out.Peers, func(p tracker.Peer) bool { return p.ID == tracker.PeerID{0, 5, 0x5a} }) {
+				t.Errorf("the next one was handed %v, not the newcomer", out.Peers)
+			}
+		})
+	}
+}

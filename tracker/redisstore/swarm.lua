@@ -496,7 +496,11 @@ local function estimate(sw)
 	local m = sw.meta
 	local b, bS = bucket(sw)
 	local est, dn = m[EST], sw.w[DN] or m[DN] or 0
-	if est and m[ESTB] == bS and dn * 16 * math.exp(est / LEVEL_BITS) < max(est, 16) then
+	-- A bit newly set stands for e^(n / LEVEL_BITS) ids while the first
+	-- level counts, and for SAMPLE times e^(n / (SAMPLE * LEVEL_BITS)) once
+	-- the second does (past 3 * LEVEL_BITS ids).
+	local per = est and (est < 3 * LEVEL_BITS and math.exp(est / LEVEL_BITS) or SAMPLE * math.exp(est / (SAMPLE * LEVEL_BITS)))
+	if est and m[ESTB] == bS and dn * 16 * per < max(est, 16) then
 		return est
 	end
 	local v = sw.base .. ':w'
