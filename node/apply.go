@@ -212,6 +212,14 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		}
 		res := swarm.OriginResult{Piece: a.Piece, OK: err == nil, Busy: busy}
 		ie, inSwarm := errors.AsType[*InSwarmError](err)
+		if failed := err != nil && busy == 0 && !inSwarm; !failed || ctx.Err() == nil {
+			n.mu.Lock()
+			n.originErr = nil
+			if failed {
+				n.originErr = err
+			}
+			n.mu.Unlock()
+		}
 		switch {
 		case inSwarm:
 			n.log.Debug("origin: pieces in the swarm", "piece", a.Piece, "retry_after", ie.Wait)

@@ -60,7 +60,8 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	p.start(ctx)
 	n.askLayer()
 	n.log.Debug("peer up", "peer", p.addr, "outbound", j.outbound, "peers", len(n.peers))
-	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Outbound: j.outbound}
+	host, _, _ := net.SplitHostPort(p.c.RemoteAddr().String())
+	return swarm.PeerUp{Peer: p.id, Addr: p.addr, Host: host, Outbound: j.outbound}
 }
 
 // maxBannedIDs bounds Node.bannedIDs: a peer can make up IDs at will, and

@@ -121,6 +121,7 @@ type testOrigin struct {
 	data []byte
 	m    *manifest.Manifest
 	http *http.Client // on the origin's own host, for /metrics
+	hs   *http.Server
 
 	// Switches.
 	trackerDown atomic.Bool // the tracker answers 503
@@ -195,6 +196,7 @@ func startOrigin(t *testing.T, cfg originConfig) *testOrigin {
 	// The origin's own Serve would not let us in front of its handler:
 	// serve it with ours.
 	hs := &http.Server{Handler: o.handler(), ErrorLog: slog.NewLogLogger(testLogger(t, slog.LevelWarn).Handler(), slog.LevelWarn)}
+	o.hs = hs
 	go hs.Serve(ln)
 	t.Cleanup(func() {
 		o.http.CloseIdleConnections()
@@ -320,6 +322,10 @@ func (o *testOrigin) handler() http.Handler {
 	})
 }
 
+// kill stops the origin for good: its listener and connections close, and
+// new connections are refused.
+func (o *testOrigin) kill() { o.hs.Close() }
+
 // originStats is a snapshot of the counters.
 type originStats struct {
 	gets, maxBodies, maxRequests int
@@ -383,12 +389,23 @@ type peerConfig struct {
 	node     node.Config   // network hooks are filled in
 	swarm    *swarm.Config // default scenarioSwarm()
 	limit    int64         // --limit-rate
+	// listening, if set, is told the peer's listening address before it
+	// starts.
+	listening func(addr string)
+	// wrapDial, if set, wraps the peer's dialer (HTTP and peers alike).
+	wrapDial func(func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error)
 }
 
 // runPeer downloads the origin's file as one swarm peer on net.
 func runPeer(ctx context.Context, t *testing.T, o *testOrigin, nw network, idx int, pc peerConfig) peerResult {
 	out := filepath.Join(t.TempDir(), fmt.Sprintf("peer%d.bin", idx))
 	ln, dial := nw.listen(t, pc.link)
+	if pc.listening != nil {
+		pc.listening(ln.Addr().String())
+	}
+	if pc.wrapDial != nil {
+		dial = pc.wrapDial(dial)
+	}
 	ncfg := pc.node
 	ncfg.Swarm = scenarioSwarm()
 	if pc.swarm != nil {

@@ -96,13 +96,23 @@ type Config struct {
 	// StallTimeout ends Run with ErrStalled when no piece arrived for this
 	// long while pieces are missing (default 3m).
 	StallTimeout time.Duration
+	// OriginPatience ends Run sooner, when no piece arrived for this long
+	// and the origin's last answer was a failure (refused, reset, timed
+	// out, 5xx; not a 503): the origin is gone and the peers do not make
+	// up for it. The error wraps ErrStalled and the origin's (default
+	// 60s).
+	OriginPatience time.Duration
 	// Swarm tunes the scheduler; its NumPieces, PieceLen and Seed are set here.
 	Swarm  swarm.Config
 	Logger *slog.Logger
 }
 
-// ErrStalled: no piece arrived for Config.StallTimeout.
+// ErrStalled: no piece arrived for Config.StallTimeout, or for
+// Config.OriginPatience while the origin failed.
 var ErrStalled = errors.New("node: no progress from peers or origin")
+
+// DefaultOriginPatience is Config.OriginPatience's default.
+const DefaultOriginPatience = 60 * time.Second
 
 // FatalError wraps an origin error that must end the download (the file
 // changed, the disk is full, the file is gone) rather than be retried.
@@ -196,6 +206,7 @@ type Node struct {
 	banned    int
 	lastSched swarm.Stats   // the scheduler's, as of the last tick
 	interval  time.Duration // the tracker's announce interval
+	originErr error         // the origin's last answer, if a failure (OriginPatience)
 }
 
 // New checks cfg and prepares a node.
@@ -226,6 +237,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 3 * time.Minute
+	}
+	if cfg.OriginPatience <= 0 {
+		cfg.OriginPatience = DefaultOriginPatience
 	}
 	n := &Node{
 		cfg:       cfg,
@@ -371,6 +385,10 @@ func (n *Node) Run(ctx context.Context) error {
 			n.leave()
 			return fmt.Errorf("%w for %v", ErrStalled, n.cfg.StallTimeout)
 		}
+		if err := n.originFailing(); !n.complete && err != nil && time.Since(n.lastPiece) > n.cfg.OriginPatience {
+			n.leave()
+			return fmt.Errorf("%w for %v, and the origin fails: %w", ErrStalled, n.cfg.OriginPatience, err)
+		}
 		if n.complete && seedDone == nil {
 			if n.handingOver() && n.handedOver(time.Now()) {
 				n.leave()
@@ -445,6 +463,13 @@ func (n *Node) Run(ctx context.Context) error {
 		n.apply(ctx, n.sched.StepAll(batch, time.Now()))
 		n.batch = batch
 	}
+}
+
+// originFailing is the origin's last answer if it was a failure.
+func (n *Node) originFailing() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.originErr
 }
 
 // maxBatch bounds the events handed to the scheduler at once, so a flood

@@ -23,10 +23,14 @@ type Action interface{ isAction() }
 type Tick struct{}
 
 // PeerUp: a connection finished its handshake. Addr is the address the peer
-// can be reached at (for recommendations), "" if unknown.
+// can be reached at (for recommendations), "" if unknown. Host is the
+// address the connection comes from, without the port ("" if unknown: then
+// Addr's host): the scheduler bounds what one host adds to the swarm-size
+// estimate and evicts the connections of a crowded host first.
 type PeerUp struct {
 	Peer     PeerID
 	Addr     string
+	Host     string
 	Outbound bool
 }
 

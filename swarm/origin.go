@@ -39,8 +39,11 @@ import (
 //     soon as it is in, so the rest of the swarm gets it from us.
 //   - A piece peers have that has not come for StallAfter may be fetched
 //     too (reason "stalled"), one at a time, still only in a slice we hold.
-//   - A 503 stops all origin use for its Retry-After; an error makes the
-//     piece wait one slice before it may be fetched again. An "in swarm"
+//   - A 503 stops all origin use for its Retry-After. An error stops it
+//     for OriginBackoff, doubled by each failure after the pause up to
+//     OriginBackoffMax, with jitter, and one fetch at a time tries the
+//     origin until one succeeds (originFailed); the piece itself waits
+//     one slice. An "in swarm"
 //     503 (the origin sent the piece and the candidates to other peers
 //     just now) keeps only those pieces off the origin, for its wait,
 //     unless one becomes preferred.
@@ -49,10 +52,11 @@ func (s *Scheduler) useOrigin() {
 	if s.have.Complete() || !s.trackerKnown() {
 		return
 	}
+	s.distrust()
 	if !s.now.Before(s.nextSlice) {
 		s.drawSlice()
 	}
-	if !s.holding || s.now.Before(s.busyUntil) || s.settling() {
+	if !s.holding || s.now.Before(s.busyUntil) || s.now.Before(s.originRetryAt) || s.settling() {
 		return
 	}
 	// Peers first (Slurpie): while they still have pieces for us, half the
@@ -60,6 +64,9 @@ func (s *Scheduler) useOrigin() {
 	limit := s.originPipeline()
 	if len(s.originReqs) < limit && !s.starved() {
 		limit = max(1, limit/2)
+	}
+	if s.originFails > 0 {
+		limit = 1 // one fetch tries an origin that fails
 	}
 	for len(s.originReqs) < limit {
 		i, reason, cands := s.pickOrigin()
@@ -127,13 +134,17 @@ func (s *Scheduler) settling() bool {
 }
 
 // swarmN is n in the k/n draw: the tracker's swarm size less the peers
-// we saw leave since, but at least us and our neighbours. When a crowd
-// finishes and leaves, a straggler's n falls with it, and it takes its
-// last pieces from the origin at once rather than at the odds of a crowd
-// that is gone. (Having no neighbours is not enough: peers that cannot
-// reach each other must still share the origin k at a time.)
+// we saw leave since, but at least us and the neighbours that delivered a
+// piece to us, at most maxPerHost of them per host (s.credible). When a
+// crowd finishes and leaves, a straggler's n falls with it, and it takes
+// its last pieces from the origin at once rather than at the odds of a
+// crowd that is gone. (Having no neighbours is not enough: peers that
+// cannot reach each other must still share the origin k at a time.) A
+// neighbour counts only on evidence: anyone can open connections under
+// many peer IDs, and counted, 64 of them that never sent a piece held a
+// lone downloader to the origin 3 slices in 65.
 func (s *Scheduler) swarmN() int {
-	return max(s.swarmSize-s.departed, len(s.order)+1, 1)
+	return max(s.swarmSize-s.departed, s.credible+1, 1)
 }
 
 // originFetchTime is how long our origin fetches take: the smoothed time of
@@ -212,16 +223,40 @@ func (s *Scheduler) suspectDelay() time.Duration {
 	return max(suspectAfter, time.Duration(s.avgLen/suspectRate*float64(time.Second)))
 }
 
-// suspect reports whether p's have-set should not keep us off the origin:
-// it timed out since its last delivery, or it has never delivered and its
-// oldest request is suspectAfter old. A peer that advertises every piece
-// and never delivers would otherwise hold the whole swarm off the origin
-// until it is dropped, and again after every redial.
+// suspect reports whether p's have-set, and our requests to it, should
+// not keep us off the origin: it timed out since its last delivery, it has
+// never delivered and its oldest request is suspectAfter old, or it has
+// been found failing us (distrust). A peer that advertises every piece and
+// never delivers would otherwise hold the whole swarm off the origin until
+// it is dropped, and again after every redial; one that keeps us choked or
+// refuses every request as busy, with many peer IDs, for good.
 func (s *Scheduler) suspect(p *peer) bool {
-	if p.probation {
+	if p.probation || p.distrusted {
 		return true
 	}
 	return p.downTotal == 0 && len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= s.suspectDelay()
+}
+
+// distrust marks the neighbours failing us: when no piece has come in for
+// suspectDelay, from anyone, those that offer pieces we lack and have not
+// delivered one since their have-set came at least that long ago
+// (keeping us choked, refusing as busy, or never asked) no longer keep us
+// off the origin, until they deliver (onReceived). Only while starved: an
+// honest neighbour that chokes us while others deliver keeps its say, as
+// the pieces it holds are likely on their way to us (counting every
+// neighbour that had not delivered within a second as suspect made the
+// simulated crowds fetch up to 30% more from the origin).
+func (s *Scheduler) distrust() {
+	d := s.suspectDelay()
+	if s.now.Sub(s.lastProgress) < d {
+		return
+	}
+	for _, p := range s.order {
+		if !p.distrusted && p.downTotal == 0 && p.offers > 0 && p.gotSet && s.now.Sub(p.setAt) >= d {
+			p.distrusted = true
+			s.failed(p)
+		}
+	}
 }
 
 // heldByTrusted reports whether a connected peer that is not suspect has
@@ -229,6 +264,17 @@ func (s *Scheduler) suspect(p *peer) bool {
 func (s *Scheduler) heldByTrusted(i int) bool {
 	for _, p := range s.order {
 		if p.has.Has(i) && !s.suspect(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// askedOfTrusted reports whether piece i is requested of a connected peer
+// that is not suspect.
+func (s *Scheduler) askedOfTrusted(i int) bool {
+	for _, p := range s.order {
+		if !s.suspect(p) && p.findReq(i) >= 0 {
 			return true
 		}
 	}
@@ -259,7 +305,8 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 	suspects := slices.ContainsFunc(s.order, s.suspect) // else avail says it all
 	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
-		if ps.reqs > 0 || ps.origin || s.now.Before(ps.retry) || s.claimed(i) || (ps.avail > 0 && (!suspects || s.heldByTrusted(i))) {
+		if ps.origin || s.now.Before(ps.retry) || s.claimed(i) ||
+			(ps.reqs > 0 && (!suspects || s.askedOfTrusted(i))) || (ps.avail > 0 && (!suspects || s.heldByTrusted(i))) {
 			continue
 		}
 		// A piece the origin sent others just now waits for the swarm,
@@ -375,6 +422,9 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 			s.stalledInUse--
 		}
 	}
+	if e.OK || e.Busy > 0 || e.InSwarm > 0 {
+		s.originFails = 0 // it answers
+	}
 	switch {
 	case e.OK && s.alone():
 		s.loneExtra++
@@ -420,10 +470,32 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		s.stats.OriginErrors++
 		ps.retry = s.now.Add(s.cfg.OriginSlice)
 		ps.failed = true
+		s.originFailed(ps.fetchAt)
 	}
 	if ps.reqs == 0 && !s.have.Has(e.Piece) {
 		ps.restart = true
 		s.gen++
 		s.lapsed = append(s.lapsed, e.Piece)
 	}
+}
+
+// originFailed pauses all origin use after a failed fetch that started at
+// since: the origin, not the piece, is what failed (a dead origin got
+// about 1,160 connection attempts a second from one download when only
+// the piece waited a slice, each failure freeing the window for the next
+// piece). Fetches already in flight when an earlier failure came fail
+// with it and do not count again; one that started after it does, and
+// doubles the pause. The pause is drawn between half and all of its
+// length, so that a crowd whose origin comes back does not return all at
+// once; the k/n draw still spreads the holders over slices on top.
+func (s *Scheduler) originFailed(since time.Time) {
+	if s.originFails > 0 && since.Before(s.originFailAt) {
+		return
+	}
+	s.originFails++
+	s.originFailAt = s.now
+	d := min(s.cfg.OriginBackoffMax, s.cfg.OriginBackoff<<min(s.originFails-1, 16))
+	d = d/2 + time.Duration(s.rng.Int64N(int64(d/2)+1))
+	s.originRetryAt = s.now.Add(d)
+	s.stats.OriginBackoffs++
 }

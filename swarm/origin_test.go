@@ -358,3 +358,45 @@ func TestOriginOnlyPieceIsItsOwnCandidate(t *testing.T) {
 		t.Errorf("retry after our fetch failed: %+v, want no candidates", f)
 	}
 }
+
+// TestOriginBackoff: when every origin fetch fails at once (a dead origin
+// refuses connections), a lone peer pauses all origin use, longer after
+// each failure, and tries one fetch at a time: at most one a second from
+// 10 s on. It used to wait only that piece a slice and fetch the next at
+// once, a fetch per failure. The first success ends the pauses.
+func TestOriginBackoff(t *testing.T) {
+	s, pending := lonelyScheduler(1, 4096, 35)
+	var perSecond [60]int
+	now := t0
+	for now.Sub(t0) < 60*time.Second {
+		for len(pending) > 0 {
+			perSecond[int(now.Sub(t0)/time.Second)]++
+			p := pending[0]
+			pending = append(pending[1:], fetches(s.Step(OriginResult{Piece: p}, now))...)
+		}
+		now = now.Add(10 * time.Millisecond)
+		pending = fetches(s.Step(Tick{}, now))
+	}
+	total := 0
+	for sec, n := range perSecond {
+		total += n
+		if sec >= 10 && n > 1 {
+			t.Errorf("second %d: %d origin fetches against a dead origin, want at most 1", sec, n)
+		}
+	}
+	t.Logf("origin fetches per second: %v (%d in all, %d pauses)", perSecond, total, s.Stats().OriginBackoffs)
+	if total > 40 {
+		t.Errorf("%d origin fetches in 60 s against a dead origin, want at most 40", total)
+	}
+	// The origin is back: the first success reopens the whole window.
+	for now = now.Add(s.cfg.OriginBackoffMax); len(pending) == 0; now = now.Add(10 * time.Millisecond) {
+		pending = fetches(s.Step(Tick{}, now))
+	}
+	if len(pending) != 1 {
+		t.Fatalf("%d fetches try the failing origin at once, want 1", len(pending))
+	}
+	more := fetches(s.Step(OriginResult{Piece: pending[0], OK: true}, now))
+	if want := s.originPipeline(); len(more) < want-1 {
+		t.Errorf("after a success %d fetches went out, want the window again (%d)", len(more), want)
+	}
+}

@@ -1,7 +1,10 @@
 package swarm
 
 import (
+	"net"
+	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/stampede-dev/stampede/pieceset"
@@ -11,19 +14,22 @@ import (
 type peer struct {
 	id       PeerID
 	addr     string
+	host     string // where the connection comes from (PeerUp.Host)
 	outbound bool
 	upAt     time.Time
 
 	has    *pieceset.Set
-	gotSet bool // its HaveSet arrived
-	offers int  // pieces it has that we lack: worth asking
-	wants  int  // pieces we have that it lacks: it is interested in us
+	gotSet bool      // its HaveSet arrived
+	setAt  time.Time // when
+	offers int       // pieces it has that we lack: worth asking
+	wants  int       // pieces we have that it lacks: it is interested in us
 
 	// Download side.
 	unchokedUs   bool
 	reqs         []outReq // oldest first
 	backoffUntil time.Time
 	probation    bool    // timed out since its last delivery: depth 1
+	distrusted   bool    // failed us while we starved (distrust), until it delivers
 	timeouts     int     // timeouts since its last delivery
 	lies         int     // "dont-have" rejects of pieces it advertised
 	rate         float64 // delivery rate, bytes/s (EWMA)
@@ -101,10 +107,15 @@ func (s *Scheduler) onPeerUp(e PeerUp) {
 			return
 		}
 	}
+	host := hostKey(e)
+	h := s.hostInfo(host)
 	p := &peer{
-		id: e.Peer, addr: e.Addr, outbound: e.Outbound, upAt: s.now,
+		id: e.Peer, addr: e.Addr, host: host, outbound: e.Outbound, upAt: s.now,
 		has: pieceset.New(len(s.pieces)), amChoking: true,
 		wants: s.have.Count(),
+		// A host whose peers failed us is not trusted again under a
+		// new peer ID before one of them delivers.
+		distrusted: h.failing,
 	}
 	p.down.init(s.cfg.RateWindow)
 	p.up.init(s.cfg.RateWindow)
@@ -114,6 +125,7 @@ func (s *Scheduler) onPeerUp(e PeerUp) {
 	if e.Addr != "" {
 		s.addrInfo(e.Addr).connected++
 	}
+	h.conns++
 	if rec := s.recommendations(e.Addr); len(rec) > 0 {
 		s.emit(Recommend{Peer: e.Peer, Addrs: rec})
 	}
@@ -162,6 +174,15 @@ func (s *Scheduler) removePeer(p *peer) {
 	for _, i := range p.claimed {
 		s.unclaim(p.id, i)
 	}
+	if h := s.hosts[p.host]; h != nil {
+		h.conns--
+		if p.downTotal > 0 {
+			s.setDelivered(h, h.delivered-1)
+		}
+		if h.conns <= 0 && !h.failing {
+			delete(s.hosts, p.host)
+		}
+	}
 	if p.addr != "" {
 		if a := s.addrs[p.addr]; a != nil {
 			a.connected = max(a.connected-1, 0)
@@ -187,6 +208,9 @@ func (s *Scheduler) onHaveSet(e HaveSet) {
 	}
 	for i := range p.has.All() {
 		s.lose(i)
+	}
+	if !p.gotSet {
+		p.setAt = s.now
 	}
 	p.has, p.gotSet, p.pickFailed = e.Set.Clone(), true, 0
 	p.offers, p.wants = 0, s.have.Count()
@@ -299,6 +323,73 @@ func (s *Scheduler) onCorrupt(e Corrupt) {
 	s.disconnect(p, "corrupt", true)
 }
 
+// hostInfo is what we know about the connections from one host (address
+// without the port). A host can open connections under as many peer IDs
+// as it likes (a Sybil): it adds at most maxPerHost neighbours to the
+// swarm-size estimate, and once one of its peers has failed us (distrust)
+// its new ones start distrusted.
+type hostInfo struct {
+	conns     int  // connections from it
+	delivered int  // of those, peers that delivered a piece to us
+	failing   bool // one of its peers failed us since the last delivery from it
+}
+
+// maxPerHost bounds the neighbours one host adds to the swarm-size
+// estimate. A few peers behind one NAT are common;
+// more are rarer than one machine posing as many.
+const maxPerHost = 4
+
+// maxHosts bounds the hosts remembered as failing with no connection.
+const maxHosts = 1024
+
+// hostKey is where the connection of e comes from. Peers on this machine
+// (loopback), and those whose address we do not know, are told apart by
+// nothing but their IDs, and each is a host of its own: a test's or a testbed's crowd shares 127.0.0.1, and whoever
+// attacks from the machine itself has it anyway.
+func hostKey(e PeerUp) string {
+	host := e.Host
+	if host == "" {
+		host, _, _ = net.SplitHostPort(e.Addr)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsLoopback() {
+		return ip.Unmap().String()
+	}
+	return host + "#" + strconv.FormatUint(uint64(e.Peer), 10)
+}
+
+func (s *Scheduler) hostInfo(host string) *hostInfo {
+	h := s.hosts[host]
+	if h == nil {
+		h = &hostInfo{}
+		s.hosts[host] = h
+	}
+	return h
+}
+
+// setDelivered sets h's count of delivering peers, keeping s.credible, the
+// sum over hosts of that count bounded by maxPerHost, up to date.
+func (s *Scheduler) setDelivered(h *hostInfo, d int) {
+	s.credible += min(d, maxPerHost) - min(h.delivered, maxPerHost)
+	h.delivered = d
+}
+
+// failed marks p's host as failing us (see hostInfo).
+func (s *Scheduler) failed(p *peer) {
+	h := s.hosts[p.host]
+	if h == nil || h.failing {
+		return
+	}
+	h.failing = true
+	if len(s.hosts) > maxHosts {
+		for k, o := range s.hosts {
+			if o.conns == 0 {
+				delete(s.hosts, k)
+				break
+			}
+		}
+	}
+}
+
 func (s *Scheduler) addrInfo(addr string) *addrInfo {
 	a := s.addrs[addr]
 	if a == nil {
@@ -389,9 +480,10 @@ func (s *Scheduler) managePeers() {
 		s.stats.Evicted++
 		s.disconnect(s.leastUseful(false), DisconnectTooManyPeers, false)
 	}
+	counted := s.counted()
 	for _, addr := range s.known {
 		// A complete peer serves those who come; it does not go looking.
-		if s.have.Complete() || len(s.order)+s.dialing >= s.cfg.WantPeers {
+		if s.have.Complete() || counted+s.dialing >= s.cfg.WantPeers {
 			break
 		}
 		if s.dialable(addr) {
@@ -404,17 +496,53 @@ func (s *Scheduler) managePeers() {
 	}
 }
 
-// leastUseful picks the peer to drop: past its grace period (unless all
-// are new), it sent us least lately, has least we need, took least from us.
+// idle reports whether p has shown nothing to trade since its have-set
+// came suspectDelay ago: it has delivered nothing, offers nothing we lack
+// and has taken nothing from us. A fake peer that only handshakes and
+// sends an empty have-set is idle for good; an honest newcomer is so only
+// while nobody has anything yet.
+func (s *Scheduler) idle(p *peer) bool {
+	return p.downTotal == 0 && p.upTotal == 0 && p.offers == 0 && p.gotSet && s.now.Sub(p.setAt) >= s.suspectDelay()
+}
+
+// counted is the number of connections that count towards WantPeers:
+// those neither idle nor suspect. Connections that only hold a slot would
+// otherwise keep us from dialling the peers that trade.
+func (s *Scheduler) counted() int {
+	n := 0
+	for _, p := range s.order {
+		if !s.idle(p) && !s.suspect(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// leastUseful picks the peer to drop: not delivering to us lately,
+// suspect (its pieces do not come), idle (nothing to trade), past its grace period (unless all are
+// new), it sent us least lately, has least we need, took least from us.
 // With idleOnly it only considers peers with nothing to trade either way.
+// A neighbour that delivers keeps its place against newcomers who have
+// delivered nothing, which would otherwise take it by coming back again
+// and again under new peer IDs.
 func (s *Scheduler) leastUseful(idleOnly bool) *peer {
 	var best *peer
 	better := func(a, b *peer) bool { // a less useful than b
+		da, db := a.down.sum(s.now), b.down.sum(s.now)
+		if (da > 0) != (db > 0) {
+			return db > 0
+		}
+		if sa, sb := s.suspect(a), s.suspect(b); sa != sb {
+			return sa
+		}
+		if ia, ib := s.idle(a), s.idle(b); ia != ib {
+			return ia
+		}
 		ga, gb := s.now.Sub(a.upAt) < s.cfg.PeerGrace, s.now.Sub(b.upAt) < s.cfg.PeerGrace
 		if ga != gb {
 			return gb
 		}
-		if da, db := a.down.sum(s.now), b.down.sum(s.now); da != db {
+		if da != db {
 			return da < db
 		}
 		if a.offers != b.offers {

@@ -302,7 +302,13 @@ func (s *Scheduler) onReceived(e Received) {
 			s.stats.Unrequested++
 		}
 		p.lastRecv = s.now
-		p.timeouts, p.probation, p.avoid = 0, false, nil
+		p.timeouts, p.probation, p.distrusted, p.avoid = 0, false, false, nil
+		if h := s.hosts[p.host]; h != nil {
+			h.failing = false
+			if p.downTotal == 0 {
+				s.setDelivered(h, h.delivered+1)
+			}
+		}
 		p.downTotal += b
 		p.down.add(s.now, b)
 		s.traded(p.addr)

@@ -119,6 +119,13 @@ type Config struct {
 	// pipeline of whole pieces would leave the origin's link idle between
 	// requests. While the peers still have pieces for us, half of it.
 	OriginWindow int64
+	// OriginBackoff is the first pause of origin use after an origin fetch
+	// failed (refused, reset, timed out, 5xx: not a 503, which says how
+	// long itself): every fetch that fails after the pause doubles it, up
+	// to OriginBackoffMax, each pause drawn at random between half and
+	// all of it, and while the origin fails one fetch at a time goes out
+	// to try it. The first that succeeds ends the pauses (250 ms, 10 s).
+	OriginBackoff, OriginBackoffMax time.Duration
 	// StartTimeout is how long another peer's START claim keeps us off a
 	// piece (10 s). Our own claims are re-announced every StartTimeout/2
 	// while the fetch lasts.
@@ -217,6 +224,9 @@ func (c Config) withDefaults() Config {
 	def(&c.OriginK, DefaultOriginK)
 	defD(&c.OriginSlice, 250*time.Millisecond)
 	def(&c.OriginPipeline, 2)
+	defD(&c.OriginBackoff, 250*time.Millisecond)
+	defD(&c.OriginBackoffMax, 10*time.Second)
+	c.OriginBackoffMax = max(c.OriginBackoffMax, c.OriginBackoff)
 	if c.OriginWindow <= 0 {
 		c.OriginWindow = 256 << 10
 	}
@@ -260,6 +270,7 @@ type Stats struct {
 	// OriginFetches counts FetchOrigin actions by reason.
 	OriginFetches                        map[string]int
 	OriginOK, OriginErrors, OriginBusy   int
+	OriginBackoffs                       int // pauses of origin use after a failure (OriginBackoff)
 	OriginInSwarm                        int // results saying the pieces were sent to others just now
 	OriginPicked                         int // OK results that brought another candidate (OriginResult.Picked)
 	OriginSlicesDrawn, OriginSlicesWon   int
@@ -305,10 +316,14 @@ type Scheduler struct {
 	peers  map[PeerID]*peer
 	order  []*peer // connected peers by ID: decisions never range over maps
 
-	addrs   map[string]*addrInfo
-	known   []string // candidate addresses, best first
-	recent  []string // addresses recently traded with, most recent first
-	dialing int
+	addrs map[string]*addrInfo
+	hosts map[string]*hostInfo // of the connected peers
+	// credible is how many connected peers delivered a piece to us, at
+	// most maxPerHost per host: the neighbours that count in swarmN.
+	credible int
+	known    []string // candidate addresses, best first
+	recent   []string // addresses recently traded with, most recent first
+	dialing  int
 
 	trackerAnswered           bool
 	trackerAt                 time.Time // last TrackerPeers
@@ -326,6 +341,9 @@ type Scheduler struct {
 	originTime                time.Duration // smoothed time of our origin fetches
 	originTimeAt              time.Time     // when originTime was last measured
 	originMin                 time.Duration // our quickest origin fetch
+	originFails               int           // origin failures in a row, one per pause (originFailed)
+	originFailAt              time.Time     // when the last of them came
+	originRetryAt             time.Time     // no origin fetch before
 	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
 	typicalAt                 time.Time     // when it was measured
 	timeoutsAt                time.Time     // when checkTimeouts last ran
@@ -372,6 +390,7 @@ func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
 		pieces: make([]pieceState, n),
 		peers:  make(map[PeerID]*peer),
 		addrs:  make(map[string]*addrInfo),
+		hosts:  make(map[string]*hostInfo),
 		now:    now,
 		gen:    1,
 
