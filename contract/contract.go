@@ -13,7 +13,7 @@
 //	Stampede-Capabilities    overload: past its limits, answer with a piece of your choosing and peers
 //	Stampede-Candidates      other pieces the client would take instead of its Range ("3,7-9")
 //	Stampede-Reason          why the client asks (piece, retry-late, stream, origin:no-peers, ...)
-//	Stampede-Peer-Id         the client's peer ID, for a private swarm's token (with a manifest request)
+//	Stampede-Peer-Key        the client's peer key, for a private swarm's token (with a manifest request)
 //
 //	Response header          Meaning
 //	Link                     <ManifestPrefix/P>; rel="stampede-manifest", and for a page
@@ -25,7 +25,8 @@
 //	Stampede-In-Swarm        a 503: every piece offered was just sent to other peers
 //	Stampede-Signature       the origin's signature of the file's root and size (with the manifest)
 //	Stampede-Key             the signing origin's public key (with the signature)
-//	Stampede-Token           a private swarm's token for the Stampede-Peer-Id asked (with the manifest)
+//	Stampede-Token           a private swarm's token for the Stampede-Peer-Key's peer (with the manifest)
+//	Stampede-Private         "1": the swarm is private (with the manifest)
 //
 // An overload answer is a 206 with Stampede-Piece and a Retry-After; a pick
 // answer (a candidate sent instead of the piece asked) is a 206 with
@@ -135,14 +136,19 @@ const (
 	// form (sign.FormatPublicKey), next to SignatureHeader: what a client
 	// not given a key checks a private swarm's tokens with.
 	KeyHeader = "Stampede-Key"
-	// PeerIDHeader is the request header in which a client names its peer
-	// ID (32 hex digits) when it asks for a manifest, so that a private
-	// swarm's origin answers with a token for it.
-	PeerIDHeader = "Stampede-Peer-Id"
+	// PeerKeyHeader is the request header in which a client names its
+	// peer key (an ed25519 public key, one-line form) when it asks for a
+	// manifest, so that a private swarm's origin answers with a token for
+	// the key's peer ID (sign.PeerIDOf).
+	PeerKeyHeader = "Stampede-Peer-Key"
 	// TokenHeader carries the token (sign.Token, its text form) that
-	// admits the peer PeerIDHeader named to a private swarm, on the
-	// answers that carry the manifest or its head.
+	// admits the peer of the key PeerKeyHeader named to a private swarm,
+	// on the answers that carry the manifest or its head.
 	TokenHeader = "Stampede-Token"
+	// PrivateHeader, "1" on the answers that carry a manifest or its
+	// head, says the file's swarm is private: a client without a token
+	// for it fetches from the origin only.
+	PrivateHeader = "Stampede-Private"
 )
 
 // Reasons a client gives in ReasonHeader. A swarm peer's origin fetch is

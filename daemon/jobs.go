@@ -293,6 +293,12 @@ func (s *Server) published(j *job, d *fetch.Download) {
 	j.Completed = true
 	if m := d.Manifest(); m != nil {
 		j.Root = m.Root.String()
+		// A private swarm's seed needs a token anew at each start: its
+		// manifest is asked of the origin again then, with one.
+		if d.Private() {
+			s.persistLocked()
+			return
+		}
 		if err := s.saveManifest(j.ID, m); err != nil {
 			s.log.Warn("keeping the manifest", "id", j.ID, "err", err)
 		}
@@ -393,6 +399,7 @@ func (s *Server) seed(ctx context.Context, j *job) error {
 		return err
 	}
 	m := local
+	var private *node.Private
 	saved := s.savedManifest(j)
 	switch {
 	case saved != nil:
@@ -403,7 +410,8 @@ func (s *Server) seed(ctx context.Context, j *job) error {
 		}
 		m = saved
 	case j.URL != "":
-		remote, err := fetch.Manifest(ctx, s.client, j.URL)
+		remote, priv, err := fetch.Join(ctx, s.client, j.URL)
+		private = priv
 		if err != nil {
 			f.Close()
 			return fmt.Errorf("the manifest of %s: %w", j.URL, err)
@@ -427,7 +435,7 @@ func (s *Server) seed(ctx context.Context, j *job) error {
 	}
 	defer st.Close()
 	nd, err := node.New(node.Config{
-		Manifest: m, Store: st, Trackers: m.Trackers, Host: s.host, SeedForever: true,
+		Manifest: m, Store: st, Trackers: m.Trackers, Host: s.host, SeedForever: true, Private: private,
 		HTTPClient: s.client, Logger: s.log.With("job", j.ID),
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ package fetch
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"hash"
@@ -32,6 +33,7 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/originclient"
+	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/store"
 )
 
@@ -115,7 +117,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Swarm configures the peer side; by default a download whose manifest
 	// names trackers joins the swarm (not with Output "-").
-	Swarm SwarmConfig
+	// TrustKey, if set, is the origin's public key: the manifest must
+	// come signed with it (contract.SignatureHeader), else the download
+	// fails with ErrVerify before any byte is fetched. A private swarm's
+	// peers are checked with it too (else with the key the origin sent).
+	TrustKey ed25519.PublicKey
+	Swarm    SwarmConfig
 }
 
 func (c *Config) setDefaults() {
@@ -199,6 +206,10 @@ type Download struct {
 	url *url.URL // cfg.URL, parsed once by New
 	lim *ratelimit.Limiter
 	oc  *originclient.Client // every request to the origin
+	// peerKey is the swarm node's key, named to the origin for a private
+	// swarm's token (the node's peer ID is then the key's).
+	peerKey   ed25519.PrivateKey
+	isPrivate atomic.Bool // the swarm is private (Private)
 
 	phase    atomic.Value // string
 	size     atomic.Int64
@@ -243,9 +254,9 @@ func New(cfg Config) (*Download, error) {
 	if cfg.Output == "-" && cfg.Stdout == nil {
 		return nil, fmt.Errorf("%w: output is stdout but no writer given", ErrUsage)
 	}
-	d := &Download{cfg: cfg, url: u, lim: ratelimit.New(cfg.LimitRate)}
+	d := &Download{cfg: cfg, url: u, lim: ratelimit.New(cfg.LimitRate), peerKey: sign.GenerateKey()}
 	d.oc = originclient.New(originclient.Config{
-		Client: cfg.Client, Header: cfg.Header, AuthHost: u.Scheme + "://" + u.Host, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
+		Client: cfg.Client, Header: cfg.Header, PeerKey: sign.FormatPublicKey(d.peerKey.Public().(ed25519.PublicKey)), AuthHost: u.Scheme + "://" + u.Host, Logger: cfg.Logger, Limiter: d.lim, Retries: cfg.Retries,
 		MaxRetryAfter: cfg.MaxRetryAfter, IdleTimeout: cfg.IdleTimeout, OriginIdleTimeout: cfg.Swarm.OriginIdleTimeout,
 	})
 	d.phase.Store("connecting")
@@ -349,6 +360,14 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 			d.size.Store(m.Size)
 		}
 	}
+	if d.cfg.TrustKey != nil {
+		if m == nil {
+			return nil, fmt.Errorf("%w: the origin serves no manifest, so nothing it signed: --trust-key cannot be honoured", ErrVerify)
+		}
+		if err := sign.VerifyManifest(d.cfg.TrustKey, m.Root, m.Size, in.Vouch.Signature); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrVerify, err)
+		}
+	}
 	// A --sha256 to check takes the whole download's path, which checks it.
 	if m != nil && d.cfg.Continue && !part && d.cfg.Output != "-" && d.cfg.SHA256 == "" {
 		done, err := d.alreadyComplete(m)
@@ -363,6 +382,11 @@ func (d *Download) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	switch {
+	case m != nil && len(m.Trackers) > 0 && swarm && in.Vouch.Private && in.Vouch.Token == "":
+		// A proxy between us may have dropped our key, or the origin's
+		// token: no peer would admit us, and we must serve no one.
+		d.cfg.Logger.Warn("the swarm is private and the origin gave us no token: downloading from the origin only")
+		err = d.runPieces(ctx, m, in, res)
 	case m != nil && len(m.Trackers) > 0 && swarm:
 		err = d.runSwarm(ctx, m, in, res)
 		if errors.Is(err, originclient.ErrNoRanges) {
@@ -454,4 +478,31 @@ func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifes
 		return nil, err
 	}
 	return src.Manifest(), nil
+}
+
+// Join is what a seed of the file at rawURL needs to join its swarm: its
+// manifest and, in a private swarm, the node's key, token and verifier of
+// the others' (nil in a public swarm), issued by the origin with the
+// manifest. A private swarm whose origin gave no token is an error.
+func Join(ctx context.Context, client *http.Client, rawURL string) (*manifest.Manifest, *node.Private, error) {
+	d, err := New(Config{URL: rawURL, Client: client, Output: "unused"})
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := d.oc.Open(ctx, d.url)
+	if errors.Is(err, originclient.ErrNoManifest) {
+		return nil, nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	m, v := src.Manifest(), src.Vouch()
+	switch {
+	case v.Token != "":
+		priv, err := d.private(m, v)
+		return m, priv, err
+	case v.Private:
+		return nil, nil, fmt.Errorf("%w: the swarm of %s is private and its origin gave us no token", ErrProtocol, rawURL)
+	}
+	return m, nil, nil
 }

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/originclient"
+	"github.com/stampede-dev/stampede/sign"
 )
 
 // SwarmConfig is the peer side of a download; the zero value joins the
@@ -76,6 +78,14 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *origi
 	ncfg := d.cfg.Swarm.Node
 	ncfg.Manifest, ncfg.Store = m, fs.st
 	ncfg.Trackers = m.Trackers
+	if in.Vouch.Token != "" {
+		priv, err := d.private(m, in.Vouch)
+		if err != nil {
+			return err
+		}
+		ncfg.Private = priv
+		d.isPrivate.Store(true)
+	}
 	ncfg.ListenAddr = d.cfg.Swarm.ListenAddr
 	ncfg.DownloadLimit = d.lim
 	ncfg.UploadLimit = ratelimit.New(d.cfg.Swarm.MaxUploadRate)
@@ -138,4 +148,29 @@ func storedBytes(m *manifest.Manifest, fs *fileSink) int64 {
 		return m.Size
 	}
 	return n
+}
+
+// private returns what the node of a private swarm shows and checks: our
+// key, the token the origin issued for its peer ID, checked as the peers
+// will, and a verifier trusting Config.TrustKey, or else the key the
+// origin sent.
+func (d *Download) private(m *manifest.Manifest, v originclient.Vouch) (*node.Private, error) {
+	key := d.cfg.TrustKey
+	if key == nil {
+		k, err := sign.ParsePublicKey([]byte(v.Key))
+		if err != nil {
+			return nil, fmt.Errorf("%w: the origin sent a token without a key to check it with: %w", ErrProtocol, err)
+		}
+		key = k
+	}
+	tok, err := sign.ParseToken(v.Token)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the origin's token: %w", ErrProtocol, err)
+	}
+	ver := sign.NewVerifier(key)
+	id := sign.PeerIDOf(d.peerKey.Public().(ed25519.PublicKey))
+	if err := ver.Verify(tok, m.Root, m.Size, id, time.Now()); err != nil {
+		return nil, fmt.Errorf("%w: the origin's token for us: %w", ErrVerify, err)
+	}
+	return &node.Private{Key: d.peerKey, Token: tok, Verifier: ver}, nil
 }

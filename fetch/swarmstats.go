@@ -17,6 +17,11 @@ func (d *Download) SwarmStats() *node.Stats {
 	return &st
 }
 
+// Private reports whether the download's swarm is private: its node was
+// admitted with a token, which a seed of the file later needs anew
+// (Join), since a token expires.
+func (d *Download) Private() bool { return d.isPrivate.Load() }
+
 // Manifest is the file's manifest once the download has joined its swarm
 // (with its piece layer once the node knows it), nil before or outside a
 // swarm.

@@ -276,3 +276,17 @@ func TestNoValidatorsNoStaleCopy(t *testing.T) {
 		mustEqual(t, fmt.Sprintf("version %d", k), body, versions[k])
 	}
 }
+
+// TestPrivateSwarmPassedThrough: a file whose swarm is private is not
+// swarmed, cached or seeded by the gateway (it asks for no token, and
+// would hand the file to whoever asks it), but fetched from the origin.
+func TestPrivateSwarmPassedThrough(t *testing.T) {
+	data := randomBytes(1<<20+5, 7)
+	o := startOrigin(t, map[string][]byte{"f.bin": data}, originOpts{private: true})
+	g := startGateway(t, Config{})
+	resp, body := get(t, g.proxyClient(), "GET", o.base+"/f.bin", nil)
+	if resp.StatusCode != 200 || resp.Header.Get(Header) == "swarm" {
+		t.Fatalf("%s, %s=%q: want the file, not through the swarm", resp.Status, Header, resp.Header.Get(Header))
+	}
+	mustEqual(t, "private file", body, data)
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
 )
@@ -75,6 +76,7 @@ type testOrigin struct {
 type originOpts struct {
 	rate      int64 // bytes/s of file bodies (0: unlimited)
 	noTracker bool
+	private   bool // a private swarm's origin (a key of its own)
 }
 
 func startOrigin(t testing.TB, files map[string][]byte, opts originOpts) *testOrigin {
@@ -90,6 +92,9 @@ func startOrigin(t testing.TB, files map[string][]byte, opts originOpts) *testOr
 		}
 	}
 	cfg := origin.Config{Dir: dir, CacheDir: t.TempDir(), Rate: opts.rate, Logger: testLogger(t)}
+	if opts.private {
+		cfg.SignKey, cfg.Private = sign.GenerateKey(), true
+	}
 	if !opts.noTracker {
 		cfg.Tracker = tracker.New(tracker.Config{Logger: testLogger(t)})
 	}

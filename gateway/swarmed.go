@@ -221,6 +221,11 @@ func (g *Gateway) objectFor(req *request, probe *http.Response) (*object, error)
 	case err != nil:
 		return nil, err
 	}
+	if src.Vouch().Private {
+		// A private swarm admits its origin's chosen peers: the gateway
+		// asks for no token (it would hand the file to whoever asks it).
+		return nil, fmt.Errorf("%w: the swarm is private", errNoSwarm)
+	}
 	m := src.Manifest()
 	if m.Size != size || (etag != "" && m.ETag != "" && m.ETag != etag) {
 		return nil, fmt.Errorf("%w: the file changed between two requests", errNoSwarm)

@@ -121,7 +121,7 @@ func (n *Node) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Event: tracker.EventStopped}
+	req := n.signed(tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Event: tracker.EventStopped})
 	for _, url := range n.cfg.Trackers {
 		tracker.Announce(ctx, n.cfg.HTTPClient, url, req)
 	}
@@ -249,7 +249,11 @@ func (n *Node) hello() wire.Handshake {
 	} else if n.cfg.Swarm.StrictTFT {
 		caps |= wire.CapStrictTFT // strict only while downloading
 	}
-	return wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(n.listenPort())}
+	h := wire.Handshake{Caps: caps, Root: n.m.Root, Size: uint64(n.m.Size), PeerID: n.id, ListenPort: uint16(n.listenPort())}
+	if p := n.cfg.Private; p != nil {
+		h.Private = privateHello{p: p, m: n.m}
+	}
+	return h
 }
 
 // handshaken registers the peer of a connection whose handshake is done

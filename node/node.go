@@ -12,6 +12,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/pieceset"
+	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/store"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/wire"
@@ -60,6 +62,15 @@ type Config struct {
 	FetchLayer func(ctx context.Context) ([]manifest.Hash, error)
 	// Trackers are announce URLs (the manifest's, usually).
 	Trackers []string
+	// PeerID is the node's peer ID. Zero, the default: a random one. In
+	// a private swarm it is the one of Private.Key, whatever this says.
+	PeerID wire.PeerID
+	// Private, if set, makes the swarm private (docs/security.md): in
+	// every handshake the node proves it holds its token and the key the
+	// token's peer ID is of, and admits a peer only with such a proof
+	// Private.Verifier checks; its announces carry the token and its
+	// signature.
+	Private *Private
 	// Listener accepts peers, and Run closes it when it returns; when it
 	// is set ListenAddr is ignored, when nil Run listens on ListenAddr.
 	Listener   net.Listener
@@ -254,7 +265,16 @@ func New(cfg Config) (*Node, error) {
 		origin:    map[string]int{},
 		interval:  15 * time.Second,
 	}
-	n.id = wire.NewPeerID()
+	n.id = cfg.PeerID
+	if p := cfg.Private; p != nil {
+		if p.Key == nil || p.Verifier == nil {
+			return nil, errors.New("node: a private swarm needs the node's key and a verifier")
+		}
+		n.id = sign.PeerIDOf(p.Key.Public().(ed25519.PublicKey))
+	}
+	if n.id == (wire.PeerID{}) {
+		n.id = wire.NewPeerID()
+	}
 	g, err := wire.NewGeometry(cfg.Manifest.Size, cfg.Manifest.PieceSize)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -562,4 +582,44 @@ func (n *Node) Stored(ctx context.Context, piece int) {
 // for room in its own channel: a peer flooding us with frames keeps it full.
 func (n *Node) postLater(ctx context.Context, ev swarm.Event) {
 	n.wg.Go(func() { n.post(ctx, ev) })
+}
+
+// Private is what a node of a private swarm shows and checks
+// (Config.Private; docs/security.md).
+type Private struct {
+	// Key is the node's own key: its peer ID is sign.PeerIDOf its public
+	// half, and it signs the node's proofs and announces.
+	Key ed25519.PrivateKey
+	// Token is the node's own, issued by the origin for that peer ID.
+	Token sign.Token
+	// Verifier checks the peers' proofs: it trusts the origin's key.
+	Verifier *sign.Verifier
+	// Now is the clock tokens expire by. Default time.Now.
+	Now func() time.Time
+}
+
+func (p *Private) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// privateHello is a node's wire.Private: its proof in its handshakes, and
+// the check of its peers'.
+type privateHello struct {
+	p *Private
+	m *manifest.Manifest
+}
+
+func (h privateHello) Prove(mine, theirs wire.Handshake) ([]byte, error) {
+	return sign.Prove(h.p.Key, h.p.Token, sign.ProofContext{
+		Root: h.m.Root, Size: h.m.Size, Prover: mine.PeerID, Hearer: theirs.PeerID, Challenge: theirs.Challenge,
+	}), nil
+}
+
+func (h privateHello) Admit(mine, theirs wire.Handshake, auth []byte) error {
+	return h.p.Verifier.Check(auth, sign.ProofContext{
+		Root: h.m.Root, Size: h.m.Size, Prover: theirs.PeerID, Hearer: mine.PeerID, Challenge: mine.Challenge,
+	}, h.p.now())
 }

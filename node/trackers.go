@@ -42,7 +42,7 @@ func (n *Node) askTracker(ctx context.Context, why string) {
 	if why == "completed" || why == "" && len(n.peers) >= announceEnough {
 		want = 5
 	}
-	req := tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Port: uint16(port), Left: left, Event: event, NumWant: want}
+	req := n.signed(tracker.AnnounceRequest{Root: n.m.Root, Size: n.m.Size, ID: tracker.PeerID(n.id), Port: uint16(port), Left: left, Event: event, NumWant: want})
 	for _, url := range n.cfg.Trackers {
 		n.wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -85,4 +85,13 @@ func (n *Node) schedStats() {
 	n.mu.Lock()
 	n.lastSched = st
 	n.mu.Unlock()
+}
+
+// signed returns req with, in a private swarm, the node's token and its
+// signature (tracker.AnnounceRequest.Sign); req as it is otherwise.
+func (n *Node) signed(req tracker.AnnounceRequest) tracker.AnnounceRequest {
+	if p := n.cfg.Private; p != nil {
+		req.Sign(p.Key, p.Token, p.now())
+	}
+	return req
 }

@@ -70,6 +70,7 @@ package origin
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -232,6 +233,22 @@ type Config struct {
 	// its context is done, before it closes their connections. Default
 	// DefaultShutdownGrace.
 	ShutdownGrace time.Duration
+	// SignKey, if set, signs the manifests served: their answers carry
+	// the signature of the file's root and size and the public key
+	// (contract.SignatureHeader, contract.KeyHeader), which a client
+	// given the key checks (get --trust-key).
+	SignKey ed25519.PrivateKey
+	// Private makes the files' swarms private (it needs SignKey): an
+	// answer carrying a manifest or its head also carries a token
+	// (contract.TokenHeader) for the peer ID the request names, which
+	// the tracker and the peers ask for. The tracker must be given the
+	// key too (tracker.Config.Tokens). The swarms are as private as the
+	// manifests: whoever the origin serves one gets a token.
+	Private bool
+	// TokenTTL is how long a token admits its peer. Default
+	// DefaultTokenTTL.
+	TokenTTL time.Duration
+
 	// Logger receives the server's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -301,6 +318,15 @@ func New(cfg Config) (*Server, error) {
 		cfg.CacheMaxBytes < 0 {
 		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests, ShutdownGrace, " +
 			"OverloadCopies, OverloadWindow, BundleMaxAssets, BundleMaxBytes and CacheMaxBytes must not be negative")
+	}
+	if cfg.Private && cfg.SignKey == nil {
+		return nil, errors.New("origin: a private origin needs a signing key")
+	}
+	if cfg.TokenTTL < 0 {
+		return nil, fmt.Errorf("origin: a negative token lifetime %v", cfg.TokenTTL)
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = DefaultTokenTTL
 	}
 	if err := checkTrackerURLs(cfg.Trackers); err != nil {
 		return nil, err
@@ -540,6 +566,7 @@ func (s *Server) serveManifest(w *respWriter, r *http.Request) {
 	// The file may change at any time: clients and caches must revalidate.
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Vary", "Accept-Encoding")
+	s.vouch(h, r, e.m)
 	if r.URL.Query().Get(contract.ManifestHeadQuery) == "0" {
 		// The head: a few hundred bytes, never worth compressing.
 		body = pub.head

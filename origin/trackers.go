@@ -124,6 +124,7 @@ func (s *Server) addManifestHead(h http.Header, r *http.Request, entry func() *e
 	s.admit(e)
 	if v, ok := contract.EncodeManifestHead(pub.head); ok {
 		h.Set(contract.ManifestHeadHeader, v)
+		s.vouch(h, r, e.m)
 	}
 }
 

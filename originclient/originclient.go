@@ -71,6 +71,11 @@ const DefaultRetries = 5
 type Config struct {
 	// Client sends the requests (default NewHTTPClient(16)).
 	Client *http.Client
+	// PeerKey, the swarm node's public key in its one-line form, goes to
+	// the origin with the probe and the manifest's requests
+	// (contract.PeerKeyHeader), so that the origin of a private swarm
+	// answers with a token for it. Empty: not sent.
+	PeerKey string
 	// Header is sent with every request to the origin (stampede get's
 	// --header, --user-agent, --user), before the request's own headers;
 	// a User-Agent here replaces "stampede". Peers never see it. Its

@@ -26,6 +26,27 @@ type Resource struct {
 	ManifestURL  *url.URL           // nil: the server links no manifest
 	ReprDigest   []byte             // the SHA-256 of Repr-Digest, if sent
 	Head         *manifest.Manifest // the manifest's head, if the answer carried it
+	// Vouch is what a signing origin said of the manifest, with the head
+	// the probe got or with the manifest Client.Manifest fetched.
+	Vouch Vouch
+}
+
+// Vouch is what a signing origin sends with a manifest or its head
+// (docs/security.md): each field empty when not sent.
+type Vouch struct {
+	Signature string // contract.SignatureHeader: of the file's root and size
+	Key       string // contract.KeyHeader: the origin's public key
+	Token     string // contract.TokenHeader: a private swarm's token for our peer key
+	Private   bool   // contract.PrivateHeader: the swarm is private
+}
+
+func vouchOf(h http.Header) Vouch {
+	return Vouch{
+		Signature: h.Get(contract.SignatureHeader),
+		Key:       h.Get(contract.KeyHeader),
+		Token:     h.Get(contract.TokenHeader),
+		Private:   h.Get(contract.PrivateHeader) == "1",
+	}
 }
 
 // Probe sends HEAD and reads size, validators, range support, the manifest
@@ -69,6 +90,8 @@ func (c *Client) Probe(ctx context.Context, u *url.URL, wantHead bool) (*Resourc
 		// serves it too.
 		if in.Head, err = contract.DecodeManifestHead(v); err != nil {
 			c.cfg.Logger.Info("the server's answer carried a manifest head we cannot read; asking for it", "err", err)
+		} else {
+			in.Vouch = vouchOf(resp.Header)
 		}
 	}
 	return in, nil
@@ -93,7 +116,7 @@ func (c *Client) Manifest(ctx context.Context, in *Resource, head bool) (*manife
 		if head && in.Head != nil {
 			m = in.Head // checked below as if fetched
 		} else if err := c.retrying(ctx, "GET "+u.String(), func() (hint time.Duration, err error) {
-			m, hint, err = c.getManifest(ctx, u, head, &busyWaited)
+			m, hint, err = c.getManifest(ctx, u, head, &busyWaited, &in.Vouch)
 			return hint, err
 		}); err != nil {
 			return nil, err
@@ -123,7 +146,7 @@ func (c *Client) Manifest(ctx context.Context, in *Resource, head bool) (*manife
 // getManifest sends one GET for the manifest at u and decodes it, as a
 // manifest or (head) a manifest head. hint is the server's Retry-After on
 // a transient status, if it sent one.
-func (c *Client) getManifest(ctx context.Context, u *url.URL, head bool, busyWaited *time.Duration) (m *manifest.Manifest, hint time.Duration, err error) {
+func (c *Client) getManifest(ctx context.Context, u *url.URL, head bool, busyWaited *time.Duration, vouch *Vouch) (m *manifest.Manifest, hint time.Duration, err error) {
 	// A stampede origin sends the manifest a quarter smaller with gzip.
 	// Asking ourselves (the client may decompress transparently only when
 	// it asked) means decoding it ourselves, whatever the client.
@@ -159,6 +182,7 @@ func (c *Client) getManifest(ctx context.Context, u *url.URL, head bool, busyWai
 	if m, err = decode(body); err != nil {
 		return nil, 0, fmt.Errorf("%w: manifest %s: %w", ErrProtocol, u, err)
 	}
+	*vouch = vouchOf(resp.Header)
 	return m, 0, nil
 }
 
@@ -202,6 +226,9 @@ func (c *Client) NewSource(in *Resource, m *manifest.Manifest) *Source {
 
 // Manifest is the file's manifest.
 func (s *Source) Manifest() *manifest.Manifest { return s.m }
+
+// Vouch is what the origin said of the manifest (Resource.Vouch).
+func (s *Source) Vouch() Vouch { return s.in.Vouch }
 
 // URL is the file's URL after the probe's redirects.
 func (s *Source) URL() *url.URL { return s.in.URL }

@@ -37,6 +37,9 @@ func (c *Client) Do(ctx context.Context, method string, u *url.URL, hdr http.Hea
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	if c.cfg.PeerKey != "" && (reason == "probe" || reason == "manifest") {
+		req.Header.Set(contract.PeerKeyHeader, c.cfg.PeerKey)
+	}
 	if method == http.MethodGet && reason != "manifest" {
 		// The origin counts its file requests by why they were made.
 		req.Header.Set(contract.ReasonHeader, reason)

@@ -172,3 +172,48 @@ func FuzzParsePublicKey(f *testing.F) {
 		}
 	})
 }
+
+func TestProof(t *testing.T) {
+	origin := GenerateKey()
+	v := NewVerifier(origin.Public().(ed25519.PublicKey))
+	peerKey := GenerateKey()
+	id := PeerIDOf(peerKey.Public().(ed25519.PublicKey))
+	now := time.Unix(1e9, 0)
+	root := [32]byte{3}
+	tok := Issue(origin, root, 100, id, now.Add(time.Hour))
+	c := ProofContext{Root: root, Size: 100, Prover: id, Hearer: [16]byte{9}, Challenge: [32]byte{1, 2}}
+	proof := Prove(peerKey, tok, c)
+	if len(proof) != ProofLen {
+		t.Fatalf("proof of %d bytes, ProofLen %d", len(proof), ProofLen)
+	}
+	if err := v.Check(proof, c, now); err != nil {
+		t.Fatal(err)
+	}
+	other := c
+	other.Challenge[0] = 7 // another connection: replayed
+	thief := GenerateKey()
+	stolen := Prove(thief, tok, c) // the token, another key
+	forID := ProofContext{Root: root, Size: 100, Prover: PeerIDOf(thief.Public().(ed25519.PublicKey)), Hearer: c.Hearer, Challenge: c.Challenge}
+	for name, err := range map[string]error{
+		"replayed on another connection": v.Check(proof, other, now),
+		"another hearer":                 v.Check(proof, ProofContext{Root: root, Size: 100, Prover: id, Hearer: [16]byte{8}, Challenge: c.Challenge}, now),
+		"a token with another key":       v.Check(stolen, c, now),
+		"a token for another ID":         v.Check(Prove(thief, tok, forID), forID, now),
+		"short":                          v.Check(proof[:10], c, now),
+	} {
+		if !errors.Is(err, ErrBadSignature) && !errors.Is(err, ErrBadToken) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	if err := v.Check(proof, c, now.Add(2*time.Hour)); !errors.Is(err, ErrTokenExpired) {
+		t.Errorf("expired: %v", err)
+	}
+	msg := []byte("fields")
+	sig := SignAnnounce(peerKey, msg)
+	if err := VerifyAnnounce(peerKey.Public().(ed25519.PublicKey), msg, sig); err != nil {
+		t.Error(err)
+	}
+	if err := VerifyAnnounce(peerKey.Public().(ed25519.PublicKey), []byte("other"), sig); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("another announce: %v", err)
+	}
+}

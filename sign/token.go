@@ -2,6 +2,7 @@ package sign
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -160,4 +161,105 @@ func (v *Verifier) VerifyString(s string, root [32]byte, size int64, peer [16]by
 		return err
 	}
 	return v.Verify(t, root, size, peer, now)
+}
+
+// PeerIDOf is the peer ID of a peer key: a private swarm's peer proves it
+// holds the key its ID and token are for (Prove), so that a token seen on
+// the wire, or issued for another's ID, admits no one else.
+func PeerIDOf(pub ed25519.PublicKey) [16]byte {
+	h := sha256.New()
+	h.Write([]byte(peerIDContext))
+	h.Write(pub)
+	return [16]byte(h.Sum(nil))
+}
+
+const peerIDContext = "stampede peer id v1\x00"
+
+// ProofLen is the length of a Proof's binary form: the token, the peer's
+// public key and its signature.
+const ProofLen = TokenLen + ed25519.PublicKeySize + ed25519.SignatureSize
+
+// proofContext starts the message of every proof's signature.
+const proofContext = "stampede swarm proof v1\x00"
+
+// A Proof is what a peer of a private swarm shows another in its
+// handshake: its token, its public key (whose PeerIDOf is its peer ID),
+// and its signature over the other side's challenge, so that it can be
+// used on no other connection. Prove makes one; Verifier.Check checks
+// one.
+type Proof struct {
+	Token Token
+	Key   ed25519.PublicKey
+	Sig   [ed25519.SignatureSize]byte
+}
+
+// ProofContext is what a proof is bound to: one connection of one swarm.
+type ProofContext struct {
+	Root           [32]byte
+	Size           int64
+	Prover, Hearer [16]byte // the peer IDs of the side proving and of the other
+	Challenge      [32]byte // the other side's: fresh for the connection
+}
+
+func (c ProofContext) message() []byte {
+	b := make([]byte, 0, len(proofContext)+32+8+16+16+32)
+	b = append(b, proofContext...)
+	b = append(b, c.Root[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.Size))
+	b = append(b, c.Prover[:]...)
+	b = append(b, c.Hearer[:]...)
+	return append(b, c.Challenge[:]...)
+}
+
+// Prove returns the proof of the peer whose key is priv and whose token
+// is tok, for c, in its binary form (ProofLen bytes).
+func Prove(priv ed25519.PrivateKey, tok Token, c ProofContext) []byte {
+	b, _ := tok.MarshalBinary()
+	b = append(b, priv.Public().(ed25519.PublicKey)...)
+	return append(b, ed25519.Sign(priv, c.message())...)
+}
+
+// Check verifies a proof in its binary form for c at now: its token for
+// the swarm and the prover's ID, the prover's key for that ID, and its
+// signature over c (ErrBadSignature, and the errors of Verify).
+func (v *Verifier) Check(proof []byte, c ProofContext, now time.Time) error {
+	if len(proof) != ProofLen {
+		return fmt.Errorf("%w: a proof of %d bytes, want %d", ErrBadToken, len(proof), ProofLen)
+	}
+	var tok Token
+	if err := tok.UnmarshalBinary(proof[:TokenLen]); err != nil {
+		return err
+	}
+	key := ed25519.PublicKey(proof[TokenLen : TokenLen+ed25519.PublicKeySize])
+	if PeerIDOf(key) != c.Prover {
+		return fmt.Errorf("%w: the peer's key is not its ID's", ErrBadSignature)
+	}
+	if err := v.Verify(tok, c.Root, c.Size, c.Prover, now); err != nil {
+		return err
+	}
+	if !ed25519.Verify(key, c.message(), proof[TokenLen+ed25519.PublicKeySize:]) {
+		return fmt.Errorf("%w: the peer's proof is not for this connection", ErrBadSignature)
+	}
+	return nil
+}
+
+// announceContext starts the message of every announce's signature.
+const announceContext = "stampede announce v1\x00"
+
+// SignAnnounce returns the signature, in base64url, of a private swarm's
+// peer over an announce, msg being the announce's fields as the tracker
+// lays them out (tracker.AnnounceRequest.Sign): a token shows who may
+// announce, the signature that the announce is that peer's.
+func SignAnnounce(priv ed25519.PrivateKey, msg []byte) string {
+	return b64.EncodeToString(ed25519.Sign(priv, append([]byte(announceContext), msg...)))
+}
+
+// VerifyAnnounce checks sig, as SignAnnounce returns it, over msg against
+// pub.
+func VerifyAnnounce(pub ed25519.PublicKey, msg []byte, sig string) error {
+	b, err := b64.DecodeString(sig)
+	if err != nil || len(b) != ed25519.SignatureSize || !ed25519.Verify(pub, append([]byte(announceContext), msg...), b) {
+		return fmt.Errorf("%w: the announce is not signed by the peer's key", ErrBadSignature)
+	}
+	return nil
 }

@@ -50,6 +50,7 @@ type series struct {
 	swarmsFull       prometheus.Counter
 	throttled        prometheus.Counter
 	untracked        prometheus.Counter
+	unauthorized     prometheus.Counter
 	rejected         prometheus.Counter
 	failed           prometheus.Counter // calls to the store that failed
 	peersRemoved     [numRemoved]prometheus.Counter
@@ -80,6 +81,7 @@ func newSeries() *series {
 	m.addressFull = c.Counter("stampede_tracker_announces_address_full_total", "Announces of a peer new to a swarm whose table holds max-peers-per-address peers of its source (address, IPv6 /64) already: answered, not added.")
 	m.swarmsFull = c.Counter("stampede_tracker_announces_swarms_full_total", "Announces to a new swarm while max-swarms swarms with peers of two sources or more were kept: answered as alone, the swarm not kept.")
 	m.throttled = c.Counter("stampede_tracker_announces_throttled_total", "Requests refused with 429: their source (address, IPv6 /64) was past its announce rate.")
+	m.unauthorized = c.Counter("stampede_tracker_announces_unauthorized_total", "Announces refused with 403 by a private tracker (--trust-key): without a token, or with one refused.")
 	m.untracked = c.Counter("stampede_tracker_announces_untracked_total", "Announces refused with 403: to a swarm this tracker does not track (an origin's tracker tracks the files it serves).")
 	m.rejected = c.Counter("stampede_tracker_announces_rejected_total", "Announces refused with 400 for bad parameters.")
 	m.failed = c.Counter("stampede_tracker_store_failures_total", "Calls to the swarm store that failed (announces answered 503, peer lookups and metrics left empty).")

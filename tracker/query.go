@@ -1,14 +1,18 @@
 package tracker
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/sign"
 )
 
 // PeerID identifies a peer across its announces: 16 random bytes the peer
@@ -104,6 +108,59 @@ type AnnounceRequest struct {
 	// NumWant is how many peers to return: 0 means DefaultNumWant, and
 	// more than MaxNumWant means MaxNumWant.
 	NumWant int
+	// Token admits the peer to a private swarm: the text form of the
+	// sign.Token its origin issued it (parameter "token"). Empty: none.
+	Token string
+	// Key, Time and Sig show a private swarm's announce is the peer's
+	// own (Sign): its public key, whose sign.PeerIDOf is ID (parameter
+	// "key", one-line form), the Unix time it was signed ("t"), and its
+	// signature over the announce ("sig").
+	Key  string
+	Time int64
+	Sig  string
+}
+
+// Sign makes r a private swarm's announce: it carries tok, issued for
+// r.ID, and the signature of priv, the key r.ID is of, over r's fields at
+// now. Sign after every other field is set.
+func (r *AnnounceRequest) Sign(priv ed25519.PrivateKey, tok sign.Token, now time.Time) {
+	r.Token = tok.String()
+	r.Key = sign.FormatPublicKey(priv.Public().(ed25519.PublicKey))
+	r.Time = now.Unix()
+	r.Sig = sign.SignAnnounce(priv, r.signedFields())
+}
+
+// signedFields lays out what an announce's signature covers: the swarm,
+// the peer, what it says of itself, and when.
+func (r *AnnounceRequest) signedFields() []byte {
+	b := append([]byte(nil), r.Root[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Size))
+	b = append(b, r.ID[:]...)
+	b = binary.BigEndian.AppendUint16(b, r.Port)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Left))
+	b = append(b, byte(len(r.Event)))
+	b = append(b, r.Event...)
+	return binary.BigEndian.AppendUint64(b, uint64(r.Time))
+}
+
+// maxAnnounceSkew is how far from the tracker's clock a private swarm's
+// announce may say it was signed: past it, it is refused as a replay.
+const maxAnnounceSkew = 5 * time.Minute
+
+// verifySigned checks that r, a private swarm's announce, is signed by
+// the key of its peer ID within maxAnnounceSkew of now.
+func (r *AnnounceRequest) verifySigned(now time.Time) error {
+	key, err := sign.ParsePublicKey([]byte(r.Key))
+	if err != nil {
+		return err
+	}
+	if sign.PeerIDOf(key) != [16]byte(r.ID) {
+		return fmt.Errorf("%w: the key is not the peer ID's", sign.ErrBadSignature)
+	}
+	if d := now.Sub(time.Unix(r.Time, 0)); d > maxAnnounceSkew || d < -maxAnnounceSkew {
+		return fmt.Errorf("%w: signed at %d, %v from the tracker's clock", sign.ErrBadSignature, r.Time, d.Round(time.Second))
+	}
+	return sign.VerifyAnnounce(key, r.signedFields(), r.Sig)
 }
 
 // addTo sets r's parameters in q, leaving any others (such as a key the
@@ -124,7 +181,22 @@ func (r *AnnounceRequest) addTo(q url.Values) {
 	} else {
 		q.Del("numwant")
 	}
+	for k, v := range map[string]string{"token": r.Token, "key": r.Key, "sig": r.Sig} {
+		if v != "" {
+			q.Set(k, v)
+		} else {
+			q.Del(k)
+		}
+	}
+	if r.Sig != "" {
+		q.Set("t", strconv.FormatInt(r.Time, 10))
+	} else {
+		q.Del("t")
+	}
 }
+
+// maxTokenText bounds the token parameter: twice a sign.Token's text.
+const maxTokenText = 2 * sign.TokenLen
 
 // errBadRequest is wrapped by every error parseAnnounce returns.
 var errBadRequest = errors.New("bad announce")
@@ -199,6 +271,18 @@ func parseAnnounce(rawQuery string) (AnnounceRequest, error) {
 		return r, err
 	}
 	r.Event = Event(s)
+	if r.Token, err = get("token", false); err != nil {
+		return r, err
+	}
+	if r.Key, err = get("key", false); err != nil {
+		return r, err
+	}
+	if r.Sig, err = get("sig", false); err != nil {
+		return r, err
+	}
+	if r.Time, err = num("t", false, 0, 1<<40); err != nil {
+		return r, err
+	}
 	return r, r.check()
 }
 
@@ -213,6 +297,8 @@ func (r *AnnounceRequest) check() error {
 		return fmt.Errorf("%w: event=%.20q: want started, completed, stopped or nothing", errBadRequest, string(r.Event))
 	case r.Event == EventCompleted && r.Left != 0:
 		return fmt.Errorf("%w: event=completed with left=%d", errBadRequest, r.Left)
+	case len(r.Token) > maxTokenText || len(r.Key) > maxTokenText || len(r.Sig) > maxTokenText:
+		return fmt.Errorf("%w: a token, key or signature of more than %d characters", errBadRequest, maxTokenText)
 	}
 	return nil
 }

@@ -104,8 +104,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/sign"
 )
 
 // WellKnownPath is where an origin serves its tracker, and where a
@@ -160,6 +160,13 @@ type Config struct {
 	// answered 403 and changes nothing (admit.go). An origin's tracker
 	// admits the files the origin serves. Default false: any swarm.
 	OnlyAdmitted bool
+	// Tokens, if it trusts any key, makes the tracker private: an
+	// announce must carry a token (AnnounceRequest.Token) that it
+	// verifies for the swarm and the peer ID, and be signed by the key of
+	// that peer ID within 5 minutes of the tracker's clock
+	// (AnnounceRequest.Sign), else it is answered 403 and changes
+	// nothing. Default nil: no token asked for.
+	Tokens *sign.Verifier
 	// Store holds the swarms. Default: a MemoryStore of this Config's
 	// Limits. A store made elsewhere (package redisstore) must be given
 	// the same Limits.
@@ -274,7 +281,7 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := t.AnnounceContext(ctx, req, netip.AddrPortFrom(ip, req.Port))
 	switch {
-	case errors.Is(err, ErrNotTracked):
+	case errors.Is(err, ErrNotTracked), errors.Is(err, ErrUnauthorized):
 		t.refuse(w, r, http.StatusForbidden, err)
 		return
 	case errors.Is(err, ErrStore):
@@ -302,6 +309,11 @@ var errThrottled = errors.New("too many announces from this address: announce ag
 // ErrNotTracked is wrapped by the errors of announces to a swarm a
 // tracker with Config.OnlyAdmitted does not track.
 var ErrNotTracked = errors.New("this tracker does not track that file")
+
+// ErrUnauthorized is wrapped by the errors of announces a private tracker
+// (Config.Tokens) refuses: without a token, or with one it does not
+// verify.
+var ErrUnauthorized = errors.New("this swarm is private: announce with a token from its origin")
 
 // errStoreFailed is what a peer is told when the store fails: what
 // failed (an address, a server's message) is for the log only.
@@ -348,6 +360,17 @@ func (t *Tracker) AnnounceContext(ctx context.Context, req AnnounceRequest, addr
 		if res.Peers == nil {
 			t.metrics.untracked.Add(1)
 			return nil, fmt.Errorf("%w (root %s, size %d)", ErrNotTracked, req.Root, req.Size)
+		}
+	}
+	if t.cfg.Tokens.Trusts() {
+		now := t.cfg.Now()
+		err := t.cfg.Tokens.VerifyString(req.Token, req.Root, req.Size, req.ID, now)
+		if err == nil {
+			err = req.verifySigned(now)
+		}
+		if err != nil {
+			t.metrics.unauthorized.Add(1)
+			return nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 		}
 	}
 	switch {

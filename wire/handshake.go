@@ -41,24 +41,48 @@ const (
 	// CapLayer: the sender answers GETLAYER (it may itself have joined
 	// with the root alone, and answers once it knows the layer).
 	CapLayer Caps = 1 << 2
-	// CapPrivate: the swarm is private, and an AUTH frame carrying the
-	// sender's token follows its handshake (Handshake.Token).
+	// CapPrivate: the swarm is private. A CHALLENGE frame follows the
+	// sender's 66 bytes, and once both handshakes are across, each side
+	// sends an AUTH frame (see Private).
 	CapPrivate Caps = 1 << 3
 )
 
-// TypeAuth is the frame that follows a handshake with CapPrivate: its
-// payload is the sender's token, 1 to MaxToken bytes, as its issuer
-// encodes it (package sign). It is part of the handshake: ReadHandshake
-// reads it, and it never appears among the frames a Reader returns (one
-// there is of a type a Reader skips).
-const TypeAuth Type = 15
+// The frames of a private swarm's handshake. Both are part of the
+// handshake (Exchange and Answer send and read them), and never appear
+// among the frames a Reader returns (one there is of a type a Reader
+// skips).
+const (
+	// TypeChallenge follows the 66 bytes of a handshake with CapPrivate:
+	// 32 random bytes, which the other side's AUTH must answer.
+	TypeChallenge Type = 15
+	// TypeAuth carries a side's proof that it is admitted (Private.Prove),
+	// 1 to MaxAuth bytes.
+	TypeAuth Type = 16
+)
 
-// MaxToken is the most bytes of token an AUTH frame carries.
-const MaxToken = 256
+// ChallengeLen is the length of a CHALLENGE's payload.
+const ChallengeLen = 32
 
-// ErrUnauthorized is returned by Exchange and Answer when the peer's
-// token is missing or refused (Handshake.Admit).
+// MaxAuth is the most bytes an AUTH frame carries.
+const MaxAuth = 512
+
+// ErrUnauthorized is returned by Exchange and Answer when the peer comes
+// to a private swarm without a proof of admission, or with one refused
+// (Private.Admit).
 var ErrUnauthorized = errors.New("wire: not admitted to the private swarm")
+
+// Private is what a side of a private swarm does in its handshake
+// (Handshake.Private). Package wire carries the bytes; what they prove,
+// and how, is the implementation's (package sign: the origin's token, the
+// peer's key, a signature over the other side's challenge).
+type Private interface {
+	// Prove returns the payload of this side's AUTH: its proof for the
+	// connection whose handshakes are mine and theirs, answering
+	// theirs.Challenge.
+	Prove(mine, theirs Handshake) ([]byte, error)
+	// Admit checks the peer's AUTH payload.
+	Admit(mine, theirs Handshake, auth []byte) error
+}
 
 // Has reports whether every bit of c2 is set in c.
 func (c Caps) Has(c2 Caps) bool { return c&c2 == c2 }
@@ -89,15 +113,17 @@ type Handshake struct {
 	PeerID     PeerID
 	ListenPort uint16 // 0: not reachable
 
-	// Token admits the sender to a private swarm: sent in an AUTH frame
-	// right after the handshake, with CapPrivate set (MarshalBinary sets
-	// or clears it by Token). At most MaxToken bytes.
-	Token []byte
-	// Admit, in the handshake a side sends, makes its swarm private:
-	// Exchange and Answer call it with the peer's handshake (once root,
-	// size and peer ID passed), and its error, or a peer without a token,
-	// gets a GOODBYE GoodbyeUnauthorized and ErrUnauthorized. Not sent.
-	Admit func(theirs Handshake) error
+	// Challenge is a private swarm's side's CHALLENGE: sent after the 66
+	// bytes when CapPrivate is set. Exchange and Answer draw ours.
+	Challenge [ChallengeLen]byte
+	// Private, in the handshake a side sends, makes its swarm private:
+	// CapPrivate is sent (MarshalBinary sets or clears it by Private),
+	// and once both handshakes are across and root, size and peer ID
+	// passed, both sides exchange AUTH frames: a peer without CapPrivate
+	// or whose AUTH Private.Admit refuses gets GOODBYE
+	// GoodbyeUnauthorized, and Exchange or Answer ErrUnauthorized. Not
+	// sent.
+	Private Private
 }
 
 // Handshake errors. Exchange wraps them; test with errors.Is.
@@ -109,14 +135,11 @@ var (
 )
 
 // AppendBinary appends the handshake's HandshakeLen bytes to b, with this
-// package's Version, and the AUTH frame of its Token if it has one. It
-// fails only for a Token longer than MaxToken.
+// package's Version, and in a private swarm (Private set) its CHALLENGE
+// frame. It never fails.
 func (h Handshake) AppendBinary(b []byte) ([]byte, error) {
-	if len(h.Token) > MaxToken {
-		return b, fmt.Errorf("wire: a token of %d bytes, at most %d", len(h.Token), MaxToken)
-	}
 	caps := h.Caps &^ CapPrivate
-	if len(h.Token) > 0 {
+	if h.Private != nil {
 		caps |= CapPrivate
 	}
 	b = append(b, Magic...)
@@ -126,25 +149,26 @@ func (h Handshake) AppendBinary(b []byte) ([]byte, error) {
 	b = binary.BigEndian.AppendUint64(b, h.Size)
 	b = append(b, h.PeerID[:]...)
 	b = binary.BigEndian.AppendUint16(b, h.ListenPort)
-	if len(h.Token) > 0 {
-		b = binary.BigEndian.AppendUint32(b, uint32(1+len(h.Token)))
-		b = append(b, byte(TypeAuth))
-		b = append(b, h.Token...)
+	if h.Private != nil {
+		b = binary.BigEndian.AppendUint32(b, 1+ChallengeLen)
+		b = append(b, byte(TypeChallenge))
+		b = append(b, h.Challenge[:]...)
 	}
 	return b, nil
 }
 
 // MarshalBinary returns the handshake's HandshakeLen bytes, with this
-// package's Version, and the AUTH frame of its Token if it has one.
+// package's Version, and in a private swarm its CHALLENGE frame. It never
+// fails.
 func (h Handshake) MarshalBinary() ([]byte, error) {
-	return h.AppendBinary(make([]byte, 0, HandshakeLen+5+len(h.Token)))
+	return h.AppendBinary(make([]byte, 0, HandshakeLen+5+ChallengeLen))
 }
 
-// ReadHandshake reads exactly HandshakeLen bytes, and the AUTH frame that
-// follows them when CapPrivate is set (no more, so frames can be read from
+// ReadHandshake reads exactly HandshakeLen bytes, and the CHALLENGE frame
+// that follows them when CapPrivate is set (no more, so frames can be read from
 // r next), and decodes them. It checks the magic (ErrNotStampede), the
 // version (ErrVersion for 0; a higher one is fine: the session speaks
-// Version) and the AUTH frame's form (ErrMalformed). Whether the
+// Version) and the CHALLENGE frame's form (ErrMalformed). Whether the
 // handshake fits ours is Exchange's business.
 func ReadHandshake(r io.Reader) (Handshake, error) {
 	var b [HandshakeLen]byte
@@ -169,31 +193,51 @@ func ReadHandshake(r io.Reader) (Handshake, error) {
 		return h, fmt.Errorf("%w: the peer speaks version %d, we speak 1 to %d", ErrVersion, h.Version, Version)
 	}
 	if h.Caps.Has(CapPrivate) {
-		tok, err := readAuth(r)
+		p, err := readFrame(r, TypeChallenge, ChallengeLen, ChallengeLen)
 		if err != nil {
 			return h, err
 		}
-		h.Token = tok
+		h.Challenge = [ChallengeLen]byte(p)
 	}
 	return h, nil
 }
 
-// readAuth reads the AUTH frame that follows a handshake with CapPrivate
-// and returns its token.
-func readAuth(r io.Reader) ([]byte, error) {
+// drawChallenge draws a fresh challenge for a private swarm's handshake.
+func (h *Handshake) drawChallenge() {
+	if h.Private != nil {
+		rand.Read(h.Challenge[:]) // never fails
+	}
+}
+
+// readFrame reads one frame of a private swarm's handshake, of type t
+// with a payload of min to max bytes, and returns its payload. A GOODBYE
+// instead is returned as an error saying why the peer left.
+func readFrame(r io.Reader, t Type, min, max int) ([]byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, fmt.Errorf("wire: reading the handshake's AUTH: %w", err)
+		return nil, fmt.Errorf("wire: reading the handshake's %v: %w", t, err)
 	}
-	l := binary.BigEndian.Uint32(hdr[:4])
-	if Type(hdr[4]) != TypeAuth || l < 2 || l > 1+MaxToken {
-		return nil, malformed("CapPrivate, then a frame of type %d and length %d, not AUTH with 1 to %d bytes", hdr[4], l, MaxToken)
+	l, got := binary.BigEndian.Uint32(hdr[:4]), Type(hdr[4])
+	if got == TypeGoodbye && l >= 2 && int(l) <= 1+maxPayload[TypeGoodbye] {
+		p := make([]byte, l-1)
+		if _, err := io.ReadFull(r, p); err != nil {
+			return nil, fmt.Errorf("wire: reading the handshake's %v: %w", t, err)
+		}
+		m, err := decodePayload(TypeGoodbye, p, nil)
+		if err != nil {
+			return nil, err
+		}
+		bye := m.(*Goodbye)
+		return nil, fmt.Errorf("%w: the peer said %v: %q", ErrUnauthorized, bye.Reason, bye.Text)
 	}
-	tok := make([]byte, l-1)
-	if _, err := io.ReadFull(r, tok); err != nil {
-		return nil, fmt.Errorf("wire: reading the handshake's AUTH: %w", err)
+	if got != t || l < uint32(1+min) || l > uint32(1+max) {
+		return nil, malformed("a frame of type %v and length %d in the handshake, not %v with %d to %d bytes", got, l, t, min, max)
 	}
-	return tok, nil
+	p := make([]byte, l-1)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, fmt.Errorf("wire: reading the handshake's %v: %w", t, err)
+	}
+	return p, nil
 }
 
 // deadliner is what Exchange needs to bound and cancel I/O: net.Conn has it.
@@ -213,6 +257,7 @@ type deadliner interface {
 // rw cannot set deadlines (net.Conn can), a cancelled or timed-out Exchange
 // returns at once and leaves its I/O blocked until the caller closes rw.
 func Exchange(ctx context.Context, rw io.ReadWriter, mine Handshake) (Handshake, error) {
+	mine.drawChallenge()
 	dl, deadline, stop, err := bound(ctx, rw)
 	if err != nil {
 		return Handshake{}, err
@@ -230,6 +275,7 @@ func Exchange(ctx context.Context, rw io.ReadWriter, mine Handshake) (Handshake,
 // changes on its side. The checks and the GOODBYE on a mismatch are
 // Exchange's, and so are the deadlines and the caller's duties.
 func Answer(ctx context.Context, rw io.ReadWriter, theirs, mine Handshake) error {
+	mine.drawChallenge()
 	dl, deadline, stop, err := bound(ctx, rw)
 	if err != nil {
 		return err
@@ -302,14 +348,18 @@ func settle(ctx context.Context, rw io.ReadWriter, dl deadliner, stop func() boo
 	case theirs.PeerID == mine.PeerID:
 		bye.Reason, bye.Text = GoodbyeSelf, "you are me"
 		err = fmt.Errorf("%w (peer ID %v)", ErrSelf, mine.PeerID)
-	case mine.Admit != nil && len(theirs.Token) == 0:
+	case mine.Private != nil && !theirs.Caps.Has(CapPrivate):
 		bye.Reason, bye.Text = GoodbyeUnauthorized, "this swarm is private: come with a token from its origin"
-		err = fmt.Errorf("%w: the peer has no token", ErrUnauthorized)
+		err = fmt.Errorf("%w: the peer came without a token", ErrUnauthorized)
 	default:
-		if mine.Admit != nil {
-			if aerr := mine.Admit(theirs); aerr != nil {
-				bye.Reason, bye.Text = GoodbyeUnauthorized, "your token: "+aerr.Error()
-				err = fmt.Errorf("%w: %w", ErrUnauthorized, aerr)
+		if mine.Private != nil {
+			refused, failed := authenticate(rw, mine, theirs)
+			if failed != nil {
+				return failed
+			}
+			if refused != nil {
+				bye.Reason, bye.Text = GoodbyeUnauthorized, "your proof: "+refused.Error()
+				err = fmt.Errorf("%w: %w", ErrUnauthorized, refused)
 				break
 			}
 		}
@@ -331,6 +381,39 @@ func settle(ctx context.Context, rw io.ReadWriter, dl deadliner, stop func() boo
 		}
 	}
 	return err
+}
+
+// authenticate sends our AUTH and reads theirs at once (over an
+// unbuffered stream neither write completes unless the other side reads),
+// within rw's deadline, and checks theirs. refused is why we refuse the
+// peer (we say GOODBYE); failed, why the handshake cannot go on (I/O, a
+// malformed frame, the peer's GOODBYE: nothing more to say).
+func authenticate(rw io.ReadWriter, mine, theirs Handshake) (refused, failed error) {
+	proof, err := mine.Private.Prove(mine, theirs)
+	if err != nil {
+		return nil, fmt.Errorf("wire: our proof: %w", err)
+	}
+	if len(proof) == 0 || len(proof) > MaxAuth {
+		return nil, fmt.Errorf("wire: our proof is %d bytes, want 1 to %d", len(proof), MaxAuth)
+	}
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, 5+len(proof)), uint32(1+len(proof)))
+	out = append(append(out, byte(TypeAuth)), proof...)
+	wc := make(chan error, 1)
+	go func() {
+		_, err := rw.Write(out)
+		wc <- err
+	}()
+	auth, rerr := readFrame(rw, TypeAuth, 1, MaxAuth)
+	if dl, ok := rw.(deadliner); ok && rerr != nil {
+		dl.SetDeadline(longAgo) // a write still blocked returns
+	}
+	if werr := <-wc; werr != nil && rerr == nil {
+		return nil, fmt.Errorf("wire: sending our AUTH: %w", werr)
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	return mine.Private.Admit(mine, theirs, auth), nil
 }
 
 // longAgo is a deadline in the past: it cuts blocked I/O short.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
+	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/store"
 )
 
@@ -86,6 +88,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.progJSON, "progress-json", false, "report progress as one JSON object per line on stderr, every 0.5s (for harnesses)")
 	fs.StringVar(&rateStr, "limit-rate", "0", "cap the download `RATE` (e.g. 2MB, 500k, 8Mbit; 0: unlimited)")
 	fs.StringVar(&sum, "sha256", "", "expected SHA-256 of the whole file, in `HEX`")
+	trustKey := fs.String("trust-key", "", "accept only a manifest signed by the origin key `KEY` (a file, or ed25519:... as keygen prints it); else exit 9")
 	fs.IntVar(&parallel, "parallel", 16, "most Range requests in flight (the adaptive window's ceiling)")
 	fs.IntVar(&retries, "retries", 5, "retries after transient failures: of the probe and the manifest; of a piece or the stream, in a row without progress")
 	fs.BoolVar(&noSwarm, "no-swarm", false, "fetch from the server only, as a plain HTTP client (no peers)")
@@ -112,6 +115,9 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if viaD {
 		if len(pos) != 1 || inputFile != "" {
 			return usageErrorf("--daemon takes one URL")
+		}
+		if *trustKey != "" {
+			return usageErrorf("--daemon: the daemon does not check --trust-key yet; download without --daemon")
 		}
 		if u, err := url.Parse(pos[0]); err == nil && u.User != nil {
 			return usageErrorf("--daemon: no user:password@ in the URL; the daemon's jobs are listed for every user of its API")
@@ -174,7 +180,14 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	case o.quiet || e.stderrIsTerminal:
 		level = slog.LevelWarn // the progress bar says the rest
 	}
+	var trusted ed25519.PublicKey
+	if *trustKey != "" {
+		if trusted, err = sign.LoadPublicKey(*trustKey); err != nil {
+			return usageErrorf("--trust-key: %v", err)
+		}
+	}
 	o.cfg = fetch.Config{
+		TrustKey: trusted,
 		Continue: cont, LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Client: client, Logger: e.newLogger(level),
 		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},

@@ -63,3 +63,20 @@ func writeNew(path string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// trustedKeys loads the public keys --trust-key names (files or one-line
+// forms) into a Verifier; nil for none.
+func trustedKeys(names []string) (*sign.Verifier, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	keys := make([]ed25519.PublicKey, 0, len(names))
+	for _, n := range names {
+		k, err := sign.LoadPublicKey(n)
+		if err != nil {
+			return nil, usageErrorf("--trust-key %s: %v", n, err)
+		}
+		keys = append(keys, k)
+	}
+	return sign.NewVerifier(keys...), nil
+}

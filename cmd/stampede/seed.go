@@ -62,8 +62,10 @@ the same content; with --tracker, the manifest is computed from FILE.`)
 		return withCode(exitIO, err)
 	}
 	m.Trackers = trackers
+	var private *node.Private
 	if src != "" {
-		remote, err := fetch.Manifest(ctx, http.DefaultClient, src)
+		remote, rpriv, err := fetch.Join(ctx, http.DefaultClient, src)
+		private = rpriv
 		if err != nil {
 			return withCode(getExitCode(err), err)
 		}
@@ -82,7 +84,7 @@ the same content; with --tracker, the manifest is computed from FILE.`)
 	}
 	defer st.Close()
 	nd, err := node.New(node.Config{
-		Manifest: m, Store: st, Trackers: m.Trackers, ListenAddr: listen,
+		Manifest: m, Store: st, Trackers: m.Trackers, ListenAddr: listen, Private: private,
 		UploadLimit: ratelimit.New(up), SeedForever: true, Logger: e.logger(quiet, false),
 	})
 	if err != nil {

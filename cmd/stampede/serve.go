@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/units"
 	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -77,6 +79,9 @@ names the files.`)
 	openTracker := fs.Bool("open-tracker", false, "let the tracker serve runs track any file, not only those it serves (whose manifest it has sent)")
 	storeURL := fs.String("store", "", storeUsage)
 	admin := fs.String("admin", "", adminUsage)
+	signKey := fs.String("sign-key", "", "sign the manifests served with the ed25519 private key in `FILE` (stampede keygen), for get --trust-key")
+	private := fs.Bool("private", false, "make the swarms private (needs --sign-key): the manifest's answer carries a token for the peer asking, and the tracker and peers refuse anyone without one")
+	tokenTTL := fs.Duration("token-ttl", origin.DefaultTokenTTL, "how long a private swarm's token admits its peer")
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	verbose := fs.BoolP("verbose", "v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := fs.parse(args)
@@ -157,6 +162,19 @@ names the files.`)
 			return usageErrorf("%s needs a DIR (an upstream applies its own rules)", f.name)
 		}
 	}
+	if *private && *signKey == "" {
+		return usageErrorf("--private needs --sign-key FILE: the tokens are signed with it (make one with stampede keygen)")
+	}
+	if *tokenTTL <= 0 {
+		return usageErrorf("--token-ttl must be positive, got %v", *tokenTTL)
+	}
+	if *signKey != "" {
+		key, err := sign.ReadPrivateKey(*signKey)
+		if err != nil {
+			return usageErrorf("--sign-key: %v", err)
+		}
+		cfg.SignKey, cfg.Private, cfg.TokenTTL = key, *private, *tokenTTL
+	}
 	switch {
 	case *noTracker && len(*trackers) > 0:
 		return usageErrorf("give --tracker URL or --no-tracker, not both")
@@ -170,6 +188,9 @@ names the files.`)
 		cfg.Trackers = *trackers
 	case !*noTracker:
 		tcfg := tracker.Config{Logger: cfg.Logger, OnlyAdmitted: !*openTracker}
+		if cfg.Private {
+			tcfg.Tokens = sign.NewVerifier(cfg.SignKey.Public().(ed25519.PublicKey))
+		}
 		store, closeStore, err := openStore(ctx, *storeURL, tcfg.Limits())
 		if err != nil {
 			return err

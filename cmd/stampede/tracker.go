@@ -71,6 +71,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	burst := fs.Int("announce-burst", tracker.DefaultAnnounceBurst, "announces one address (IPv6: /64) may make at once")
 	storeURL := fs.String("store", "", storeUsage)
 	admin := fs.String("admin", "", adminUsage)
+	trustKeys := fs.StringArray("trust-key", nil, "track only private swarms: announces need a token signed by the origin key `KEY` (a file, or ed25519:... as keygen prints it; repeatable)")
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -95,6 +96,10 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 	if *rate == 0 {
 		*rate = -1 // tracker.Config: no limit
 	}
+	tokens, err := trustedKeys(*trustKeys)
+	if err != nil {
+		return err
+	}
 	log := e.logger(*quiet, false)
 	cfg := tracker.Config{
 		Interval:           *interval,
@@ -103,6 +108,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		MaxPeersPerAddress: *perAddress,
 		AnnounceRate:       *rate,
 		AnnounceBurst:      *burst,
+		Tokens:             tokens,
 		Logger:             log,
 	}
 	store, closeStore, err := openStore(ctx, *storeURL, cfg.Limits())
