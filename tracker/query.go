@@ -113,8 +113,8 @@ type AnnounceRequest struct {
 	Token string
 	// Key, Time and Sig show a private swarm's announce is the peer's
 	// own (Sign): its public key, whose sign.PeerIDOf is ID (parameter
-	// "key", one-line form), the Unix time it was signed ("t"), and its
-	// signature over the announce ("sig").
+	// "peer_key", one-line form), the Unix time it was signed
+	// ("sig_time"), and its signature over the announce ("sig").
 	Key  string
 	Time int64
 	Sig  string
@@ -181,17 +181,15 @@ func (r *AnnounceRequest) addTo(q url.Values) {
 	} else {
 		q.Del("numwant")
 	}
-	for k, v := range map[string]string{"token": r.Token, "key": r.Key, "sig": r.Sig} {
-		if v != "" {
-			q.Set(k, v)
-		} else {
-			q.Del(k)
-		}
+	// Set only when sent: an announce URL may carry parameters of its
+	// own (a passkey), which only ours replace.
+	if r.Token != "" {
+		q.Set("token", r.Token)
 	}
 	if r.Sig != "" {
-		q.Set("t", strconv.FormatInt(r.Time, 10))
-	} else {
-		q.Del("t")
+		q.Set("peer_key", r.Key)
+		q.Set("sig", r.Sig)
+		q.Set("sig_time", strconv.FormatInt(r.Time, 10))
 	}
 }
 
@@ -274,13 +272,13 @@ func parseAnnounce(rawQuery string) (AnnounceRequest, error) {
 	if r.Token, err = get("token", false); err != nil {
 		return r, err
 	}
-	if r.Key, err = get("key", false); err != nil {
+	if r.Key, err = get("peer_key", false); err != nil {
 		return r, err
 	}
 	if r.Sig, err = get("sig", false); err != nil {
 		return r, err
 	}
-	if r.Time, err = num("t", false, 0, 1<<40); err != nil {
+	if r.Time, err = num("sig_time", false, 0, 1<<40); err != nil {
 		return r, err
 	}
 	return r, r.check()
