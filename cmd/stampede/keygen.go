@@ -16,7 +16,7 @@ import (
 // peers and trackers are given (get --trust-key, tracker --trust-key).
 func runKeygen(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "keygen", "-o FILE", "Make an ed25519 key pair: the private key in FILE (PEM, mode 0600), the public key in FILE.pub (PEM), and the public key's one-line form on stdout, for --trust-key.")
-	out := fs.StringP("output", "o", "", "the private key's file (required; never overwritten)")
+	out := fs.StringP("output", "o", "", "write the private key to `FILE` (required; never overwritten)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
