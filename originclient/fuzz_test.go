@@ -16,7 +16,7 @@ import (
 func FuzzRetryAfter(f *testing.F) {
 	now := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
 	for _, v := range []string{"", "0", "1", "5", "60", "61", "3600", "-1", "+5", " 5", "5 ", "1.5", "0x10",
-		"9223372036", now.Add(30 * time.Second).Format(http.TimeFormat),
+		"9223372036", "20000000000000000000A", "-20000000000000000000", now.Add(30 * time.Second).Format(http.TimeFormat),
 		now.Add(-time.Hour).Format(http.TimeFormat), "Mon, 02 Jan 2006 15:04:05 GMT", "Monday, 02-Jan-06 15:04:05 GMT",
 		"Mon Jan  2 15:04:05 2006", "Fri, 31 Dec 9999 23:59:59 GMT"} {
 		f.Add(v)

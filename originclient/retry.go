@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stampede-dev/stampede/contract"
@@ -219,16 +220,29 @@ func Permanent(err error) bool {
 func isCorrupt(err error) bool { return errors.Is(err, manifest.ErrCorruptPiece) }
 
 // retryAfter parses a 503's Retry-After (seconds or an HTTP date), defaulting
-// to 1s and bounded to [100ms, 60s] per response.
+// to 1s and bounded to [100ms, 60s] per response. A number of seconds too
+// large for an int64 is a very long time, the cap; the seconds are bounded
+// before they become a Duration, which a large count would overflow.
 func retryAfter(h http.Header, now time.Time) time.Duration {
+	const lo, hi = 100 * time.Millisecond, 60 * time.Second
 	d := time.Second
 	v := h.Get("Retry-After")
-	if secs, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(secs) * time.Second
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || (errors.Is(err, strconv.ErrRange) && isInteger(v)) {
+		// On ErrRange, ParseInt gives the int64 nearest the number; it
+		// may say so before it has read the rest (hence isInteger).
+		d = time.Duration(max(-1, min(secs, int64(hi/time.Second)+1))) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = t.Sub(now)
 	}
-	return max(100*time.Millisecond, min(60*time.Second, d))
+	return max(lo, min(hi, d))
+}
+
+// isInteger reports whether v is a whole number of seconds, as ParseInt
+// reads them: digits, perhaps after a "+". (A negative one is nonsense,
+// of any size.)
+func isInteger(v string) bool {
+	v = strings.TrimPrefix(v, "+")
+	return v != "" && strings.Trim(v, "0123456789") == ""
 }
 
 // Sleep pauses for d, or until ctx ends (its error then).
