@@ -114,6 +114,29 @@ func (c *checker) check(acts []Action) {
 			t.Fatalf("piece %d: we have it and still request it", i)
 		}
 	}
+	probes, delivered, conns := map[string]int{}, map[string]int{}, map[string]int{}
+	for _, p := range s.order {
+		conns[p.host]++
+		if p.untested() {
+			probes[p.host] += len(p.reqs)
+		} else {
+			delivered[p.host]++
+		}
+	}
+	credible := 0
+	for host, h := range s.hosts {
+		if h.conns != conns[host] || h.probes != probes[host] || h.delivered != delivered[host] {
+			t.Fatalf("host %s: conns %d (counted %d), probes %d (counted %d), delivered %d (counted %d)",
+				host, h.conns, conns[host], h.probes, probes[host], h.delivered, delivered[host])
+		}
+		if h.probes > hostProbes {
+			t.Fatalf("host %s: %d probes in flight, at most %d", host, h.probes, hostProbes)
+		}
+		credible += min(h.delivered, maxPerHost)
+	}
+	if credible != s.credible {
+		t.Fatalf("credible %d, counted %d", s.credible, credible)
+	}
 	for _, p := range s.order {
 		seen := map[int]bool{}
 		for _, r := range p.reqs {

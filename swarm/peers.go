@@ -326,12 +326,36 @@ func (s *Scheduler) onCorrupt(e Corrupt) {
 // hostInfo is what we know about the connections from one host (address
 // without the port). A host can open connections under as many peer IDs
 // as it likes (a Sybil): it adds at most maxPerHost neighbours to the
-// swarm-size estimate, and once one of its peers has failed us (distrust)
-// its new ones start distrusted.
+// swarm-size estimate; its peers that have not delivered yet share
+// hostProbes requests, however many they are; and once one of its peers
+// has failed us (distrust, or a request that timed out before it ever
+// delivered) its new ones start distrusted.
 type hostInfo struct {
 	conns     int  // connections from it
 	delivered int  // of those, peers that delivered a piece to us
+	probes    int  // requests in flight to those that have not
 	failing   bool // one of its peers failed us since the last delivery from it
+}
+
+// hostProbes bounds the requests in flight to one host's peers that have
+// not delivered a piece yet: its untested peers are probed a few pieces
+// at a time, not each at full depth. Every piece asked of a peer that
+// never answers waits out a deadline, and nobody else is asked for it
+// meanwhile; 64 such peers from one address, two requests each, held a
+// crowd's pieces back in turns.
+const hostProbes = 2
+
+// untested reports whether p has not delivered a piece to us yet.
+func (p *peer) untested() bool { return p.downTotal == 0 }
+
+// mayProbe reports whether p may take one more request as far as its host
+// is concerned: it has delivered, or its host's probes are not all out.
+func (s *Scheduler) mayProbe(p *peer) bool {
+	if !p.untested() {
+		return true
+	}
+	h := s.hosts[p.host]
+	return h == nil || h.probes < hostProbes
 }
 
 // maxPerHost bounds the neighbours one host adds to the swarm-size
@@ -342,17 +366,27 @@ const maxPerHost = 4
 // maxHosts bounds the hosts remembered as failing with no connection.
 const maxHosts = 1024
 
-// hostKey is where the connection of e comes from. Peers on this machine
-// (loopback), and those whose address we do not know, are told apart by
-// nothing but their IDs, and each is a host of its own: a test's or a testbed's crowd shares 127.0.0.1, and whoever
-// attacks from the machine itself has it anyway.
+// hostKey is where the connection of e comes from: its IPv4 address, or
+// its IPv6 /64, as the tracker counts sources. Peers on this machine's own
+// addresses (127.0.0.1 and ::1), and those whose address we do not know,
+// are told apart by nothing but their IDs, and each is a host of its own:
+// a test's or a testbed's crowd shares 127.0.0.1, and whoever attacks from
+// the machine itself has it anyway. The rest of 127.0.0.0/8 counts as
+// other hosts, so that a test can play them.
 func hostKey(e PeerUp) string {
 	host := e.Host
 	if host == "" {
 		host, _, _ = net.SplitHostPort(e.Addr)
 	}
-	if ip, err := netip.ParseAddr(host); err == nil && !ip.IsLoopback() {
-		return ip.Unmap().String()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap().WithZone("")
+		if ip != netip.AddrFrom4([4]byte{127, 0, 0, 1}) && ip != netip.IPv6Loopback() {
+			if ip.Is6() {
+				p, _ := ip.Prefix(64)
+				return p.String()
+			}
+			return ip.String()
+		}
 	}
 	return host + "#" + strconv.FormatUint(uint64(e.Peer), 10)
 }

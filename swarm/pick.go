@@ -22,9 +22,10 @@ func (s *Scheduler) canAsk(p *peer) bool {
 	return p.unchokedUs && p.offers > 0 && !s.now.Before(p.backoffUntil)
 }
 
-// fillRequests tops every peer's pipeline up to its depth. Peers on
-// probation go last, so pieces taken back from a stalled peer go to the
-// others first. A peer for which pick found nothing is not scanned again
+// fillRequests tops every peer's pipeline up to its depth, and an untested
+// peer's as far as its host's probes allow (mayProbe). Peers on probation
+// go last, so pieces taken back from a stalled peer go to the others
+// first. A peer for which pick found nothing is not scanned again
 // until a piece is freed (s.gen) or it announces more (pickFailed reset).
 func (s *Scheduler) fillRequests() {
 	if s.have.Complete() {
@@ -36,7 +37,7 @@ func (s *Scheduler) fillRequests() {
 			if p.probation != (pass == 1) || !s.canAsk(p) {
 				continue
 			}
-			for len(p.reqs) < s.depth(p) {
+			for len(p.reqs) < s.depth(p) && s.mayProbe(p) {
 				i := -1
 				if p.pickFailed != s.gen {
 					if i = s.pick(p); i < 0 {
@@ -105,7 +106,8 @@ func (s *Scheduler) pick(p *peer) int {
 
 // starved reports whether no peer we may ask has a piece we lack that is
 // not already on its way: Slurpie's condition that the peers have nothing
-// more to give us.
+// more to give us. Like a full pipeline, a host's probes all out do not
+// count: those peers will be asked next.
 func (s *Scheduler) starved() bool {
 	for _, p := range s.order {
 		if !s.canAsk(p) {
@@ -164,6 +166,9 @@ func (s *Scheduler) pickEndgame(p *peer) int {
 func (s *Scheduler) request(p *peer, i int) {
 	ahead := len(p.reqs)
 	p.reqs = append(p.reqs, outReq{piece: i, sent: s.now, ahead: ahead})
+	if h := s.hosts[p.host]; h != nil && p.untested() {
+		h.probes++
+	}
 	ps := &s.pieces[i]
 	ps.reqs++
 	ps.restart = false
@@ -208,6 +213,9 @@ func (s *Scheduler) reannounce() {
 func (s *Scheduler) dropReq(p *peer, k int) {
 	i := p.reqs[k].piece
 	p.reqs = slices.Delete(p.reqs, k, k+1)
+	if h := s.hosts[p.host]; h != nil && p.untested() {
+		h.probes--
+	}
 	ps := &s.pieces[i]
 	ps.reqs--
 	if ps.reqs == 0 && !ps.origin && !s.have.Has(i) {
@@ -269,6 +277,11 @@ func (s *Scheduler) checkTimeouts() {
 			continue
 		}
 		s.stats.Timeouts++
+		if p.untested() {
+			// It never delivered: its host's next peers start
+			// distrusted (they do not keep us off the origin).
+			s.failed(p)
+		}
 		p.avoidPiece(p.reqs[late].piece)
 		for len(p.reqs) > 0 {
 			s.emit(Cancel{Peer: p.id, Piece: p.reqs[0].piece, Timeout: true})
@@ -305,8 +318,9 @@ func (s *Scheduler) onReceived(e Received) {
 		p.timeouts, p.probation, p.distrusted, p.avoid = 0, false, false, nil
 		if h := s.hosts[p.host]; h != nil {
 			h.failing = false
-			if p.downTotal == 0 {
+			if p.untested() {
 				s.setDelivered(h, h.delivered+1)
+				h.probes -= len(p.reqs) // no longer probes
 			}
 		}
 		p.downTotal += b

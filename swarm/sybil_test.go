@@ -1,0 +1,127 @@
+package swarm
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/pieceset"
+)
+
+// sybilRun downloads a file of pieces pieces from one honest neighbour,
+// which delivers every request 50 ms after it is sent, while liars peers
+// from one other address advertise every piece, unchoke us and never
+// deliver; each liar dropped is back 100 ms later under a new ID. The
+// origin answers in 200 ms. It returns how long the download took, the
+// most requests ever in flight to the liars at once, and the origin
+// fetches.
+func sybilRun(t *testing.T, pieces, liars int) (took time.Duration, mostLiarReqs, origin int) {
+	t.Helper()
+	s := New(Config{NumPieces: pieces, Seed: 35}, nil, t0)
+	now := t0
+	type due struct {
+		at    time.Time
+		ev    Event
+		liar  bool
+		piece int
+	}
+	var queue []due
+	isLiar := map[PeerID]bool{}
+	inFlight := map[PeerID]int{}
+	next := PeerID(1)
+	join := func(liar bool) []Action {
+		id := next
+		next++
+		host := "10.0.0.1"
+		if liar {
+			host = "10.0.0.66"
+			isLiar[id] = true
+		}
+		addr := fmt.Sprintf("%s:%d", host, 7000+id)
+		acts := s.Step(PeerUp{Peer: id, Addr: addr, Host: host, Outbound: !liar}, now)
+		acts = append(acts, s.Step(HaveSet{Peer: id, Set: pieceset.Full(pieces)}, now)...)
+		return append(acts, s.Step(Unchoked{Peer: id}, now)...)
+	}
+	var handle func([]Action)
+	handle = func(acts []Action) {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case Request:
+				inFlight[a.Peer]++
+				if !isLiar[a.Peer] {
+					queue = append(queue, due{at: now.Add(50 * time.Millisecond), ev: Received{Peer: a.Peer, Piece: a.Piece}})
+				}
+			case Cancel:
+				inFlight[a.Peer]--
+			case Disconnect:
+				delete(inFlight, a.Peer)
+				if isLiar[a.Peer] {
+					queue = append(queue, due{at: now.Add(100 * time.Millisecond), liar: true})
+				}
+			case FetchOrigin:
+				origin++
+				queue = append(queue, due{at: now.Add(200 * time.Millisecond), ev: OriginResult{Piece: a.Piece, OK: true}})
+			}
+		}
+	}
+	handle(s.Start(now))
+	handle(s.Step(TrackerPeers{SwarmSize: 2 + liars}, now))
+	handle(join(false))
+	for range liars {
+		handle(join(true))
+	}
+	for !s.have.Complete() {
+		if now.Sub(t0) > 10*time.Minute {
+			t.Fatalf("%d/%d pieces after 10 minutes", s.have.Count(), pieces)
+		}
+		now = now.Add(10 * time.Millisecond)
+		var later []due
+		ready := queue
+		queue = nil
+		for _, d := range ready {
+			switch {
+			case d.at.After(now):
+				later = append(later, d)
+			case d.liar:
+				handle(join(true))
+			default:
+				if r, ok := d.ev.(Received); ok {
+					if _, up := inFlight[r.Peer]; !up {
+						continue
+					}
+					inFlight[r.Peer]--
+				}
+				handle(s.Step(d.ev, now))
+			}
+		}
+		queue = append(queue, later...)
+		handle(s.Step(Tick{}, now))
+		n := 0
+		for id, k := range inFlight {
+			if isLiar[id] {
+				n += k
+			}
+		}
+		mostLiarReqs = max(mostLiarReqs, n)
+	}
+	return now.Sub(t0), mostLiarReqs, origin
+}
+
+// TestSybilProbes: 64 peer IDs from one address that advertise every
+// piece, unchoke us and never deliver (each back under a new ID when
+// dropped) share hostProbes requests, and do not slow a download from an
+// honest neighbour by more than 30%. Each of them used to be asked at full
+// depth, and the pieces asked of them waited out their deadlines: in a
+// crowd of 4 on memnet (node's TestFakeWirePeers), 4.6× as long.
+func TestSybilProbes(t *testing.T) {
+	const pieces = 256
+	base, _, _ := sybilRun(t, pieces, 0)
+	took, most, origin := sybilRun(t, pieces, 64)
+	t.Logf("alone with an honest neighbour: %v; with 64 liars: %v, at most %d requests to them at once, %d origin fetches", base, took, most, origin)
+	if most > hostProbes {
+		t.Errorf("%d requests in flight to one address's peers that never delivered, want at most %d", most, hostProbes)
+	}
+	if took.Seconds() > 1.3*base.Seconds() {
+		t.Errorf("with 64 liars from one address the download took %v, without %v: more than 1.3×", took, base)
+	}
+}
