@@ -183,3 +183,28 @@ func (p testPrivate) Prove(mine, theirs wire.Handshake) ([]byte, error) {
 }
 
 func (p testPrivate) Admit(mine, theirs wire.Handshake, auth []byte) error { return nil }
+
+// TestPrivateSwarmDaemon: the daemon downloads from a private swarm's
+// origin and seeds it on its one peer port (the host reads a handshake
+// before it routes it), where a get with a token takes pieces from it.
+func TestPrivateSwarmDaemon(t *testing.T) {
+	_, key, _ := writeKey(t, t.TempDir(), "origin.key")
+	www := t.TempDir()
+	data := randomBytes(2<<20+9, 33)
+	writeFile(t, www, "d.bin", data)
+	base := startServe(t, www, "--sign-key", key, "--private")
+	state, dl := t.TempDir(), t.TempDir()
+	sock, _ := startDaemon(t, "daemon", "--state-dir", state, "--peer-listen", "127.0.0.1:0", "--allow-dir", dl, "-q")
+	out := filepath.Join(dl, "got.bin")
+	if code, _, stderr := runCmd(t, "get", "--daemon", "--api", sock, "-q", base+"/d.bin", "-o", out); code != 0 {
+		t.Fatalf("get --daemon: exit %d: %s", code, stderr)
+	}
+	sameFile(t, out, data)
+	mine := filepath.Join(t.TempDir(), "mine.bin")
+	r := startCmd(t, t.Context(), "get", base+"/d.bin", "-o", mine, "-q", "--json", "--peer-listen", "127.0.0.1:0")
+	res, _ := r.result(t, "the get")
+	sameFile(t, mine, data)
+	if res.BytesFromPeers == 0 {
+		t.Errorf("the get took nothing from the daemon's seed: %+v", res)
+	}
+}
