@@ -91,12 +91,29 @@ func (loopback) listen(t *testing.T, _ memnet.HostConfig) (net.Listener, func(co
 
 type memNetwork struct{ n *memnet.Network }
 
+// memListener is a memnet listener that can listen on its address again.
+type memListener struct {
+	*memnet.Listener
+	t *testing.T
+	h *memnet.Host
+}
+
+func (l memListener) Relisten() (net.Listener, error) {
+	ln, err := l.h.Listen(uint16(l.Addr().(*net.TCPAddr).Port))
+	if err != nil {
+		return nil, err
+	}
+	l.t.Cleanup(func() { ln.Close() })
+	return memListener{ln, l.t, l.h}, nil
+}
+
 func (m memNetwork) listen(t *testing.T, cfg memnet.HostConfig) (net.Listener, func(context.Context, string) (net.Conn, error)) {
 	h := m.n.Host(cfg)
-	ln, err := h.Listen(0)
+	ml, err := h.Listen(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := memListener{ml, t, h}
 	t.Cleanup(func() { ln.Close() })
 	return ln, h.Dial
 }
@@ -121,6 +138,10 @@ type testOrigin struct {
 	data []byte
 	m    *manifest.Manifest
 	http *http.Client // on the origin's own host, for /metrics
+	// relisten listens again on ln's address (restart).
+	relisten func() (net.Listener, error)
+
+	hsMu sync.Mutex // guards hs
 	hs   *http.Server
 
 	// Switches.
@@ -182,7 +203,7 @@ func startOrigin(t *testing.T, cfg originConfig) *testOrigin {
 	}
 	ln, dial := cfg.net.listen(t, memnet.HostConfig{})
 	o := &testOrigin{
-		t: t, srv: srv, ln: ln, data: data, http: httpClient(dial),
+		t: t, srv: srv, ln: ln, data: data, http: httpClient(dial), relisten: relistener(t, cfg.net, ln),
 		base:   "http://" + ln.Addr().String(),
 		status: map[int]int{}, perPiece: map[int]int{},
 		onPiece: cfg.onPiece, onStarted: cfg.onStarted,
@@ -195,15 +216,43 @@ func startOrigin(t *testing.T, cfg originConfig) *testOrigin {
 	o.m = m
 	// The origin's own Serve would not let us in front of its handler:
 	// serve it with ours.
-	hs := &http.Server{Handler: o.handler(), ErrorLog: slog.NewLogLogger(testLogger(t, slog.LevelWarn).Handler(), slog.LevelWarn)}
-	o.hs = hs
-	go hs.Serve(ln)
+	o.serve(ln)
 	t.Cleanup(func() {
 		o.http.CloseIdleConnections()
-		hs.Close()
+		o.kill()
 		srv.Close()
 	})
 	return o
+}
+
+// serve serves o's handler on ln, in place of the last server.
+func (o *testOrigin) serve(ln net.Listener) {
+	hs := &http.Server{Handler: o.handler(), ErrorLog: slog.NewLogLogger(testLogger(o.t, slog.LevelWarn).Handler(), slog.LevelWarn)}
+	o.hsMu.Lock()
+	o.hs = hs
+	o.hsMu.Unlock()
+	go hs.Serve(ln)
+}
+
+// relistener returns a function that listens on ln's address again.
+func relistener(t *testing.T, nw network, ln net.Listener) func() (net.Listener, error) {
+	addr := ln.Addr().String()
+	ln2, ok := ln.(interface {
+		Relisten() (net.Listener, error)
+	})
+	if ok {
+		return ln2.Relisten
+	}
+	if _, ok := nw.(loopback); ok {
+		return func() (net.Listener, error) {
+			l, err := net.Listen("tcp", addr)
+			if err == nil {
+				t.Cleanup(func() { l.Close() })
+			}
+			return l, err
+		}
+	}
+	return func() (net.Listener, error) { return nil, fmt.Errorf("cannot listen on %s again", addr) }
 }
 
 func (o *testOrigin) pieceOf(rangeHdr string) int {
@@ -322,9 +371,24 @@ func (o *testOrigin) handler() http.Handler {
 	})
 }
 
-// kill stops the origin for good: its listener and connections close, and
-// new connections are refused.
-func (o *testOrigin) kill() { o.hs.Close() }
+// kill stops the origin: its listener and connections close, and new
+// connections are refused, until restart.
+func (o *testOrigin) kill() {
+	o.hsMu.Lock()
+	defer o.hsMu.Unlock()
+	o.hs.Close()
+}
+
+// restart brings a killed origin back on its address, with its state
+// (cache, tracker) as it was.
+func (o *testOrigin) restart() {
+	ln, err := o.relisten()
+	if err != nil {
+		o.t.Errorf("origin restart: %v", err)
+		return
+	}
+	o.serve(ln)
+}
 
 // originStats is a snapshot of the counters.
 type originStats struct {

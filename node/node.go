@@ -218,6 +218,11 @@ type Node struct {
 	lastSched swarm.Stats   // the scheduler's, as of the last tick
 	interval  time.Duration // the tracker's announce interval
 	originErr error         // the origin's last answer, if a failure (OriginPatience)
+	// trackerFails holds the trackers whose last announce failed.
+	trackerFails map[string]*trackerBackoff
+	// trackerFailed tells the loop an announce failed: its periodic
+	// timer is re-armed for the tracker's backoff.
+	trackerFailed chan struct{}
 }
 
 // New checks cfg and prepares a node.
@@ -264,6 +269,9 @@ func New(cfg Config) (*Node, error) {
 		bannedIDs: map[wire.PeerID]bool{},
 		origin:    map[string]int{},
 		interval:  15 * time.Second,
+
+		trackerFails:  map[string]*trackerBackoff{},
+		trackerFailed: make(chan struct{}, 1),
 	}
 	n.id = cfg.PeerID
 	if p := cfg.Private; p != nil {
@@ -435,7 +443,12 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-announce.C:
 			n.askTracker(ctx, "")
 			n.mu.Lock()
-			announce.Reset(n.interval)
+			announce.Reset(n.announceWaitLocked())
+			n.mu.Unlock()
+			continue
+		case <-n.trackerFailed:
+			n.mu.Lock()
+			announce.Reset(n.announceWaitLocked())
 			n.mu.Unlock()
 			continue
 		case j := <-n.joins:

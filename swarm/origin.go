@@ -65,8 +65,13 @@ func (s *Scheduler) useOrigin() {
 	if len(s.originReqs) < limit && !s.starved() {
 		limit = max(1, limit/2)
 	}
-	if s.originFails > 0 {
-		limit = 1 // one fetch tries an origin that fails
+	if s.originFails > 0 || s.now.Sub(s.originHeardAt) >= max(s.cfg.OriginBackoffMax, 2*s.originTime) {
+		// One fetch tries an origin that fails, or that we have not
+		// heard from for long (OriginBackoffMax, or twice its usual
+		// fetch time if slower): it may have died meanwhile, and a
+		// whole window sent to a dead origin is that many connections
+		// at once.
+		limit = 1
 	}
 	for len(s.originReqs) < limit {
 		i, reason, cands := s.pickOrigin()
@@ -423,7 +428,7 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		}
 	}
 	if e.OK || e.Busy > 0 || e.InSwarm > 0 {
-		s.originFails = 0 // it answers
+		s.originFails, s.originHeardAt = 0, s.now // it answers
 	}
 	switch {
 	case e.OK && s.alone():

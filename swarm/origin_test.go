@@ -400,3 +400,32 @@ func TestOriginBackoff(t *testing.T) {
 		t.Errorf("after a success %d fetches went out, want the window again (%d)", len(more), want)
 	}
 }
+
+// TestOriginProbeAfterSilence: a peer that has not heard from the origin
+// for OriginBackoffMax (here kept off it by a 503 for 30 s) tries it with
+// one fetch, not its whole window: the origin may have died meanwhile, and
+// a window sent to a dead origin is that many connections at once (a
+// crowd's peers that first came back to a dead origin 15 s after it died
+// opened 16 each). The first answer reopens the window.
+func TestOriginProbeAfterSilence(t *testing.T) {
+	s, pending := lonelyScheduler(1, 4096, 35)
+	if len(pending) < 2 {
+		t.Fatalf("%d fetches at the start, want a window", len(pending))
+	}
+	now := t0.Add(100 * time.Millisecond)
+	s.Step(OriginResult{Piece: pending[0], Busy: 30 * time.Second}, now)
+	for _, p := range pending[1:] {
+		s.Step(OriginResult{Piece: p, OK: true}, now)
+	}
+	var probe []int
+	for now = now.Add(30 * time.Second); len(probe) == 0 && now.Before(t0.Add(time.Minute)); now = now.Add(10 * time.Millisecond) {
+		probe = fetches(s.Step(Tick{}, now))
+	}
+	if len(probe) != 1 {
+		t.Fatalf("%d fetches after 30 s without word from the origin, want 1", len(probe))
+	}
+	more := fetches(s.Step(OriginResult{Piece: probe[0], OK: true}, now))
+	if want := s.originPipeline(); len(more) < want-1 {
+		t.Errorf("after the probe came back %d fetches went out, want the window again (%d)", len(more), want)
+	}
+}

@@ -344,6 +344,7 @@ type Scheduler struct {
 	originFails               int           // origin failures in a row, one per pause (originFailed)
 	originFailAt              time.Time     // when the last of them came
 	originRetryAt             time.Time     // no origin fetch before
+	originHeardAt             time.Time     // the origin's last answer (not a failure), or our start
 	typical                   time.Duration // last median piece time of the delivering peers (typicalPieceTime)
 	typicalAt                 time.Time     // when it was measured
 	timeoutsAt                time.Time     // when checkTimeouts last ran
@@ -394,7 +395,8 @@ func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
 		now:    now,
 		gen:    1,
 
-		layerPending: cfg.LayerPending,
+		originHeardAt: now,
+		layerPending:  cfg.LayerPending,
 	}
 	if have != nil && have.Len() == n {
 		s.have = have.Clone()
