@@ -21,6 +21,7 @@ import (
 
 	"github.com/stampede-dev/stampede/fetch"
 	"github.com/stampede-dev/stampede/internal/units"
+	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/sign"
 	"github.com/stampede-dev/stampede/store"
 )
@@ -70,6 +71,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		listen    string
 		upStr     string
 		seedTime  time.Duration
+		patience  time.Duration
 		strict    bool
 		viaD      bool
 		apiAddr   string
@@ -95,6 +97,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
+	fs.DurationVar(&patience, "origin-patience", node.DefaultOriginPatience, "in the swarm, give up (exit 4) when no piece has come for `DURATION` and the origin fails (refuses, resets, times out, answers 5xx)")
 	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we have sent or are sending it, less what it sent us, is under 2 pieces")
 	fs.BoolVar(&viaD, "daemon", false, "hand the download to the running stampede daemon and show its progress (the daemon downloads, verifies and seeds)")
 	fs.StringVar(&apiAddr, "api", "", "the daemon's API: unix socket `PATH` or HOST:PORT (default: the daemon's default, STATE-DIR/api.sock)")
@@ -190,7 +193,8 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		TrustKey: trusted,
 		Continue: cont, LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Client: client, Logger: e.newLogger(level),
-		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict},
+		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict,
+			Node: node.Config{OriginPatience: patience}},
 	}
 	if outputDir != "" {
 		if err := os.MkdirAll(outputDir, 0o777); err != nil {
