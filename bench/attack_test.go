@@ -184,7 +184,7 @@ func runAttack(b *testing.B, bin, dir, www string, m *manifest.Manifest, want [3
 }
 
 // originBytes reads stampede_origin_bytes_sent_total from the origin's
-// /metrics.
+// /metrics, as the testbed does (stampedeOrigin.originBytes).
 func originBytes(ctx context.Context, origin string) (int64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, origin+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -192,14 +192,15 @@ func originBytes(ctx context.Context, origin string) (int64, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "stampede_origin_bytes_sent_total "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int64(f), err
-		}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
 	}
-	return 0, errors.New("no stampede_origin_bytes_sent_total in /metrics")
+	m := bytesSentLine.FindSubmatch(body)
+	if m == nil {
+		return 0, errors.New("/metrics has no stampede_origin_bytes_sent_total")
+	}
+	return sampleValue(m[1])
 }
 
 // flood announces to the tracker at rate per second from one address,
