@@ -335,6 +335,7 @@ type hostInfo struct {
 	delivered int  // of those, peers that delivered a piece to us
 	probes    int  // requests in flight to those that have not
 	failing   bool // one of its peers failed us since the last delivery from it
+	stalled   bool // of those, one that never delivered let a request time out
 }
 
 // hostProbes bounds the requests in flight to one host's peers that have
@@ -405,6 +406,31 @@ func (s *Scheduler) hostInfo(host string) *hostInfo {
 func (s *Scheduler) setDelivered(h *hostInfo, d int) {
 	s.credible += min(d, maxPerHost) - min(h.delivered, maxPerHost)
 	h.delivered = d
+}
+
+// mayClaim reports whether a request to p is worth a START claim, which
+// keeps the peers that see it off the origin for that piece: not if p
+// timed out since it last delivered (probation), nor if it never
+// delivered and its oldest request has waited suspectDelay or its host
+// let a request time out before ever delivering. Fake peers that
+// advertise everything and never answer, asked one new peer ID after
+// another for the last pieces, would otherwise have every peer of a crowd
+// claim those pieces in turn and keep the whole crowd off the origin for
+// them. A neighbour distrusted only because we starved (distrust) still
+// claims: a crowd's last piece asked of the neighbour that just got it is
+// likely on its way.
+func (s *Scheduler) mayClaim(p *peer) bool {
+	if p.probation {
+		return false
+	}
+	if !p.untested() {
+		return true
+	}
+	if len(p.reqs) > 0 && s.now.Sub(p.reqs[0].sent) >= s.suspectDelay() {
+		return false
+	}
+	h := s.hosts[p.host]
+	return h == nil || !h.stalled
 }
 
 // failed marks p's host as failing us (see hostInfo).

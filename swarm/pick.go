@@ -175,7 +175,7 @@ func (s *Scheduler) request(p *peer, i int) {
 	if ps.firstReq.IsZero() {
 		ps.firstReq = s.now
 	}
-	if !s.cfg.QuietRequests && ps.reqs == 1 && !ps.origin && s.now.Sub(ps.started) >= s.cfg.StartTimeout/2 {
+	if !s.cfg.QuietRequests && ps.reqs == 1 && !ps.origin && s.mayClaim(p) && s.now.Sub(ps.started) >= s.cfg.StartTimeout/2 {
 		s.announceStart(i)
 	}
 	s.stats.Requests++
@@ -188,7 +188,8 @@ func (s *Scheduler) announceStart(i int) {
 }
 
 // reannounce renews our START claims on pieces still in flight before the
-// other peers' copies of them expire.
+// other peers' copies of them expire, and withdraws those on pieces asked
+// only of peers that may not claim (see mayClaim, withdraw).
 func (s *Scheduler) reannounce() {
 	renew := func(i int) {
 		if ps := &s.pieces[i]; s.now.Sub(ps.started) >= s.cfg.StartTimeout/2 {
@@ -203,7 +204,11 @@ func (s *Scheduler) reannounce() {
 	}
 	for _, p := range s.order {
 		for _, r := range p.reqs {
-			renew(r.piece)
+			if !s.mayClaim(p) {
+				s.lapsed = append(s.lapsed, r.piece)
+			} else {
+				renew(r.piece)
+			}
 		}
 	}
 }
@@ -279,8 +284,10 @@ func (s *Scheduler) checkTimeouts() {
 		s.stats.Timeouts++
 		if p.untested() {
 			// It never delivered: its host's next peers start
-			// distrusted (they do not keep us off the origin).
+			// distrusted (they do not keep us off the origin), and
+			// requests to them claim nothing (mayClaim).
 			s.failed(p)
+			s.hosts[p.host].stalled = true
 		}
 		p.avoidPiece(p.reqs[late].piece)
 		for len(p.reqs) > 0 {
@@ -317,7 +324,7 @@ func (s *Scheduler) onReceived(e Received) {
 		p.lastRecv = s.now
 		p.timeouts, p.probation, p.distrusted, p.avoid = 0, false, false, nil
 		if h := s.hosts[p.host]; h != nil {
-			h.failing = false
+			h.failing, h.stalled = false, false
 			if p.untested() {
 				s.setDelivered(h, h.delivered+1)
 				h.probes -= len(p.reqs) // no longer probes

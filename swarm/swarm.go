@@ -574,18 +574,30 @@ func (s *Scheduler) schedule() {
 
 // withdraw sends STOP for the pieces we announced START for whose fetches
 // all ended in this step without the piece, unless this step's decisions
-// fetch them again: others would otherwise stay off the origin for them
-// until our claim expired (StartTimeout).
+// fetch them again, from the origin or a peer that may claim (mayClaim):
+// others would otherwise stay off the origin for them until our claim
+// expired (StartTimeout).
 func (s *Scheduler) withdraw() {
 	for _, i := range s.lapsed {
 		ps := &s.pieces[i]
-		if ps.reqs > 0 || ps.origin || s.have.Has(i) || ps.started.IsZero() || s.now.Sub(ps.started) >= s.cfg.StartTimeout {
+		if (ps.reqs > 0 && s.askedOfClaimant(i)) || ps.origin || s.have.Has(i) || ps.started.IsZero() || s.now.Sub(ps.started) >= s.cfg.StartTimeout {
 			continue
 		}
 		ps.started = time.Time{}
 		s.emit(AnnounceStop{Piece: i})
 	}
 	s.lapsed = s.lapsed[:0]
+}
+
+// askedOfClaimant reports whether piece i is requested of a peer that may
+// claim it (mayClaim).
+func (s *Scheduler) askedOfClaimant(i int) bool {
+	for _, p := range s.order {
+		if p.findReq(i) >= 0 && s.mayClaim(p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Scheduler) emit(a Action) { s.out = append(s.out, a) }

@@ -125,3 +125,67 @@ func TestSybilProbes(t *testing.T) {
 		t.Errorf("with 64 liars from one address the download took %v, without %v: more than 1.3×", took, base)
 	}
 }
+
+// TestSybilClaimsNothing: the last piece, which no honest neighbour has,
+// asked of one fake peer ID after another from an address whose peers
+// never deliver. Each of a crowd's peers used to claim it (START) as it
+// asked the next one, and the claims kept the whole crowd off the origin
+// for it: on memnet (node's TestFakeWirePeers) the last peer of a crowd
+// of 4 took up to 3.8× as long. Once one of the address's peers has let
+// a request time out, asking its others claims nothing, and the claim
+// already made is withdrawn (STOP).
+func TestSybilClaimsNothing(t *testing.T) {
+	const pieces = 8
+	have := pieceset.New(pieces)
+	for i := range pieces - 1 {
+		have.Add(i)
+	}
+	s := New(Config{NumPieces: pieces, Seed: 35}, have, t0)
+	now := t0
+	next := PeerID(1)
+	claimed, timedOut := false, false
+	handle := func(acts []Action) {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case AnnounceStart:
+				claimed = a.Piece == pieces-1 || claimed
+			case AnnounceStop:
+				claimed = claimed && a.Piece != pieces-1
+			case Cancel:
+				timedOut = timedOut || a.Timeout
+			case FetchOrigin:
+				t.Fatalf("at %v: fetched piece %d from the origin, claimed by a neighbour", now.Sub(t0), a.Piece)
+			}
+		}
+	}
+	join := func(host string, set *pieceset.Set) PeerID {
+		id := next
+		next++
+		handle(s.Step(PeerUp{Peer: id, Addr: fmt.Sprintf("%s:%d", host, 7000+id), Host: host}, now))
+		handle(s.Step(HaveSet{Peer: id, Set: set}, now))
+		handle(s.Step(Unchoked{Peer: id}, now))
+		return id
+	}
+	handle(s.Start(now))
+	// An honest neighbour lacking the piece too, whose own claim on it
+	// (it asks the same fakes) keeps us off the origin.
+	honest := join("10.0.0.1", have)
+	handle(s.Step(Started{Peer: honest, Piece: pieces - 1}, now))
+	handle(s.Step(TrackerPeers{SwarmSize: 3}, now))
+	liar := join("10.0.0.66", pieceset.Full(pieces))
+	for ; now.Sub(t0) < time.Minute; now = now.Add(50 * time.Millisecond) {
+		if now.Sub(t0)%(5*time.Second) == 0 {
+			handle(s.Step(Started{Peer: honest, Piece: pieces - 1}, now))
+		}
+		if _, up := s.peers[liar]; !up {
+			liar = join("10.0.0.66", pieceset.Full(pieces))
+		}
+		handle(s.Step(Tick{}, now))
+		if timedOut && claimed {
+			t.Fatalf("at %v: a claim on the last piece, asked only of peers of an address that let requests time out", now.Sub(t0))
+		}
+	}
+	if !timedOut {
+		t.Fatal("no request to the fakes timed out")
+	}
+}
