@@ -214,7 +214,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		ie, inSwarm := errors.AsType[*InSwarmError](err)
 		if failed := err != nil && busy == 0 && !inSwarm; !failed || ctx.Err() == nil {
 			n.mu.Lock()
-			n.originErr = nil
+			n.originErr, n.originAt = nil, time.Now()
 			if failed {
 				n.originErr = err
 			}

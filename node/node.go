@@ -218,6 +218,7 @@ type Node struct {
 	lastSched swarm.Stats   // the scheduler's, as of the last tick
 	interval  time.Duration // the tracker's announce interval
 	originErr error         // the origin's last answer, if a failure (OriginPatience)
+	originAt  time.Time     // when it came
 	// trackerFails holds the trackers whose last announce failed.
 	trackerFails map[string]*trackerBackoff
 	// trackerFailed tells the loop an announce failed: its periodic
@@ -413,7 +414,7 @@ func (n *Node) Run(ctx context.Context) error {
 			n.leave()
 			return fmt.Errorf("%w for %v", ErrStalled, n.cfg.StallTimeout)
 		}
-		if err := n.originFailing(); !n.complete && err != nil && time.Since(n.lastPiece) > n.cfg.OriginPatience {
+		if at, err := n.originFailing(); !n.complete && outOfPatience(time.Now(), n.lastPiece, at, err, n.cfg.OriginPatience) {
 			n.leave()
 			return fmt.Errorf("%w for %v, and the origin fails: %w", ErrStalled, n.cfg.OriginPatience, err)
 		}
@@ -498,11 +499,21 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// originFailing is the origin's last answer if it was a failure.
-func (n *Node) originFailing() error {
+// originFailing is the origin's last answer if it was a failure, and when
+// it came.
+func (n *Node) originFailing() (time.Time, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.originErr
+	return n.originAt, n.originErr
+}
+
+// outOfPatience reports whether a download gives up at now: no piece
+// since lastPiece for longer than patience, and the origin's last answer,
+// at, a failure since that piece. A failure older than the last piece says
+// nothing of the origin now: a slow swarm with a healthy origin waits for
+// the stall timeout instead.
+func outOfPatience(now, lastPiece, at time.Time, err error, patience time.Duration) bool {
+	return err != nil && at.After(lastPiece) && now.Sub(lastPiece) > patience
 }
 
 // maxBatch bounds the events handed to the scheduler at once, so a flood

@@ -499,7 +499,13 @@ func (s *Scheduler) originFailed(since time.Time) {
 	}
 	s.originFails++
 	s.originFailAt = s.now
-	d := min(s.cfg.OriginBackoffMax, s.cfg.OriginBackoff<<min(s.originFails-1, 16))
+	// OriginBackoff doubled per failure in a row, up to OriginBackoffMax,
+	// shifted only where it cannot overflow.
+	d := s.cfg.OriginBackoffMax
+	if shift := min(s.originFails-1, 16); s.cfg.OriginBackoff <= d>>shift {
+		d = s.cfg.OriginBackoff << shift
+	}
+	d = max(d, 1)
 	d = d/2 + time.Duration(s.rng.Int64N(int64(d/2)+1))
 	s.originRetryAt = s.now.Add(d)
 	s.stats.OriginBackoffs++

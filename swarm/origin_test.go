@@ -429,3 +429,18 @@ func TestOriginProbeAfterSilence(t *testing.T) {
 		t.Errorf("after the probe came back %d fetches went out, want the window again (%d)", len(more), want)
 	}
 }
+
+// TestOriginBackoffHuge: a backoff configured past what doubling can hold
+// waits its maximum, rather than overflowing into a negative wait (and a
+// panic in the jitter's draw).
+func TestOriginBackoffHuge(t *testing.T) {
+	cfg := Config{NumPieces: 8, Seed: 1, OriginBackoff: 1 << 50, OriginBackoffMax: 1 << 60}
+	s := New(cfg, nil, time.Unix(1e9, 0))
+	for range 20 {
+		s.originFailed(s.now)
+		if wait := s.originRetryAt.Sub(s.now); wait <= 0 || wait > cfg.OriginBackoffMax {
+			t.Fatalf("after %d failures a wait of %v, want within (0, %v]", s.originFails, wait, cfg.OriginBackoffMax)
+		}
+		s.now = s.originRetryAt
+	}
+}
