@@ -6,7 +6,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -196,11 +195,7 @@ func originBytes(ctx context.Context, origin string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := bytesSentLine.FindSubmatch(body)
-	if m == nil {
-		return 0, errors.New("/metrics has no stampede_origin_bytes_sent_total")
-	}
-	return sampleValue(m[1])
+	return bytesSent(body)
 }
 
 // flood announces to the tracker at rate per second from one address,

@@ -261,7 +261,12 @@ func (o *stampedeOrigin) originBytes(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m := bytesSentLine.FindSubmatch(body)
+	return bytesSent(body)
+}
+
+// bytesSent reads stampede_origin_bytes_sent_total from a /metrics page.
+func bytesSent(metrics []byte) (int64, error) {
+	m := bytesSentLine.FindSubmatch(metrics)
 	if m == nil {
 		return 0, errors.New("/metrics has no stampede_origin_bytes_sent_total")
 	}

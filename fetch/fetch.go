@@ -462,22 +462,11 @@ func (d *Download) storeSize(in *originclient.Resource) {
 }
 
 // Manifest fetches and validates the manifest of the file at rawURL, found
-// through the file's Link header.
+// through the file's Link header (Join, without what a private swarm's
+// seed needs besides).
 func Manifest(ctx context.Context, client *http.Client, rawURL string) (*manifest.Manifest, error) {
-	cfg := Config{URL: rawURL, Client: client, Output: "unused"}
-	d, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	u, _ := ParseURL(rawURL)
-	src, err := d.oc.Open(ctx, u)
-	if errors.Is(err, originclient.ErrNoManifest) {
-		return nil, fmt.Errorf("%w: %s publishes no manifest", ErrProtocol, rawURL)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return src.Manifest(), nil
+	m, _, err := Join(ctx, client, rawURL)
+	return m, err
 }
 
 // Join is what a seed of the file at rawURL needs to join its swarm: its

@@ -1,6 +1,7 @@
 package sign
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"os"
@@ -216,4 +217,23 @@ func TestProof(t *testing.T) {
 	if err := VerifyAnnounce(peerKey.Public().(ed25519.PublicKey), []byte("other"), sig); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("another announce: %v", err)
 	}
+}
+
+// FuzzCheck: a peer's AUTH payload is anyone's bytes: a proof that
+// checks is only one made with the origin's token for the prover's key.
+func FuzzCheck(f *testing.F) {
+	origin := GenerateKey()
+	v := NewVerifier(origin.Public().(ed25519.PublicKey))
+	peer := GenerateKey()
+	c := ProofContext{Root: [32]byte{1}, Size: 10, Prover: PeerIDOf(peer.Public().(ed25519.PublicKey)), Challenge: [32]byte{2}}
+	now := time.Unix(1e9, 0)
+	good := Prove(peer, Issue(origin, c.Root, c.Size, c.Prover, now.Add(time.Hour)), c)
+	f.Add(good)
+	f.Add(good[:TokenLen])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, proof []byte) {
+		if err := v.Check(proof, c, now); err == nil && !bytes.Equal(proof, good) {
+			t.Fatalf("a proof other than the one made checked: % x", proof)
+		}
+	})
 }

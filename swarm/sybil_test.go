@@ -20,10 +20,9 @@ func sybilRun(t *testing.T, pieces, liars int) (took time.Duration, mostLiarReqs
 	s := New(Config{NumPieces: pieces, Seed: 35}, nil, t0)
 	now := t0
 	type due struct {
-		at    time.Time
-		ev    Event
-		liar  bool
-		piece int
+		at   time.Time
+		ev   Event
+		liar bool
 	}
 	var queue []due
 	isLiar := map[PeerID]bool{}
@@ -42,8 +41,7 @@ func sybilRun(t *testing.T, pieces, liars int) (took time.Duration, mostLiarReqs
 		acts = append(acts, s.Step(HaveSet{Peer: id, Set: pieceset.Full(pieces)}, now)...)
 		return append(acts, s.Step(Unchoked{Peer: id}, now)...)
 	}
-	var handle func([]Action)
-	handle = func(acts []Action) {
+	handle := func(acts []Action) {
 		for _, a := range acts {
 			switch a := a.(type) {
 			case Request:

@@ -278,9 +278,21 @@ func FuzzHandshake(f *testing.F) {
 	f.Add(v0)
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add(good[:40])
+	private := bytes.Clone(good)
+	private[7] |= byte(wire.CapPrivate)
+	f.Add(append(append(private, 0, 0, 0, 1+wire.ChallengeLen, byte(wire.TypeChallenge)), make([]byte, wire.ChallengeLen)...))
+	f.Add(private)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := wire.ReadHandshake(bytes.NewReader(data))
 		valid := len(data) >= wire.HandshakeLen && string(data[:4]) == wire.Magic && data[4] >= 1
+		if valid && data[7]&byte(wire.CapPrivate) != 0 {
+			// A private swarm's CHALLENGE frame must follow, whole.
+			const n = wire.HandshakeLen + 5 + wire.ChallengeLen
+			valid = len(data) >= n && bytes.Equal(data[wire.HandshakeLen:wire.HandshakeLen+5], []byte{0, 0, 0, 1 + wire.ChallengeLen, byte(wire.TypeChallenge)})
+			if valid && !bytes.Equal(h.Challenge[:], data[n-wire.ChallengeLen:n]) {
+				t.Fatalf("challenge %x, sent %x", h.Challenge, data[n-wire.ChallengeLen:n])
+			}
+		}
 		if (err == nil) != valid {
 			t.Fatalf("ReadHandshake(% x) = %v", data, err)
 		}
@@ -293,6 +305,7 @@ func FuzzHandshake(f *testing.F) {
 		re, _ := h.MarshalBinary()
 		want := bytes.Clone(data[:wire.HandshakeLen])
 		want[4], want[5] = wire.Version, 0 // ours, and reserved is written 0
+		want[7] &^= byte(wire.CapPrivate) // sent only by a side with Private
 		if !bytes.Equal(re, want) {
 			t.Fatalf("re-encoded differently:\n% x\n% x", want, re)
 		}

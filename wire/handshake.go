@@ -210,9 +210,9 @@ func (h *Handshake) drawChallenge() {
 }
 
 // readFrame reads one frame of a private swarm's handshake, of type t
-// with a payload of min to max bytes, and returns its payload. A GOODBYE
+// with a payload of lo to hi bytes, and returns its payload. A GOODBYE
 // instead is returned as an error saying why the peer left.
-func readFrame(r io.Reader, t Type, min, max int) ([]byte, error) {
+func readFrame(r io.Reader, t Type, lo, hi int) ([]byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("wire: reading the handshake's %v: %w", t, err)
@@ -230,8 +230,8 @@ func readFrame(r io.Reader, t Type, min, max int) ([]byte, error) {
 		bye := m.(*Goodbye)
 		return nil, fmt.Errorf("%w: the peer said %v: %q", ErrUnauthorized, bye.Reason, bye.Text)
 	}
-	if got != t || l < uint32(1+min) || l > uint32(1+max) {
-		return nil, malformed("a frame of type %v and length %d in the handshake, not %v with %d to %d bytes", got, l, t, min, max)
+	if got != t || l < uint32(1+lo) || l > uint32(1+hi) {
+		return nil, malformed("a frame of type %v and length %d in the handshake, not %v with %d to %d bytes", got, l, t, lo, hi)
 	}
 	p := make([]byte, l-1)
 	if _, err := io.ReadFull(r, p); err != nil {
