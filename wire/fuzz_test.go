@@ -305,7 +305,7 @@ func FuzzHandshake(f *testing.F) {
 		re, _ := h.MarshalBinary()
 		want := bytes.Clone(data[:wire.HandshakeLen])
 		want[4], want[5] = wire.Version, 0 // ours, and reserved is written 0
-		want[7] &^= byte(wire.CapPrivate) // sent only by a side with Private
+		want[7] &^= byte(wire.CapPrivate)  // sent only by a side with Private
 		if !bytes.Equal(re, want) {
 			t.Fatalf("re-encoded differently:\n% x\n% x", want, re)
 		}
