@@ -578,7 +578,23 @@ func (s *Scheduler) counted() int {
 	return n
 }
 
+// crowding is how many connections p's host holds beyond maxPerHost (0
+// when it holds no more). Among neighbours that do not deliver, those of
+// the most crowded host go first: a host that opens connections under
+// fresh peer IDs as fast as they are dropped (a Sybil) would otherwise
+// keep every slot full of newcomers, which are evicted youngest first,
+// and an honest peer that dials us would be the youngest and go at once.
+// Dropping from the host with most connections leaves each other host its
+// share, however many IDs one of them has.
+func (s *Scheduler) crowding(p *peer) int {
+	if h := s.hosts[p.host]; h != nil {
+		return max(h.conns-maxPerHost, 0)
+	}
+	return 0
+}
+
 // leastUseful picks the peer to drop: not delivering to us lately,
+// from the host most over its share of connections (crowding),
 // suspect (its pieces do not come), idle (nothing to trade), past its grace period (unless all are
 // new), it sent us least lately, has least we need, took least from us.
 // With idleOnly it only considers peers with nothing to trade either way.
@@ -591,6 +607,9 @@ func (s *Scheduler) leastUseful(idleOnly bool) *peer {
 		da, db := a.down.sum(s.now), b.down.sum(s.now)
 		if (da > 0) != (db > 0) {
 			return db > 0
+		}
+		if ca, cb := s.crowding(a), s.crowding(b); ca != cb {
+			return ca > cb
 		}
 		if sa, sb := s.suspect(a), s.suspect(b); sa != sb {
 			return sa

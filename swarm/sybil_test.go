@@ -187,3 +187,59 @@ func TestSybilClaimsNothing(t *testing.T) {
 		t.Fatal("no request to the fakes timed out")
 	}
 }
+
+// TestSybilCrowdsOutNobody: one address holds every slot with empty
+// peers, each redialled under a new ID as soon as it is dropped, and then
+// honest peers from other addresses dial in, with nothing to trade yet
+// either. Each honest peer must keep its slot: the peers of the address
+// over its share go first. The youngest connection used to go first, so
+// the honest newcomer was dropped at once and a crowd of 4 on memnet
+// (node's TestFakeWirePeers) did not meet: 2.9× as long, 2.9 origin
+// copies.
+func TestSybilCrowdsOutNobody(t *testing.T) {
+	const pieces = 64
+	s := New(Config{NumPieces: pieces, Seed: 35}, nil, t0)
+	now := t0
+	next := PeerID(1)
+	dropped := map[PeerID]bool{}
+	handle := func(acts []Action) {
+		for _, a := range acts {
+			if d, ok := a.(Disconnect); ok {
+				dropped[d.Peer] = true
+			}
+		}
+	}
+	join := func(host string) PeerID {
+		id := next
+		next++
+		handle(s.Step(PeerUp{Peer: id, Addr: fmt.Sprintf("%s:%d", host, 7000+id), Host: host}, now))
+		handle(s.Step(HaveSet{Peer: id, Set: pieceset.New(pieces)}, now))
+		return id
+	}
+	handle(s.Start(now))
+	fakes := map[PeerID]bool{}
+	for range s.cfg.MaxPeers {
+		fakes[join("10.0.0.66")] = true
+	}
+	var honest []PeerID
+	for i := range 3 {
+		now = now.Add(time.Second)
+		honest = append(honest, join(fmt.Sprintf("10.0.1.%d", i+1)))
+		// The attacker is back at once under a new ID for each it lost.
+		for id := range fakes {
+			if dropped[id] {
+				delete(fakes, id)
+				fakes[join("10.0.0.66")] = true
+			}
+		}
+		handle(s.Step(Tick{}, now))
+	}
+	for _, id := range honest {
+		if dropped[id] {
+			t.Errorf("honest peer %d was dropped for the peers of one address holding %d slots", id, len(fakes))
+		}
+	}
+	if len(s.order) > s.cfg.MaxPeers {
+		t.Errorf("%d peers, want at most MaxPeers = %d", len(s.order), s.cfg.MaxPeers)
+	}
+}
