@@ -14,6 +14,7 @@
 //	Stampede-Candidates      other pieces the client would take instead of its Range ("3,7-9")
 //	Stampede-Reason          why the client asks (piece, retry-late, stream, origin:no-peers, ...)
 //	Stampede-Peer-Key        the client's peer key, for a private swarm's token (with a manifest request)
+//	Stampede-Suppliers       how many neighbours delivered the swarm client a piece; 0: it downloads alone
 //
 //	Response header          Meaning
 //	Link                     <ManifestPrefix/P>; rel="stampede-manifest", and for a page
@@ -23,6 +24,8 @@
 //	Stampede-Root            the root of the manifest that piece belongs to (overload answer)
 //	Stampede-Peers           peers of the file's swarm, "ip:port, ip:port"
 //	Stampede-In-Swarm        a 503: every piece offered was just sent to other peers
+//	Stampede-Budget          the file's egress budget left this window, to a swarm client; with
+//	                         "spent", a 503: the budget is spent and the pieces asked went out
 //	Stampede-Signature       the origin's signature of the file's root and size (with the manifest)
 //	Stampede-Key             the signing origin's public key (with the signature)
 //	Stampede-Token           a private swarm's token for the Stampede-Peer-Key's peer (with the manifest)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The decoders here read what a server (or a peer posing as one) sends:
@@ -105,6 +106,25 @@ func FuzzDecodeManifestHead(f *testing.F) {
 		}
 		if m.Size < 0 || m.NumPieces() < 0 {
 			t.Fatalf("accepted a head with size %d", m.Size)
+		}
+	})
+}
+
+func FuzzParseBudget(f *testing.F) {
+	f.Add("left=1048576, reset=42")
+	f.Add("spent, left=0, reset=300")
+	f.Add("left=1,left=2,spent=,reset=-1,copies=1.5")
+	f.Fuzz(func(t *testing.T, v string) {
+		b, err := ParseBudget(v)
+		if err != nil {
+			return
+		}
+		if b.Left < 0 || b.Reset < 0 || b.Reset > 24*time.Hour {
+			t.Fatalf("accepted %q as %+v", v, b)
+		}
+		again, err := ParseBudget(FormatBudget(b))
+		if err != nil || again != b {
+			t.Fatalf("round trip of %+v: %+v, %v", b, again, err)
 		}
 	})
 }
