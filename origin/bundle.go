@@ -257,6 +257,7 @@ func (s *Server) serveBundle(w *respWriter, r *http.Request) {
 		e, _ := s.cache.lookup(s.bundleKey(name), b.v)
 		return e
 	}}
+	w.version = &version{key: versionKey{s.bundleKey(name), b.v}, entry: w.source.entry}
 	http.ServeContent(w, r, "", b.modTime, br)
 }
 

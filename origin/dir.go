@@ -150,6 +150,7 @@ func (s *Server) serveFile(w *respWriter, r *http.Request, name string, f *os.Fi
 		e, _ := s.cache.lookup(s.dirKey+name, v)
 		return e
 	}}
+	w.version = &version{key: versionKey{s.dirKey + name, v}, entry: w.source.entry}
 	w.onFull = func(h http.Header) {
 		s.addDirDigest(r.Context(), h, name, v) // may compute the manifest
 		s.addManifestHead(h, r, w.source.entry)

@@ -40,8 +40,11 @@ func newHandout(n int, now time.Time) *handout {
 
 // pick returns the piece to hand out at now, preferring asked (-1: no
 // preference), and records it; with ok false, every piece has gone out
-// copies times in this window, which ends at retry.
-func (h *handout) pick(asked int, now time.Time, copies int, window time.Duration) (piece int, retry time.Time, ok bool) {
+// copies times in this window, which ends at retry. allowed, if set,
+// narrows the choice (the pieces the file's egress budget still lets go,
+// budget.go): ok false with a zero retry says no piece not handed out in
+// this round is allowed, and nothing is recorded.
+func (h *handout) pick(asked int, now time.Time, copies int, window time.Duration, allowed func(int) bool) (piece int, retry time.Time, ok bool) {
 	if now.Sub(h.start) >= window || now.Before(h.start) {
 		h.start, h.round, h.cursor = now, 0, 0
 		h.given = pieceset.New(h.given.Len())
@@ -50,13 +53,22 @@ func (h *handout) pick(asked int, now time.Time, copies int, window time.Duratio
 		return -1, h.start.Add(window), false
 	}
 	n := h.given.Len()
-	piece = -1
+	may := func(i int) bool { return allowed == nil || allowed(i) }
+	// next is the first piece from i on not given in this round and allowed.
+	next := func(i int) int {
+		for i = h.given.NextMissing(i); i >= 0 && !may(i); i = h.given.NextMissing(i + 1) {
+		}
+		return i
+	}
 	switch {
-	case asked >= 0 && asked < n && !h.given.Has(asked):
+	case asked >= 0 && asked < n && !h.given.Has(asked) && may(asked):
 		piece = asked
 	default:
-		if piece = h.given.NextMissing(h.cursor); piece < 0 {
-			piece = h.given.NextMissing(0)
+		if piece = next(h.cursor); piece < 0 {
+			piece = next(0)
+		}
+		if piece < 0 {
+			return -1, time.Time{}, false
 		}
 		h.cursor = piece + 1
 	}
@@ -73,7 +85,7 @@ func (h *handout) pick(asked int, now time.Time, copies int, window time.Duratio
 type handouts struct {
 	copies int
 	window time.Duration
-	files  perFile[*handout]
+	files  perFile[fileKey, *handout]
 }
 
 func newHandouts(copies int, window time.Duration) *handouts {
@@ -81,9 +93,9 @@ func newHandouts(copies int, window time.Duration) *handouts {
 }
 
 // pick chooses the piece of m to hand out now (see handout.pick).
-func (hs *handouts) pick(m *manifest.Manifest, asked int, now time.Time) (piece int, retry time.Time, ok bool) {
-	hs.files.with(m, now, func() *handout { return newHandout(m.NumPieces(), now) }, func(h *handout) {
-		piece, retry, ok = h.pick(asked, now, hs.copies, hs.window)
+func (hs *handouts) pick(m *manifest.Manifest, asked int, now time.Time, allowed func(int) bool) (piece int, retry time.Time, ok bool) {
+	hs.files.with(keyOf(m), now, func() *handout { return newHandout(m.NumPieces(), now) }, func(h *handout) {
+		piece, retry, ok = h.pick(asked, now, hs.copies, hs.window, allowed)
 	})
 	return piece, retry, ok
 }
@@ -94,16 +106,19 @@ type fileKey struct {
 	size int64
 }
 
+func keyOf(m *manifest.Manifest) fileKey { return fileKey{m.Root, m.Size} }
+
 // maxMemoFiles bounds the files a perFile remembers (a few bytes per piece
 // each); past it the one used least recently is forgotten, which only lets
 // the origin treat its pieces as never sent.
 const maxMemoFiles = 1024
 
 // perFile is per-file-version state of the origin's piece choices (the
-// overload handouts, the piece picks), bounded to maxMemoFiles files.
-type perFile[V any] struct {
+// overload handouts, the piece picks, the egress budgets), bounded to
+// maxMemoFiles files. K names a version.
+type perFile[K comparable, V any] struct {
 	mu    sync.Mutex // guards files and every V in it
-	files map[fileKey]*memoSlot[V]
+	files map[K]*memoSlot[V]
 }
 
 type memoSlot[V any] struct {
@@ -111,18 +126,18 @@ type memoSlot[V any] struct {
 	used time.Time
 }
 
-// with calls f with m's state, made by fresh if m has none, under the lock.
-func (pf *perFile[V]) with(m *manifest.Manifest, now time.Time, fresh func() V, f func(V)) {
-	key := fileKey{m.Root, m.Size}
+// with calls f with key's state, made by fresh if key has none, under the
+// lock.
+func (pf *perFile[K, V]) with(key K, now time.Time, fresh func() V, f func(V)) {
 	pf.mu.Lock()
 	defer pf.mu.Unlock()
 	if pf.files == nil {
-		pf.files = make(map[fileKey]*memoSlot[V])
+		pf.files = make(map[K]*memoSlot[V])
 	}
 	s := pf.files[key]
 	if s == nil {
 		if len(pf.files) >= maxMemoFiles {
-			var oldest fileKey
+			var oldest K
 			first := true
 			for k, v := range pf.files {
 				if first || v.used.Before(pf.files[oldest].used) {

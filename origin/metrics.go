@@ -2,6 +2,7 @@ package origin
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -72,13 +73,15 @@ type series struct {
 	bytesSent         prometheus.Counter
 	requests          [numKinds]prometheus.Counter
 	rejectedOverload  prometheus.Counter
-	rejectedInSwarm   prometheus.Counter              // pieces sent just now (pick.go)
-	stalled           prometheus.Counter              // responses ended by WriteIdleTimeout
-	overload          [numOutcomes]prometheus.Counter // answers past MaxTransfers, by outcome
-	overloadBytes     prometheus.Counter              // piece bytes of overload answers
-	pieceSends        [numSends]prometheus.Counter    // single-piece responses, first copy or again
-	picksSwapped      prometheus.Counter              // of those, sent instead of the piece asked (pick.go)
-	paced             [numPace]prometheus.Counter     // piece answers by how their turn went (pace.go)
+	rejectedInSwarm   prometheus.Counter                    // pieces sent just now (pick.go)
+	rejectedBudget    prometheus.Counter                    // past the file's egress budget (budget.go)
+	budgetOverruns    [len(overrunNames)]prometheus.Counter // answers sent past a budget, by why
+	stalled           prometheus.Counter                    // responses ended by WriteIdleTimeout
+	overload          [numOutcomes]prometheus.Counter       // answers past MaxTransfers, by outcome
+	overloadBytes     prometheus.Counter                    // piece bytes of overload answers
+	pieceSends        [numSends]prometheus.Counter          // single-piece responses, first copy or again
+	picksSwapped      prometheus.Counter                    // of those, sent instead of the piece asked (pick.go)
+	paced             [numPace]prometheus.Counter           // piece answers by how their turn went (pace.go)
 	manifestsComputed prometheus.Counter
 	manifestHits      [numHits]prometheus.Counter
 	manifestFailures  prometheus.Counter                  // computations that failed
@@ -113,15 +116,22 @@ func newSeries() *series {
 	*c = append(*c, m.responses)
 
 	rejected := c.Counters("stampede_origin_rejected_total", "Requests turned away with 503 and Retry-After, by reason: "+
-		"\"overload\" past the transfer limit, \"in-swarm\" a swarm peer's piece request whose pieces were all sent just now.", "reason", []string{"overload", "in-swarm"})
-	m.rejectedOverload, m.rejectedInSwarm = rejected[0], rejected[1]
+		"\"overload\" past the transfer limit, \"in-swarm\" a swarm peer's piece request whose pieces were all sent just now, "+
+		"\"budget\" a swarm client's request past the file's egress budget (--max-copies per --budget-window) whose pieces all went out this window.",
+		"reason", []string{"overload", "in-swarm", "budget"})
+	m.rejectedOverload, m.rejectedInSwarm, m.rejectedBudget = rejected[0], rejected[1], rejected[2]
+	vec(m.budgetOverruns[:], "stampede_origin_budget_overruns_total", "File bodies sent past their file's egress budget (--max-copies per --budget-window), by why they were not refused: "+
+		"unsent (a piece no swarm client got this window), alone (a swarm client that says it has no peer delivering), "+
+		"plain (a client outside the swarm, never refused), unknown (the file's manifest is not at hand to tell its pieces).",
+		"why", overrunNames[:])
 	m.stalled = c.Counter("stampede_origin_responses_stalled_total", "Responses ended because their client took none of their bytes "+
 		"for --write-idle-timeout (a file body's transfer slot is freed with it).")
 
 	vec(m.overload[:], "stampede_origin_overload_answers_total", "Requests for a file body past --max-transfers, by what they got: "+
 		"piece (overload mode: 206 with one piece and peers), or 503 because legacy (the client did not ask for overload mode), "+
 		"off (--overload-transfers 0), full (--overload-transfers answers in flight), no-manifest (not computed yet), "+
-		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream).",
+		"exhausted (every piece handed out --overload-copies times this --overload-window), upstream (no overload mode in front of an upstream), "+
+		"budget (past the file's egress budget, every piece not handed out this round went to a swarm client this --budget-window).",
 		"outcome", outcomeNames[:])
 	m.overloadBytes = c.Counter("stampede_origin_overload_bytes_sent_total", "Piece bytes sent in overload answers (part of stampede_origin_bytes_sent_total).")
 
@@ -159,9 +169,10 @@ func (m *series) countResponse(code int) {
 }
 
 // newRegistry returns the registry of an origin's /metrics: m, the gauges
-// of g, the rate limit, the series of t when an embedded tracker is given,
-// and what package metrics adds to every server's.
-func newRegistry(m *series, g *gate, rate int64, t *tracker.Tracker) *prometheus.Registry {
+// of g, the rate limit, the budget (copies per window, 0 none), the series
+// of t when an embedded tracker is given, and what package metrics adds to
+// every server's.
+func newRegistry(m *series, g *gate, rate int64, copies float64, window time.Duration, t *tracker.Tracker) *prometheus.Registry {
 	r := metrics.NewRegistry()
 	r.MustRegister(m.collectors)
 	gauge := func(name, help string, f func() float64) {
@@ -177,6 +188,10 @@ func newRegistry(m *series, g *gate, rate int64, t *tracker.Tracker) *prometheus
 	// The name it had before it followed the conventions (a rate is
 	// per_second): dashboards read it, so it stays for a release
 	// (docs/architecture.md, Metrics).
+	gauge("stampede_origin_budget_copies", "Egress budget: copies of each file version sent to swarm clients per --budget-window at most (--max-copies); 0 is no budget.",
+		func() float64 { return copies })
+	gauge("stampede_origin_budget_window_seconds", "The period the egress budget counts over (--budget-window).",
+		func() float64 { return window.Seconds() })
 	gauge("stampede_origin_rate_limit_bytes", "Deprecated: stampede_origin_rate_limit_bytes_per_second under its old name, kept for one release.",
 		func() float64 { return float64(rate) })
 	if t != nil {

@@ -70,7 +70,7 @@ func TestMetricsExposition(t *testing.T) {
 	g := newGate(64, 16, 0, 0, testLogger(t))
 	g.enter(&transfer{size: 100}, false, 0)
 	var b bytes.Buffer
-	if err := metrics.WriteText(&b, newRegistry(m, g, 1<<20, nil), "stampede_origin_"); err != nil {
+	if err := metrics.WriteText(&b, newRegistry(m, g, 1<<20, DefaultMaxCopies, DefaultBudgetWindow, nil), "stampede_origin_"); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "testdata/metrics.golden", b.Bytes())

@@ -32,6 +32,13 @@
 //     peers and the manifest's Link (overload.go, overloadanswer.go);
 //     otherwise, or when no piece can be given, 503 Service Unavailable with
 //     Retry-After. HEAD, 304, manifests and bundle indexes always pass.
+//   - Each file version has an egress budget, MaxCopies copies per
+//     BudgetWindow (budget.go): past it a swarm client (Stampede-
+//     Capabilities: overload) gets only pieces no swarm client got in the
+//     window, unless it says it downloads alone (Stampede-Suppliers: 0),
+//     and otherwise 503 with Stampede-Budget: spent and the window's end
+//     as Retry-After. Plain clients are never refused, and count. Every
+//     body to a swarm client carries Stampede-Budget: what is left.
 //   - An HTML page P of Dir links its bundle, the page and its same-origin
 //     assets in one resource at /.well-known/stampede/bundle/P, served and
 //     swarmed like a file, with its table of contents at
@@ -61,7 +68,8 @@
 // every request goes through: accounting, shaping, admission, the write idle
 // timeout), overload.go
 // (the overload policy), handout.go (which piece an overload answer
-// carries), overloadanswer.go (the answer), dir.go (serving a directory),
+// carries), overloadanswer.go (the answer), budget.go (the egress
+// budget), dir.go (serving a directory),
 // bundle.go and assets.go (bundles of HTML pages), upstream.go (fronting a
 // web server), cache.go (the manifest cache), cachegc.go (keeping its
 // directory bounded), trackers.go (trackers in manifests), metrics.go,
@@ -74,6 +82,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -108,6 +117,8 @@ const (
 	DefaultOverloadTransfers = 16
 	DefaultOverloadCopies    = 1
 	DefaultOverloadWindow    = 30 * time.Second
+	DefaultMaxCopies         = 1.5
+	DefaultBudgetWindow      = 5 * time.Minute
 	DefaultResendAfter       = 3 * time.Second
 	DefaultMemoryManifests   = 256
 	DefaultCacheMaxBytes     = 256 << 20
@@ -166,6 +177,23 @@ type Config struct {
 	// DefaultOverloadCopies and DefaultOverloadWindow.
 	OverloadCopies int
 	OverloadWindow time.Duration
+
+	// MaxCopies is the egress budget (budget.go): at most this many copies
+	// of each file version go to swarm clients per BudgetWindow, every body
+	// byte of the version counted, overload answers and plain clients'
+	// included. Past it a swarm client is still served a piece not sent to
+	// a swarm client this window, and so is one that says it downloads
+	// alone (contract.SuppliersHeader 0); the others get 503 with
+	// contract.BudgetHeader "spent" and the pieces from the swarm. Plain
+	// clients are never refused. Overload answers count against it, and
+	// past it carry only pieces not sent this window: OverloadCopies bounds
+	// overload mode within it. Default DefaultMaxCopies; at least 1 (every
+	// piece must get out); negative: no budget.
+	MaxCopies float64
+	// BudgetWindow is the period MaxCopies counts over, from the first body
+	// charged. Default DefaultBudgetWindow: minutes, to hold a whole flash
+	// crowd (budget.go says why).
+	BudgetWindow time.Duration
 
 	// ResendAfter: a swarm peer's piece request whose piece and candidates
 	// (pick.go) all went to swarm peers less than ResendAfter ago (from the
@@ -275,7 +303,9 @@ type Server struct {
 	// handouts chooses the piece of each overload answer.
 	handouts *handouts
 	// picks remembers which pieces of each file went out (pick.go).
-	picks   perFile[*sentLedger]
+	picks perFile[fileKey, *sentLedger]
+	// budgets are the files' egress budgets (budget.go); nil: none.
+	budgets *budgets
 	cache   *cache
 	metrics *series
 	reg     *prometheus.Registry // what /metrics serves
@@ -315,9 +345,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Rate < 0 || cfg.MaxTransfers < 0 || cfg.RetryAfter < 0 || cfg.MemoryManifests < 0 || cfg.ShutdownGrace < 0 ||
 		cfg.OverloadCopies < 0 || cfg.OverloadWindow < 0 || cfg.BundleMaxAssets < 0 || cfg.BundleMaxBytes < 0 ||
-		cfg.CacheMaxBytes < 0 {
+		cfg.CacheMaxBytes < 0 || cfg.BudgetWindow < 0 {
 		return nil, errors.New("origin: Rate, MaxTransfers, RetryAfter, MemoryManifests, ShutdownGrace, " +
-			"OverloadCopies, OverloadWindow, BundleMaxAssets, BundleMaxBytes and CacheMaxBytes must not be negative")
+			"OverloadCopies, OverloadWindow, BundleMaxAssets, BundleMaxBytes, CacheMaxBytes and BudgetWindow must not be negative")
 	}
 	if cfg.Private && cfg.SignKey == nil {
 		return nil, errors.New("origin: a private origin needs a signing key")
@@ -345,6 +375,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.OverloadWindow == 0 {
 		cfg.OverloadWindow = DefaultOverloadWindow
+	}
+	switch {
+	case cfg.MaxCopies == 0:
+		cfg.MaxCopies = DefaultMaxCopies
+	case cfg.MaxCopies < 0 || math.IsInf(cfg.MaxCopies, 1):
+		cfg.MaxCopies = 0 // no budget
+	case cfg.MaxCopies < 1 || math.IsNaN(cfg.MaxCopies):
+		return nil, fmt.Errorf("origin: MaxCopies %v: a budget must let at least one copy of each file through per window (negative: no budget)", cfg.MaxCopies)
+	}
+	if cfg.BudgetWindow == 0 {
+		cfg.BudgetWindow = DefaultBudgetWindow
 	}
 	if cfg.ResendAfter == 0 {
 		cfg.ResendAfter = DefaultResendAfter
@@ -384,7 +425,8 @@ func New(cfg Config) (*Server, error) {
 	s.gate = newGate(cfg.MaxTransfers, cfg.OverloadTransfers, cfg.Rate, cfg.RetryAfter, s.log)
 	s.pacer = newPacer(paceSlots)
 	s.handouts = newHandouts(cfg.OverloadCopies, cfg.OverloadWindow)
-	s.reg = newRegistry(s.metrics, s.gate, cfg.Rate, cfg.Tracker)
+	s.budgets = newBudgets(cfg.MaxCopies, cfg.BudgetWindow)
+	s.reg = newRegistry(s.metrics, s.gate, cfg.Rate, cfg.MaxCopies, cfg.BudgetWindow, cfg.Tracker)
 	s.metricsHandler = metrics.Handler(s.reg, s.log)
 	s.dash = dashboard.New(dashboard.Config{Snapshot: s.snapshot, Logger: s.log})
 	if err := s.init(); err != nil {

@@ -26,12 +26,16 @@ import (
 //	Stampede-Root: <the manifest's root, hex>
 //	Stampede-Peers: 192.0.2.7:7000, [2001:db8::5]:7000
 //	Retry-After: S                           (stay off the origin this long)
+//	Stampede-Budget: left=B, reset=T         (the file's egress budget, budget.go)
 //	Link: </.well-known/stampede/manifest/P>; rel="stampede-manifest"
 //	ETag, Last-Modified, Content-Type        (as for any response of the file)
 //
 // Stampede-Piece marks the answer: the piece is the origin's choice
 // (handout.go), which may differ from the range asked. Stampede-Peers is
 // absent when the origin runs no tracker or the tracker knows no peers.
+// Overload answers count against the file's egress budget; past it they
+// carry only pieces not sent to a swarm client in its window, and when
+// none is left the answer is the budget's 503 (budget.go).
 
 // overloadPeers is how many peers an overload answer names.
 const overloadPeers = 10
@@ -45,10 +49,11 @@ const (
 	outcomeNoManifest        // 503: the manifest of this version is not computed yet
 	outcomeExhausted         // 503: every piece went out OverloadCopies times this window
 	outcomeUpstream          // 503: upstream mode has no overload answers
+	outcomeBudget            // 503: past the file's egress budget, and every piece not handed out went out this window (budget.go)
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"piece", "legacy", "off", "full", "no-manifest", "exhausted", "upstream"}
+var outcomeNames = [numOutcomes]string{"piece", "legacy", "off", "full", "no-manifest", "exhausted", "upstream", "budget"}
 
 // capable reports whether r asks for overload mode.
 func capable(r *http.Request) bool {
@@ -80,7 +85,13 @@ func (w *respWriter) answerPiece() bool {
 	}
 	m := e.m
 	peers := w.s.peersHeader(m)
-	piece, retry, ok := w.s.handouts.pick(m, askedPiece(w.req, m), time.Now())
+	// Past the file's budget only a piece not sent this window may go.
+	unsent, reset := w.budgetFilter(m, m.PieceSize)
+	piece, retry, ok := w.s.handouts.pick(m, askedPiece(w.req, m), time.Now(), unsent)
+	if !ok && unsent != nil && retry.IsZero() {
+		w.outcome, w.spentReset, w.spentPeers = outcomeBudget, reset, peers
+		return false
+	}
 	if !ok {
 		w.outcome = outcomeExhausted
 		w.retry = max(w.retry, min(time.Until(retry), maxRetryAfter))
@@ -102,6 +113,11 @@ func (w *respWriter) answerPiece() bool {
 	}
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
+	if !w.spend(http.StatusPartialContent, h, n) {
+		// The piece went to a swarm client between the choice and now.
+		w.outcome = outcomeBudget
+		return false
+	}
 	w.sendHeader(http.StatusPartialContent)
 	w.onePiece = true
 	sent, err := w.copyBody(io.NewSectionReader(src.r, off, n))

@@ -209,8 +209,28 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		// another, each alone, waited ResendAfter for its pieces).
 		resend = 0
 	}
-	s.picks.with(m, now, fresh, func(l *sentLedger) {
-		got, undo, wait = l.choose(asked, cands, now, resend)
+	from, offer := asked, cands
+	if unsent, _ := w.budgetFilter(m, m.PieceLen(asked)); unsent != nil {
+		// Past the file's budget only a piece no swarm client got this
+		// window may go (budget.go): offer those alone, the first in place
+		// of the piece asked if that one went out.
+		var left []int
+		for _, c := range cands {
+			if unsent(c) {
+				left = append(left, c)
+			}
+		}
+		switch {
+		case unsent(asked) && len(left) == 0 && len(cands) > 0:
+			offer = []int{asked} // still a swarm peer's fetch
+		case unsent(asked):
+			offer = left
+		case len(left) > 0:
+			from, offer = left[0], left
+		}
+	}
+	s.picks.with(keyOf(m), now, fresh, func(l *sentLedger) {
+		got, undo, wait = l.choose(from, offer, now, resend)
 		again = l.count[got] > 1
 	})
 	if wait > 0 {
@@ -230,7 +250,7 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 			// not match, no response at all: the piece did not go out.
 			// The request is the client's again (an overload answer
 			// prefers the piece it asked for).
-			s.picks.with(m, time.Now(), fresh, func(*sentLedger) { undo() })
+			s.picks.with(keyOf(m), time.Now(), fresh, func(*sentLedger) { undo() })
 			w.Header().Del(contract.PieceHeader)
 			r.Header.Set("Range", asking)
 			return
@@ -248,9 +268,9 @@ func (s *Server) pickPiece(w *respWriter, r *http.Request, e *entry) (answered b
 		// still on its way (a busy origin sends tens at once) is not in
 		// the swarm yet. A body cut short did not send the piece.
 		w.delivered = func(complete bool) {
-			s.picks.with(m, time.Now(), fresh, func(l *sentLedger) {
+			s.picks.with(keyOf(m), time.Now(), fresh, func(l *sentLedger) {
 				if complete {
-					l.delivered(got, len(cands) > 0, time.Now())
+					l.delivered(got, len(offer) > 0, time.Now())
 				} else {
 					undo()
 				}

@@ -112,6 +112,17 @@ func (s *Server) modifyResponse(res *http.Response) error {
 	if !w.admit(res.StatusCode, res.ContentLength) {
 		return errOverloaded
 	}
+	if v := responseValidators(res.Header, -1); v.known() && identity(res.Header) {
+		// The resource's budget (budget.go), keyed as its manifest is.
+		key := res.Request.URL.String()
+		w.version = &version{key: versionKey{key, v}, entry: func() *entry {
+			e, _ := s.cache.lookup(key, v)
+			return e
+		}}
+		if !w.spend(res.StatusCode, res.Header, res.ContentLength) {
+			return errBudgetSpent
+		}
+	}
 	if m := w.req.Method; m != http.MethodGet && m != http.MethodHead {
 		return nil
 	}
@@ -148,6 +159,8 @@ func (s *Server) proxyError(rw http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case errors.Is(err, errOverloaded):
 		w.overloaded()
+	case errors.Is(err, errBudgetSpent):
+		w.budgetSpent()
 	case r.Context().Err() != nil:
 		s.log.Debug("proxied request abandoned by the client", "path", r.URL.Path, "err", err)
 	default:

@@ -19,6 +19,10 @@ import (
 // errOverloaded ends the body of a response that was turned into a 503.
 var errOverloaded = errors.New("origin: at the transfer limit")
 
+// errBudgetSpent turns a proxied response into the 503 of a spent budget
+// (budget.go).
+var errBudgetSpent = errors.New("origin: past the file's egress budget")
+
 // respWriter is the http.ResponseWriter every request is served through. It
 // records the status and the body bytes for the metrics, asks the overload
 // gate before a file body goes out, and shapes file bodies to Config.Rate.
@@ -43,6 +47,9 @@ type respWriter struct {
 	// source, if set, is what an overload answer is cut from: the file or
 	// bundle being served (overloadanswer.go).
 	source *pieceSource
+	// version, if set, is the file version whose budget the body is
+	// charged to (budget.go).
+	version *version
 	// picked, if set, is told once whether the piece pickPiece chose goes
 	// out (a 206 admitted by the gate) or not (pick.go); then delivered,
 	// when the handler is done, whether its whole body was written.
@@ -60,6 +67,13 @@ type respWriter struct {
 	piece    bool          // the gate said: answer with a piece
 	t        *transfer     // the admitted transfer or overload answer, nil if none
 	unpace   func()        // gives back the pacer's turn (pace.go), nil if none
+
+	// The budget (budget.go): whether it was asked, what it charged, and
+	// what a refusal says.
+	budgeted   bool
+	charge     *charge
+	spentReset time.Duration
+	spentPeers string
 }
 
 func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -73,6 +87,10 @@ func (w *respWriter) WriteHeader(code int) {
 		return
 	}
 	admitted := w.admit(code, contentLength(w.Header()))
+	if admitted && !w.spend(code, w.Header(), contentLength(w.Header())) {
+		w.budgetSpent()
+		return
+	}
 	if wait := w.queueFull(code); admitted && wait > 0 {
 		w.queueIsFull(wait)
 		return
@@ -229,6 +247,10 @@ func (w *respWriter) overloaded() {
 	}
 	w.leaveGate() // the piece answer's slot, unused
 	w.s.metrics.overload[w.outcome].Add(1)
+	if w.outcome == outcomeBudget {
+		w.budgetSpent()
+		return
+	}
 	w.reject()
 }
 
@@ -327,6 +349,7 @@ func (w *respWriter) finish() {
 	if w.unpace != nil {
 		w.unpace()
 	}
+	w.settleBudget()
 	if w.t != nil {
 		w.s.gate.leave(w.t)
 		if hook := w.s.testHookTransferDone; hook != nil {
