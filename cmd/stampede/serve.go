@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/stampede-dev/stampede/internal/units"
 	"github.com/stampede-dev/stampede/origin"
@@ -33,6 +36,21 @@ bounds overload mode's bytes to that many copies of the file per window). At mos
 clients when no piece can be given, gets 503 with Retry-After. A client that stops
 reading has its response ended after --write-idle-timeout, which frees its slot;
 a slow one still reading (about 2 KiB/s or more) is not cut.
+
+Egress budget: at most --max-copies copies of each file (each version of it) go to
+swarm clients per --budget-window, every body byte of the file counted: piece and
+range answers, overload answers, and plain clients' downloads. Past it a swarm
+client still gets a piece no swarm client got in the window (every piece gets out
+once a window), and so does one that says it has no peer delivering
+("Stampede-Suppliers: 0"); the others get 503 with "Stampede-Budget: spent" and
+Retry-After the window's end, and take those pieces from the swarm. Plain clients
+(curl, browsers, get --no-swarm) cannot use peers and are never refused. Each
+answer to a swarm client says what is left (Stampede-Budget: left=BYTES,
+reset=SECONDS). Overload answers count against the budget and, past it, hand out
+only pieces not sent in the window: --overload-copies per --overload-window bounds
+overload mode's share, --max-copies per --budget-window what the file costs in all.
+The window is minutes so that it holds a whole crowd: a copy of 512 MiB at
+40 Mbit/s takes 107 s, and a budget binds only where the origin could send more.
 
 Swarm peers' piece requests name the other pieces they would take; the origin
 sends one it has not sent to the swarm recently, the one sent least among
@@ -66,6 +84,10 @@ names the files.`)
 		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
 	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
 	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
+	maxCopies := fs.String("max-copies", strconv.FormatFloat(origin.DefaultMaxCopies, 'g', -1, 64),
+		"egress budget: at most `B` copies of each file to swarm clients per --budget-window, B at least 1, or off for none; "+
+			"past it they get only pieces not sent in the window unless alone; plain clients are never refused")
+	budgetWindow := fs.Duration("budget-window", origin.DefaultBudgetWindow, "period over which --max-copies counts, from the first byte of a file sent after the last window")
 	resendAfter := fs.Duration("resend-after", origin.DefaultResendAfter,
 		"answer a swarm peer 503 \"in swarm\" for pieces sent to other peers less than this long ago (0: always send them again)")
 	writeIdle := fs.Duration("write-idle-timeout", origin.DefaultWriteIdleTimeout,
@@ -107,6 +129,10 @@ names the files.`)
 	if cfg.Rate, err = units.ParseRate(*rate); err != nil {
 		return usageErrorf("--rate: %v", err)
 	}
+	if cfg.MaxCopies, err = parseMaxCopies(*maxCopies); err != nil {
+		return err
+	}
+	cfg.BudgetWindow = *budgetWindow
 	switch {
 	case *maxTransfers < 1:
 		return usageErrorf("--max-transfers must be at least 1, got %d", *maxTransfers)
@@ -118,6 +144,8 @@ names the files.`)
 		return usageErrorf("--overload-copies must be at least 1, got %d", *overloadCopies)
 	case *overloadWindow <= 0:
 		return usageErrorf("--overload-window must be positive, got %v", *overloadWindow)
+	case *budgetWindow <= 0:
+		return usageErrorf("--budget-window must be positive, got %v", *budgetWindow)
 	case *writeIdle < 0:
 		return usageErrorf("--write-idle-timeout must not be negative, got %v", *writeIdle)
 	case *resendAfter < 0:
@@ -232,4 +260,20 @@ names the files.`)
 		e.ready(addr)
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// parseMaxCopies reads --max-copies: a number of copies, at least 1, or
+// "off", which is origin.Config's negative MaxCopies.
+func parseMaxCopies(v string) (float64, error) {
+	if strings.EqualFold(v, "off") {
+		return -1, nil
+	}
+	b, err := strconv.ParseFloat(v, 64)
+	switch {
+	case err != nil || math.IsNaN(b) || math.IsInf(b, 0):
+		return 0, usageErrorf("--max-copies %q: want a number of copies of each file per window (1.5, 3), or off", v)
+	case b < 1:
+		return 0, usageErrorf("--max-copies %s: at least 1, since every piece must get out once a window; off turns the budget off", v)
+	}
+	return b, nil
 }

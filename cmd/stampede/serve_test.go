@@ -43,6 +43,15 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--overload-transfers", "-1"},
 		{dir, "--overload-copies", "0"},
 		{dir, "--overload-window", "0s"},
+		{dir, "--max-copies", "0.5"},
+		{dir, "--max-copies", "-1"},
+		{dir, "--max-copies", "0"},
+		{dir, "--max-copies", "abc"},
+		{dir, "--max-copies", "NaN"},
+		{dir, "--max-copies", "inf"},
+		{dir, "--max-copies", ""},
+		{dir, "--budget-window", "0s"},
+		{dir, "--budget-window", "-5m"},
 		{dir, "--write-idle-timeout", "-1s"},
 		{dir, "--resend-after", "-1s"},
 		{dir, "--no-such-flag"},
@@ -179,7 +188,7 @@ func TestServeHelp(t *testing.T) {
 		t.Fatalf("help serve: exit %d", code)
 	}
 	for _, flag := range []string{"--listen", "--upstream", "--rate", "--max-transfers", "--retry-after", "--cache-dir", "--warm", "--tracker", "--no-tracker",
-		"--overload-transfers", "--overload-copies", "--overload-window", "--write-idle-timeout", "--resend-after", "--dotfiles", "--no-listing", "-q, --quiet", "-v, --verbose", "stampede-bundle"} {
+		"--overload-transfers", "--overload-copies", "--overload-window", "--max-copies", "--budget-window", "Stampede-Budget", "--write-idle-timeout", "--resend-after", "--dotfiles", "--no-listing", "-q, --quiet", "-v, --verbose", "stampede-bundle"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help serve does not mention %s:\n%s", flag, stdout.String())
 		}
@@ -320,5 +329,42 @@ func TestServeOpenTracker(t *testing.T) {
 	}
 	if code, _, stderr := runCmd(t, "serve", dir, "--no-tracker", "--open-tracker"); code != exitUsage {
 		t.Errorf("--open-tracker with --no-tracker: exit %d, %s", code, stderr)
+	}
+}
+
+// TestServeMaxCopies: --max-copies and --budget-window reach the origin
+// (its /metrics say so), "off" turns the budget off, and a bad value is
+// refused with a word on what is wanted.
+func TestServeMaxCopies(t *testing.T) {
+	www := t.TempDir()
+	writeFile(t, www, "hello.txt", []byte("hello"))
+	for _, c := range []struct {
+		args   []string
+		copies string
+		window string
+	}{
+		{nil, "1.5", "300"},
+		{[]string{"--max-copies", "3", "--budget-window", "10m"}, "3", "600"},
+		{[]string{"--max-copies", "OFF"}, "0", "300"},
+	} {
+		base := startServe(t, append([]string{www}, c.args...)...)
+		res, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		for _, want := range []string{"stampede_origin_budget_copies " + c.copies + "\n", "stampede_origin_budget_window_seconds " + c.window + "\n"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("serve %q: /metrics lacks %q", c.args, want)
+			}
+		}
+	}
+	for arg, want := range map[string]string{"0.5": "at least 1", "abc": "want a number", "0": "off turns the budget off"} {
+		var stderr bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
+		if code := run(t.Context(), []string{"serve", www, "--cache-dir", t.TempDir(), "--max-copies", arg}, e); code != exitUsage || !strings.Contains(stderr.String(), want) {
+			t.Errorf("--max-copies %s: exit %d, %q; want %d and %q", arg, code, stderr.String(), exitUsage, want)
+		}
 	}
 }
