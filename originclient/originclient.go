@@ -3,8 +3,9 @@
 // the manifest, pieces by Range with the checks that keep a download
 // honest (validators and If-Range, Content-Range, Content-Length), the
 // origin's answers beyond plain HTTP (an overload answer's other piece and
-// peers, a pick among the candidates offered, "in swarm", 503 with
-// Retry-After), and the retry rules around all of it. The names it speaks
+// peers, a pick among the candidates offered, "in swarm", the egress
+// budget's refusal and what is left of it, 503 with Retry-After), and the
+// retry rules around all of it. The names it speaks
 // are package contract's.
 //
 // Package fetch (stampede get) and the gateway use it, and through Source
@@ -29,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 )
 
@@ -182,6 +184,8 @@ type Client struct {
 
 	mu       sync.Mutex // guards the following
 	requests map[string]int
+	budget   contract.Budget // the latest an answer told (Budget)
+	budgetAt time.Time       // zero: none yet
 }
 
 // New returns a Client for cfg, its zero fields set to their defaults.
@@ -221,6 +225,24 @@ func (c *Client) Requests() map[string]int {
 // Received counts the body bytes of pieces received (FetchPiece), those of
 // rejected pieces included.
 func (c *Client) Received() int64 { return c.received.Load() }
+
+// Budget is the file's egress budget as the latest piece answer that told
+// it said (contract.BudgetHeader), when that answer came, and false if
+// none has. A stampede origin tells every swarm client's piece answer: the
+// bytes of the file it may still send swarm clients in its window, and
+// when the window ends. For a Client fetching one file (stampede get's)
+// it is that file's; Source.Budget is one file's.
+func (c *Client) Budget() (b contract.Budget, at time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.budget, c.budgetAt, !c.budgetAt.IsZero()
+}
+
+func (c *Client) noteBudget(b contract.Budget) {
+	c.mu.Lock()
+	c.budget, c.budgetAt = b, time.Now()
+	c.mu.Unlock()
+}
 
 func (c *Client) count(reason string) {
 	c.mu.Lock()

@@ -33,6 +33,11 @@ type PieceRequest struct {
 	// Candidates are other pieces the origin may send instead (a pick
 	// answer; the piece got is then in Got).
 	Candidates []int
+	// Alone, with Overload (a swarm fetch), tells the origin that no
+	// neighbour delivers to us (contract.SuppliersHeader: 0): we have
+	// nowhere else to get the piece, and a stampede origin serves it past
+	// the file's egress budget.
+	Alone bool
 	// Idle, if set, ends the request when the origin sends nothing for
 	// that long: no answer, or no body byte (ErrIdle).
 	Idle time.Duration
@@ -44,6 +49,10 @@ type PieceRequest struct {
 	// Got is the piece the answer carried (Piece, or the origin's pick),
 	// set by FetchPiece.
 	Got int
+	// Budget is the file's egress budget as the answer told it
+	// (contract.BudgetHeader: a stampede origin tells swarm clients), set
+	// by FetchPiece; nil when it did not.
+	Budget *contract.Budget
 	// HandedOff is set once Buf went to Put.
 	HandedOff bool
 }
@@ -56,6 +65,24 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string { return fmt.Sprintf("server busy (503), retry after %v", e.Wait) }
+
+// BudgetError is a stampede origin's refusal past the file's egress budget
+// (503 with contract.BudgetHeader "spent"): the piece asked and every
+// candidate went to swarm clients in the budget's current window, so the
+// swarm has them. It is neither a failure of the origin (no backoff, no
+// giving up) nor a busy origin (other pieces may still come from it):
+// leave those pieces to the swarm for Wait, the Retry-After (held to 60 s
+// like any), and ask again after it. Reset is when the window ends and the
+// budget is whole again; Peers, those the origin named.
+type BudgetError struct {
+	Wait, Reset time.Duration
+	Peers       []string
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("the origin's egress budget for the file is spent and the pieces asked went out in its window "+
+		"(get them from the swarm; retry after %v, budget back in %v)", e.Wait, e.Reset)
+}
 
 // OverloadAnswer is an overloaded origin's answer to a piece request: it
 // sent (and Put took) another piece, named peers, and asks the client to
@@ -79,8 +106,10 @@ const maxAnswerPeers = 50
 // Content-Range, Content-Length), reads it into p.Buf and hands it to
 // p.Put. Besides the error classes, it returns an *OverloadAnswer, a
 // *BusyError, a *node.InSwarmError (a 503 saying the pieces offered are
-// all in the swarm), ErrNoRanges (the server sent the whole file) or
-// ErrIdle.
+// all in the swarm), a *BudgetError (a 503 saying the file's egress
+// budget is spent and the pieces asked went out in its window),
+// ErrNoRanges (the server sent the whole file) or ErrIdle. p.Budget is
+// what the answer said of the budget, whatever it was.
 func (c *Client) FetchPiece(ctx context.Context, m *manifest.Manifest, in *Resource, p *PieceRequest) error {
 	i := p.Piece
 	off, n := m.PieceOffset(i), m.PieceLen(i)
@@ -95,12 +124,23 @@ func (c *Client) FetchPiece(ctx context.Context, m *manifest.Manifest, in *Resou
 	if len(p.Candidates) > 0 {
 		hdr.Set(contract.CandidatesHeader, contract.FormatCandidates(p.Candidates))
 	}
-	p.Got = i
+	if p.Alone && p.Overload {
+		hdr.Set(contract.SuppliersHeader, contract.FormatSuppliers(0))
+	}
+	p.Got, p.Budget = i, nil
 	resp, err := c.doWatched(ctx, in.URL, hdr, p.Reason, p.Idle)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if v := resp.Header.Get(contract.BudgetHeader); v != "" {
+		if b, err := contract.ParseBudget(v); err == nil {
+			p.Budget = &b
+			c.noteBudget(b)
+		} else {
+			c.cfg.Logger.Debug("ignoring a malformed budget", "url", in.URL, "err", err)
+		}
+	}
 	if err := CheckValidators(resp.Header, etag, lm); err != nil {
 		return err
 	}
@@ -116,6 +156,12 @@ func (c *Client) FetchPiece(ctx context.Context, m *manifest.Manifest, in *Resou
 	case http.StatusOK:
 		return ErrNoRanges
 	case http.StatusServiceUnavailable:
+		if p.Budget != nil && p.Budget.Spent {
+			// Its short body is read, so the connection is kept.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			return &BudgetError{Wait: retryAfter(resp.Header, time.Now()), Reset: p.Budget.Reset,
+				Peers: contract.ParsePeers(resp.Header.Values(contract.PeersHeader), maxAnswerPeers)}
+		}
 		if resp.Header.Get(contract.InSwarmHeader) != "" && len(p.Candidates) > 0 {
 			// Only an answer to our candidates: otherwise it is a 503
 			// like any other. Its short body is read, so the connection

@@ -196,6 +196,8 @@ type Source struct {
 
 	mu       sync.Mutex // guards the following
 	rejected int
+	budget   contract.Budget // the latest an answer told (Budget)
+	budgetAt time.Time
 }
 
 // Open probes u with HEAD, fetches the manifest its Link names and checks

@@ -22,11 +22,24 @@ import (
 // peers) go to the node nd returns, which must be set before the node
 // runs.
 func (s *Source) Fetcher(st *store.File, nd func() *node.Node) node.OriginFetcher {
-	return s.c.Fetcher(s.m, s.in, st, func() {
+	return s.c.fetcher(s.m, s.in, st, func() {
 		s.mu.Lock()
 		s.rejected++
 		s.mu.Unlock()
-	}, nd)
+	}, nd, func(b contract.Budget) {
+		s.mu.Lock()
+		s.budget, s.budgetAt = b, time.Now()
+		s.mu.Unlock()
+	})
+}
+
+// Budget is the file's egress budget as the latest answer to this
+// source's Fetcher that told it said (Client.Budget), when it came, and
+// false if none has.
+func (s *Source) Budget() (b contract.Budget, at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.budget, s.budgetAt, !s.budgetAt.IsZero()
 }
 
 // Fetcher is the origin side of a swarm download of the file in, whose
@@ -34,7 +47,21 @@ func (s *Source) Fetcher(st *store.File, nd func() *node.Node) node.OriginFetche
 // retrying and those that end the download (node.FatalError). onRejected,
 // if set, is called for each corrupt piece (serialised); nd returns the
 // node, which hears of pieces and peers an overloaded origin hands out.
+//
+// A fetch for reason no-peers says so to the origin (PieceRequest.Alone),
+// which serves it past the file's egress budget. The budget's refusal
+// (*BudgetError) comes back wrapped with a *node.InSwarmError of its wait:
+// neither a failure nor a busy origin, the node leaves the pieces it named
+// to the swarm for that long, as it does those sent to other peers just
+// now.
 func (c *Client) Fetcher(m *manifest.Manifest, in *Resource, st *store.File, onRejected func(), nd func() *node.Node) node.OriginFetcher {
+	return c.fetcher(m, in, st, onRejected, nd, nil)
+}
+
+// fetcher is Fetcher, telling onBudget, if set, what each answer that
+// says so says of the file's budget.
+func (c *Client) fetcher(m *manifest.Manifest, in *Resource, st *store.File, onRejected func(), nd func() *node.Node,
+	onBudget func(contract.Budget)) node.OriginFetcher {
 	var (
 		bufs       = make(chan []byte, 8) // piece buffers for origin fetches, reused
 		mu         sync.Mutex             // guards the following
@@ -61,9 +88,12 @@ func (c *Client) Fetcher(m *manifest.Manifest, in *Resource, st *store.File, onR
 		}
 		mu.Lock()
 		p := &PieceRequest{Piece: piece, Buf: buf, Reason: contract.ReasonOriginPrefix + f.Reason,
-			Overload: true, Candidates: f.Candidates, Idle: idle, Put: put}
+			Overload: true, Candidates: f.Candidates, Alone: f.Reason == swarm.ReasonNoPeers, Idle: idle, Put: put}
 		mu.Unlock()
 		err = c.FetchPiece(ctx, m, in, p)
+		if p.Budget != nil && onBudget != nil {
+			onBudget(*p.Budget)
+		}
 		mu.Lock()
 		switch {
 		case errors.Is(err, ErrIdle) && ctx.Err() == nil:
@@ -93,6 +123,14 @@ func (c *Client) Fetcher(m *manifest.Manifest, in *Resource, st *store.File, onR
 		}
 		if _, ok := errors.AsType[*node.InSwarmError](err); ok {
 			return -1, 0, err // not a failure: the swarm has the pieces
+		}
+		if be, ok := errors.AsType[*BudgetError](err); ok {
+			// Not a failure either, nor a busy origin: the pieces named
+			// went to swarm clients in the budget's window.
+			if len(be.Peers) > 0 {
+				nd().AddPeers(ctx, be.Peers)
+			}
+			return -1, 0, fmt.Errorf("%w; %w", be, &node.InSwarmError{Wait: be.Wait})
 		}
 		if be, ok := errors.AsType[*BusyError](err); ok && len(be.Peers) > 0 {
 			nd().AddPeers(ctx, be.Peers)
