@@ -1,6 +1,11 @@
 package bench
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
 
 // Bounds on the time to deliver one file to a crowd, in the fluid model of
 // Kumar and Ross (2006), as ../shared/BENCHMARKS.md states them. All rates
@@ -107,4 +112,98 @@ func sumCapped(rates []float64) (float64, bool) {
 		s += r
 	}
 	return s, len(rates) > 0
+}
+
+// DefaultBudget is stampede serve's --max-copies when a scenario's
+// serve_args do not give one: origin.DefaultMaxCopies (a test holds them
+// equal).
+const DefaultBudget = 1.5
+
+// BudgetOf is the egress budget of a scenario's origin, in copies of the
+// file per window (serve --max-copies): the last --max-copies in its
+// serve_args, else serve's default; +Inf for "off". A value serve would
+// refuse is an error.
+func BudgetOf(s *Scenario) (float64, error) {
+	b := DefaultBudget
+	for i, a := range s.ServeArgs {
+		v, ok := strings.CutPrefix(a, "--max-copies=")
+		if !ok && a == "--max-copies" {
+			if i+1 >= len(s.ServeArgs) {
+				return 0, fmt.Errorf("serve_args: --max-copies without a value")
+			}
+			v, ok = s.ServeArgs[i+1], true
+		}
+		if !ok {
+			continue
+		}
+		if strings.EqualFold(v, "off") {
+			b = math.Inf(1)
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 1 {
+			return 0, fmt.Errorf("serve_args: --max-copies %q: want a number of copies, at least 1, or off", v)
+		}
+		b = f
+	}
+	return b, nil
+}
+
+// TKRB is T_KR when the origin sends at most b copies of the file (its
+// egress budget, serve --max-copies), so the peers carry the other N-b:
+//
+//	T_KR(B) = max( T_KR , (N-B)*F/sum(u_i) )
+//
+// It is T_KR(R) with the budget for R: the bound stampede is held to,
+// where T_KR(R) judges a run by the copies it took. The budget counts per
+// window (serve --budget-window), so a crowd that outlasts one may get B
+// again in the next; the bound takes one window. With no budget (+Inf), or
+// b >= N, it is T_KR.
+func (c Crowd) TKRB(b float64) float64 { return c.TKRR(b) }
+
+// MeanBound is the least mean completion time of a crowd whose peers all
+// start together and leave on completion, when the origin sends at most b
+// copies of the file. For a uniform crowd (every peer's uplink u, downlink
+// d):
+//
+//	mean >= max( F/u_s , F/d , (N-B)*F/sum(u_i) )
+//
+// Why: no peer is done before the origin has sent a whole copy (F/u_s:
+// each byte of the file leaves the origin once at least, at u_s), nor
+// before it received one (F/d). The peers must carry N-B copies between
+// them; a peer uploads while it is there, at most u until it is done at
+// t_i, so sum(u*t_i) = u*N*mean >= (N-B)*F. That is the bound.
+//
+// For a crowd of different peers the same three facts make a small linear
+// program: minimise sum(t_i) with t_i >= L_i = max(F/u_s, F/d_i) and
+// sum(u_i*t_i) >= (N-B)*F. The cheapest way to meet the upload is to keep
+// the fastest uploader longer, so the bound is
+//
+//	mean >= ( sum(L_i) + max(0, (N-B)*F - sum(u_i*L_i)) / max(u_i) ) / N
+//
+// which is the formula above when the crowd is uniform. It is a bound, not
+// a forecast: it lets the fastest peer stay for everyone, and it ignores
+// that a peer uploads only what it holds. Peers that arrive over time (a
+// Poisson crowd) are not covered. An uncapped uplink, or b >= N, leaves
+// the first two terms.
+func (c Crowd) MeanBound(b float64) float64 {
+	n := len(c.Up)
+	if n == 0 {
+		return 0
+	}
+	f := float64(c.Size)
+	origin := div(f, c.OriginUp)
+	var sumL, carried, fastest float64
+	for i := range n {
+		l := max(origin, div(f, c.Down[i]))
+		sumL += l
+		carried += c.Up[i] * l
+		fastest = max(fastest, c.Up[i])
+	}
+	if _, ok := sumCapped(c.Up); ok && float64(n) > b {
+		if need := (float64(n)-b)*f - carried; need > 0 {
+			sumL += need / fastest
+		}
+	}
+	return sumL / float64(n)
 }

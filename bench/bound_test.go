@@ -3,6 +3,8 @@ package bench
 import (
 	"math"
 	"testing"
+
+	"github.com/stampede-dev/stampede/origin"
 )
 
 const MiB = 1 << 20
@@ -105,5 +107,107 @@ func TestCrowdOfScenario(t *testing.T) {
 	}
 	if !near(c.TKR(), 33.554432) {
 		t.Errorf("flash20 T_KR = %v", c.TKR())
+	}
+}
+
+func TestBudgetBoundsHandWorked(t *testing.T) {
+	// adsl: N = 50, F = 16 MiB = 16777216 B, u_s = 50 Mbit/s = 6.25e6 B/s,
+	// u = 1 Mbit/s = 125000 B/s, d = 16 Mbit/s = 2e6 B/s; sum u = 6.25e6.
+	//   F/u_s = 2.68435456 s, F/d = 8.388608 s,
+	//   N*F/(u_s+sum u) = 838860800/12.5e6 = 67.108864 s  -> T_KR.
+	// B = 1.5: (N-B)*F/sum u = 48.5*16777216/6.25e6 = 130.19119616 s, which
+	// binds T_KR(B) and, the crowd being uniform, the mean's bound too.
+	// B = 10: 40*16777216/6.25e6 = 107.3741824 s.
+	// No budget: T_KR, and the mean's bound is F/d.
+	adsl := uniform(50, 16*MiB, 6.25e6, 125000, 2e6)
+	tests := []struct {
+		name       string
+		c          Crowd
+		b          float64
+		tkrb, mean float64
+	}{
+		{"adsl B=1.5", adsl, 1.5, 130.19119616, 130.19119616},
+		{"adsl B=10", adsl, 10, 107.3741824, 107.3741824},
+		{"adsl off", adsl, math.Inf(1), 67.108864, 8.388608},
+		// flash50 (u_s = 8, u = 8, d = 20 Mbit/s): the origin binds
+		// whatever the budget; every peer waits for its copy:
+		// F/u_s = 33554432/1e6 = 33.554432 s; (50-1.5)*33554432/50e6 = 32.547799 s.
+		{"flash50 B=1.5", uniform(50, 32*MiB, 1e6, 1e6, 2.5e6), 1.5, 33.554432, 33.554432},
+		// A mixed crowd of 3, d uncapped, F = 12e6, u_s = 1e6, B = 1:
+		//   L_i = F/u_s = 12 s each, carried by then 12*(1e5+1e5+4e5) = 7.2e6
+		//   of the (3-1)*12e6 = 24e6 the peers must carry; the rest, 16.8e6,
+		//   at the fastest uplink 4e5 takes 42 s more: mean >= (36+42)/3 = 26 s.
+		// T_KR(B): 24e6/6e5 = 40 s (N*F/(u_s+sum u) = 36e6/1.6e6 = 22.5 s).
+		// The uniform formula would say 40 s for the mean, which is
+		// no bound here: one peer staying 54 s carries what is needed.
+		{"mixed", Crowd{Size: 12e6, OriginUp: 1e6, Up: []float64{1e5, 1e5, 4e5}, Down: []float64{0, 0, 0}}, 1, 40, 26},
+		// Uncapped uplinks: no carrying term.
+		{"uncapped peers", uniform(10, 10e6, 1e6, 0, 0), 1.5, 10, 10},
+		{"empty crowd", Crowd{Size: 1e6, OriginUp: 1e6}, 1.5, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.TKRB(tt.b); !near(got, tt.tkrb) {
+				t.Errorf("TKRB(%g) = %.9f, want %.9f", tt.b, got, tt.tkrb)
+			}
+			if got := tt.c.MeanBound(tt.b); !near(got, tt.mean) {
+				t.Errorf("MeanBound(%g) = %.9f, want %.9f", tt.b, got, tt.mean)
+			}
+			if tt.c.TKRB(tt.b) < tt.c.TKR() {
+				t.Errorf("T_KR(B) below T_KR")
+			}
+		})
+	}
+}
+
+// TestMeanBoundUniform: for a uniform crowd the bound is the issue's
+// max(F/u_s, F/d, (N-B)*F/sum u), whichever term binds.
+func TestMeanBoundUniform(t *testing.T) {
+	for _, n := range []int{1, 2, 20, 500} {
+		for _, b := range []float64{1, 1.5, 4, 1000} {
+			for _, rates := range [][3]float64{{1e6, 1e6, 2.5e6}, {1e7, 1e5, 2e6}, {1e5, 1e7, 1e6}, {6.25e6, 125000, 2e6}} {
+				us, u, d := rates[0], rates[1], rates[2]
+				c := uniform(n, 32*MiB, us, u, d)
+				f, nf := float64(c.Size), float64(n)
+				want := max(f/us, f/d, (nf-b)*f/(nf*u))
+				if got := c.MeanBound(b); !near(got, want) {
+					t.Errorf("N=%d B=%g rates %v: MeanBound = %.9f, want %.9f", n, b, rates, got, want)
+				}
+				if c.MeanBound(b) > c.TKRB(b)*(1+1e-9) {
+					t.Errorf("N=%d B=%g rates %v: the mean's bound %.3f is above the last's %.3f", n, b, rates, c.MeanBound(b), c.TKRB(b))
+				}
+			}
+		}
+	}
+}
+
+func TestBudgetOf(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want float64
+	}{
+		{nil, DefaultBudget},
+		{[]string{"--max-transfers", "256"}, DefaultBudget},
+		{[]string{"--max-copies", "3"}, 3},
+		{[]string{"--max-copies=2.5", "--rate", "8Mbit"}, 2.5},
+		{[]string{"--max-copies", "off"}, math.Inf(1)},
+		{[]string{"--max-copies", "2", "--max-copies", "4"}, 4}, // the last one, as a flag parser takes it
+	} {
+		got, err := BudgetOf(&Scenario{ServeArgs: c.args})
+		if err != nil || got != c.want {
+			t.Errorf("BudgetOf(%q) = %v, %v; want %v", c.args, got, err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"--max-copies", "0.5"}, {"--max-copies"}, {"--max-copies=abc"}, {"--max-copies", "NaN"}} {
+		if got, err := BudgetOf(&Scenario{ServeArgs: args}); err == nil {
+			t.Errorf("BudgetOf(%q) = %v, want an error", args, got)
+		}
+	}
+}
+
+// TestDefaultBudgetIsServes: the bench's default budget is serve's.
+func TestDefaultBudgetIsServes(t *testing.T) {
+	if DefaultBudget != origin.DefaultMaxCopies {
+		t.Errorf("bench.DefaultBudget %v, origin.DefaultMaxCopies %v", DefaultBudget, origin.DefaultMaxCopies)
 	}
 }
