@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: build demo test test-deps lint bench bench-deps fuzz man clean
+.PHONY: build demo test test-deps lint bench bench-table bench-screen bench-deps fuzz man clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
@@ -45,6 +45,23 @@ bench: build
 	./scripts/bench-get.sh
 	./scripts/bench-gateway.sh
 	./bin/stampede bench --skip-unavailable --out bench/out --doc docs/benchmarks.md $(BENCH_SCENARIOS)
+
+# Issue 30's table: every kind of crowd (mixed links, ADSL uplinks, a fast
+# origin, a big file, a tiny object, churn, flash50), stampede and aria2 side
+# by side, 3 runs each (tiny also against plain HTTP): about an hour on 2
+# cores. Tables into docs/benchmarks.md.
+BENCH_TABLE ?= mixed adsl fast-origin big tiny churn
+bench-table: build
+	./scripts/install-bench-deps.sh --if-root
+	./bin/stampede bench --skip-unavailable --out bench/out --doc docs/benchmarks.md $(BENCH_TABLE)
+	./bin/stampede bench --skip-unavailable --systems stampede,aria2 --out bench/out --doc docs/benchmarks.md flash50
+
+# A screening subset of the table for trying ideas: stampede alone, one run
+# of each crowd but the big file, a few minutes. Nothing is written to the
+# docs; reports go to bench/out/screen.
+BENCH_SCREEN ?= mixed adsl fast-origin tiny churn flash50
+bench-screen: build
+	./bin/stampede bench --skip-unavailable --systems stampede --reps 1 --out bench/out/screen $(BENCH_SCREEN)
 
 # The manual page, generated from the help: commit it with the change to the
 # help (TestManPage fails while docs/stampede.1 differs). Read it with

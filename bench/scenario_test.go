@@ -8,7 +8,7 @@ import (
 
 func TestStandardScenariosParse(t *testing.T) {
 	names := StandardScenarios()
-	for _, want := range []string{"ci", "faults", "flash20", "flash50", "staggered", "poisson", "pool"} {
+	for _, want := range []string{"ci", "faults", "flash20", "flash50", "staggered", "poisson", "pool", "mixed", "adsl", "fast-origin", "big", "tiny", "churn"} {
 		found := false
 		for _, n := range names {
 			found = found || n == want
@@ -156,7 +156,7 @@ func TestParseScenarioErrors(t *testing.T) {
 }
 
 func TestLoadScenarioErrors(t *testing.T) {
-	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: ci, faults, flash20") {
+	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: adsl, big, churn, ci, fast-origin, faults, flash20") {
 		t.Errorf("LoadScenario(nosuch) = %v", err)
 	}
 	if _, err := LoadScenario("./nosuch.txt"); err == nil {

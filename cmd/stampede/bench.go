@@ -59,7 +59,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%-10s %s (%s)\n", name, sc.Summary(), sc.Backend)
+			fmt.Fprintf(e.stdout, "%-12s %s (%s)\n", name, sc.Summary(), sc.Backend)
 		}
 		return nil
 	case *cleanup:
