@@ -66,6 +66,9 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 	fmt.Fprintf(&b, "<p>Bounds (fluid model): <b>T<sub>KR</sub> = %s</b>, the least time any system could take with these caps; "+
 		"plain HTTP needs at least <b>%s</b>. They are explained under the table.</p>\n",
 		esc(secs(r.TKR)), esc(secs(r.HTTPBound)))
+	if r.TKRB > 0 {
+		b.WriteString(r.budgetHTML())
+	}
 
 	b.WriteString("<h2>Summary</h2>\n<div class=\"wide\"><table>\n")
 	for i, row := range r.tableRows() {
@@ -95,7 +98,7 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 
 	b.WriteString("<h2>Completion</h2>\n")
 	b.WriteString(r.cdfPlot().svg())
-	b.WriteString("<figcaption>Fraction of the peers done against their completion time, per system. Dashed: T<sub>KR</sub> (black) and the HTTP bound (grey); dotted: T<sub>KR</sub>(R) of each system where it exceeds T<sub>KR</sub>.</figcaption>\n")
+	b.WriteString("<figcaption>Fraction of the peers done against their completion time, per system. Dashed: T<sub>KR</sub> (black) and the HTTP bound (grey); dotted: T<sub>KR</sub>(B) (black) and T<sub>KR</sub>(R) of each system where they exceed T<sub>KR</sub>.</figcaption>\n")
 
 	b.WriteString("<h2>Origin</h2>\n")
 	b.WriteString(r.originRatePlot().svg())
@@ -201,6 +204,9 @@ func (r *Report) cdfPlot() *plot {
 		if run.TKRR > run.TKR*1.01 {
 			p.VLines = append(p.VLines, marker{At: run.TKRR, Label: "T_KR(R)", Color: colorOf(s.System), Dash: "2,3"})
 		}
+	}
+	if r.TKRB > r.TKR*1.01 {
+		p.VLines = append(p.VLines, marker{At: r.TKRB, Label: "T_KR(B)", Color: "#000", Dash: "2,3"})
 	}
 	p.VLines = append(p.VLines, marker{At: r.TKR, Label: "T_KR", Color: "#000", Dash: "6,4"},
 		marker{At: r.HTTPBound, Label: "HTTP bound", Color: "#888", Dash: "6,4"})
@@ -613,4 +619,28 @@ func tickLabel(v, step float64) string {
 	}
 	decimals := int(math.Ceil(-math.Log10(step)))
 	return fmt.Sprintf("%.*f", decimals, v)
+}
+
+// budgetHTML is the paragraph on the bounds with the origin's egress
+// budget, under the other bounds.
+func (r *Report) budgetHTML() string {
+	var b strings.Builder
+	esc := html.EscapeString
+	if r.Budget > 0 {
+		fmt.Fprintf(&b, "<p>The origin's egress budget: it sends swarm clients at most <b>B = %s %s</b> of the file a window "+
+			"(<code>serve --max-copies</code>), so the peers carry the other N&minus;B between them: "+
+			"<b>T<sub>KR</sub>(B) = %s</b> = max(T<sub>KR</sub>, (N&minus;B)&middot;F/&Sigma;u), the bound stampede is held to.",
+			esc(formatFloat(r.Budget)), copies(r.Budget), esc(secs(r.TKRB)))
+	} else {
+		fmt.Fprintf(&b, "<p>The origin has no egress budget (<code>serve --max-copies off</code>): T<sub>KR</sub>(B) = T<sub>KR</sub> = %s.",
+			esc(secs(r.TKRB)))
+	}
+	if r.MeanBound > 0 {
+		fmt.Fprintf(&b, " With the peers arriving at once and leaving when done, the <b>mean</b> completion is at least <b>%s</b>: "+
+			"no peer is done before the origin sent a copy (F/u<sub>s</sub>) or before it received one (F/d), and the peers upload "+
+			"only while they are there, so the N&minus;B copies they carry take &Sigma; u<sub>i</sub>t<sub>i</sub> &ge; (N&minus;B)&middot;F "+
+			"(for a uniform crowd: mean &ge; max(F/u<sub>s</sub>, F/d, (N&minus;B)&middot;F/&Sigma;u)).", esc(secs(r.MeanBound)))
+	}
+	b.WriteString("</p>\n")
+	return b.String()
 }

@@ -26,8 +26,16 @@ type Report struct {
 	Bin      string    `json:"bin"`
 	Features Features  `json:"features"`
 	// TKR and HTTPBound are the bounds for the whole crowd, in seconds.
-	TKR       float64         `json:"tkr"`
-	HTTPBound float64         `json:"http_bound"`
+	TKR       float64 `json:"tkr"`
+	HTTPBound float64 `json:"http_bound"`
+	// Budget is the scenario's origin's egress budget in copies of the
+	// file per window (serve --max-copies; 0: none), TKRB the bound with
+	// it (T_KR(B), the one stampede is held to) and MeanBound the least
+	// mean completion with it, for a crowd that arrives at once and leaves
+	// on completion (0 for other crowds); in seconds, set by summarize.
+	Budget    float64         `json:"budget,omitempty"`
+	TKRB      float64         `json:"tkr_b,omitempty"`
+	MeanBound float64         `json:"mean_bound,omitempty"`
 	Systems   []*SystemResult `json:"systems"`
 	Notes     []string        `json:"notes"`
 	// Demo marks the report of stampede demo (false: stampede bench's),
@@ -61,6 +69,7 @@ func (r *Report) note(format string, args ...any) {
 }
 
 func (r *Report) summarize() {
+	r.budgetBounds()
 	for _, s := range r.Systems {
 		var mean, p50, p90, last, ob, rr, lt, ltr []float64
 		s.Complete = len(s.Runs) > 0
@@ -90,6 +99,52 @@ func (r *Report) summarize() {
 			s.Shown = idx[(len(idx)-1)/2]
 		}
 	}
+}
+
+// budgetBounds sets the bounds that take the origin's egress budget into
+// account, from the scenario's serve_args.
+func (r *Report) budgetBounds() {
+	if r.Scenario == nil {
+		return
+	}
+	b, err := BudgetOf(r.Scenario)
+	if err != nil {
+		r.note("no bounds with the origin's budget: %v", err)
+		return
+	}
+	c := CrowdOf(r.Scenario)
+	r.Budget, r.TKRB, r.MeanBound = 0, c.TKRB(b), 0
+	if !math.IsInf(b, 1) {
+		r.Budget = b
+	}
+	if r.Scenario.Arrivals.Kind == ArriveAll && r.Scenario.Departure.Linger == 0 {
+		r.MeanBound = c.MeanBound(b)
+	}
+}
+
+// budgetLine words the bounds with the origin's budget, "" when the
+// report has none (one written before they were).
+func (r *Report) budgetLine() string {
+	if r.TKRB == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("with the origin's budget of B = %s %s a window (serve --max-copies), T_KR(B) = %s",
+		formatFloat(r.Budget), copies(r.Budget), secs(r.TKRB))
+	if r.Budget == 0 {
+		s = fmt.Sprintf("with no origin budget (serve --max-copies off), T_KR(B) = T_KR = %s", secs(r.TKRB))
+	}
+	if r.MeanBound > 0 {
+		s += fmt.Sprintf(" and the mean completion is at least %s (peers arriving at once and leaving when done)", secs(r.MeanBound))
+	}
+	return s
+}
+
+// copies is "copy" or "copies", as b asks.
+func copies(b float64) string {
+	if b == 1 {
+		return "copy"
+	}
+	return "copies"
 }
 
 func compareFloat(a, b float64) int {
@@ -201,8 +256,12 @@ func secs(s float64) string {
 // table, the headline and the notes.
 func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%s: %s\n", r.Title(), r.Scenario.Summary())
-	fmt.Fprintf(w, "bounds: T_KR %s, HTTP %s (T_KR(R) per system, R = origin bytes / file size)\n\n",
+	fmt.Fprintf(w, "bounds: T_KR %s, HTTP %s (T_KR(R) per system, R = origin bytes / file size)\n",
 		secs(r.TKR), secs(r.HTTPBound))
+	if l := r.budgetLine(); l != "" {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
+	fmt.Fprintln(w)
 	writeAligned(w, r.tableRows())
 	if h, ok := r.Headline(); ok {
 		fmt.Fprintln(w)
@@ -249,7 +308,11 @@ func (r *Report) WriteMarkdown(w io.Writer, scenarioPath string) error {
 	if r.Command != "" {
 		fmt.Fprintf(w, "Command: `%s`\n\n", r.Command)
 	}
-	fmt.Fprintf(w, "Bounds: T_KR = %s; plain HTTP needs at least %s.\n\n", secs(r.TKR), secs(r.HTTPBound))
+	fmt.Fprintf(w, "Bounds: T_KR = %s; plain HTTP needs at least %s", secs(r.TKR), secs(r.HTTPBound))
+	if l := r.budgetLine(); l != "" {
+		fmt.Fprintf(w, "; %s", l)
+	}
+	fmt.Fprint(w, ".\n\n")
 	for i, row := range r.tableRows() {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 		if i == 0 {

@@ -234,3 +234,69 @@ func TestLogTicks(t *testing.T) {
 		}
 	}
 }
+
+// TestReportBudgetBounds: the report knows the scenario's origin budget
+// (serve's default, or serve_args'), and shows T_KR(B) and the mean's
+// bound beside the other bounds; the mean's only for a crowd that arrives
+// at once and leaves when done.
+func TestReportBudgetBounds(t *testing.T) {
+	// fakeReport: N = 3, F = 4 MiB, u_s = u = 1e6 B/s, d = 2e6 B/s.
+	// B = 1.5 (serve's default): (N-B)*F/sum u = 1.5*4194304/3e6 = 2.097152 s,
+	// under F/u_s = 4.194304 s, which binds both bounds.
+	rep := fakeReport()
+	if rep.Budget != DefaultBudget || !near(rep.TKRB, 4.194304) || !near(rep.MeanBound, 4.194304) {
+		t.Errorf("default budget: B %v, T_KR(B) %v, mean bound %v", rep.Budget, rep.TKRB, rep.MeanBound)
+	}
+	// A fast origin (u_s = 1e7 B/s) and B = 1: 2*4194304/3e6 = 2.796203 s binds
+	// T_KR(B) (T_KR: 3*4194304/1.3e7 = 0.967916 s; F/d = 2.097152 s) and the mean's.
+	rep.Scenario.OriginUp = 1e7
+	rep.Scenario.ServeArgs = []string{"--rate", "80Mbit", "--max-copies", "1"}
+	rep.summarize()
+	if rep.Budget != 1 || !near(rep.TKRB, 2*4194304.0/3e6) || !near(rep.MeanBound, 2*4194304.0/3e6) {
+		t.Errorf("--max-copies 1: B %v, T_KR(B) %v, mean bound %v", rep.Budget, rep.TKRB, rep.MeanBound)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := "B = 1 copy a window (serve --max-copies), T_KR(B) = 2.8 s and the mean completion is at least 2.8 s"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := rep.WriteMarkdown(&b, "bench/scenarios/fake.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Bounds: T_KR = 4.2 s; plain HTTP needs at least 12.6 s; with the origin's budget of B = 1 copy"; !strings.Contains(b.String(), want) {
+		t.Errorf("markdown lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	if err := rep.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<b>B = 1 copy</b>", "<b>T<sub>KR</sub>(B) = 2.8 s</b>", "the <b>mean</b> completion is at least <b>2.8 s</b>"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+
+	// No budget: T_KR(B) is T_KR; peers arriving over time: no mean bound.
+	rep.Scenario.ServeArgs = []string{"--max-copies=off"}
+	rep.Scenario.Arrivals = Arrivals{Kind: ArrivePoisson, Rate: 3}
+	rep.summarize()
+	if rep.Budget != 0 || !near(rep.TKRB, CrowdOf(rep.Scenario).TKR()) || rep.MeanBound != 0 {
+		t.Errorf("no budget, Poisson arrivals: B %v, T_KR(B) %v, mean bound %v", rep.Budget, rep.TKRB, rep.MeanBound)
+	}
+	if l := rep.budgetLine(); !strings.Contains(l, "no origin budget") || strings.Contains(l, "mean") {
+		t.Errorf("no budget, Poisson arrivals: %q", l)
+	}
+	// A report written before these bounds says nothing of them.
+	old := fakeReport()
+	old.TKRB, old.MeanBound, old.Budget = 0, 0, 0
+	var page bytes.Buffer
+	if err := old.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if old.budgetLine() != "" || strings.Contains(page.String(), "egress budget") {
+		t.Errorf("an old report speaks of a budget: %q", old.budgetLine())
+	}
+}
