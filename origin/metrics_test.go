@@ -105,6 +105,9 @@ var keptNames = []string{
 	"stampede_origin_manifest_cache_bytes",
 	"stampede_origin_manifest_cache_removed_total",
 	"stampede_origin_upstream_requests_total",
+	"stampede_origin_budget_overruns_total",
+	"stampede_origin_budget_copies",
+	"stampede_origin_budget_window_seconds",
 }
 
 // TestMetricsPage checks /metrics of an origin with an embedded tracker
