@@ -358,9 +358,46 @@ func benchStores(url string) func(b *testing.B) tracker.Store {
 	}
 }
 
+// withServerCPU wraps the stores of newStore in serverCPU (a real
+// redis-server's INFO: miniredis has no cpu section).
+func withServerCPU(newStore func(b *testing.B) tracker.Store) func(b *testing.B) tracker.Store {
+	return func(b *testing.B) tracker.Store {
+		st := newStore(b).(*Store)
+		return serverCPU{st, st.rdb}
+	}
+}
+
+// serverCPU is a Store that tells the benchmarks the Redis server's CPU
+// time (storetest.ServerCPU), from INFO cpu.
+type serverCPU struct {
+	*Store
+	rdb *redis.Client
+}
+
+func (s serverCPU) ServerCPU(ctx context.Context) (time.Duration, error) {
+	info, err := s.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu: %s: %w", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // BenchmarkRedisStore: announces per second and p99 at the Store
 // interface, on a real redis-server (skipped without one).
-func BenchmarkRedisStore(b *testing.B) { storetest.BenchmarkStore(b, benchStores(redisServer(b)), 8) }
+func BenchmarkRedisStore(b *testing.B) {
+	storetest.BenchmarkStore(b, withServerCPU(benchStores(redisServer(b))), 8)
+}
 
 // BenchmarkRedisStoreHTTP: the same over HTTP on loopback, with the load
 // generator in this process.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,8 +90,30 @@ func BenchmarkStore(b *testing.B, newStore func(b *testing.B) tracker.Store, par
 	}
 }
 
+// ServerCPU is what a store whose work is done in another process (a
+// Redis server) may implement for the benchmarks: the CPU time that
+// process has used so far. BenchmarkStore then reports it per announce
+// (server-cpu-µs/announce) beside this process's own (cpu-µs/announce),
+// which together say how far the machine's cores bound the rate.
+type ServerCPU interface {
+	ServerCPU(ctx context.Context) (time.Duration, error)
+}
+
 func benchmarkStore(b *testing.B, st tracker.Store, parallelism int, w workload) {
 	clock := &benchClock{start: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), interval: tracker.DefaultInterval, peers: w.peers}
+	if sc, ok := st.(ServerCPU); ok {
+		before, err := sc.ServerCPU(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			after, err := sc.ServerCPU(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64((after-before).Microseconds())/float64(b.N), "server-cpu-µs/announce")
+		}()
+	}
 	measure(b, parallelism, func(ctx context.Context, i int) error {
 		req, addr := w.request(i)
 		_, err := st.Announce(ctx, req, addr, clock.Now())
@@ -105,7 +128,7 @@ func measure(b *testing.B, parallelism int, announce func(ctx context.Context, i
 	var lat latencies
 	b.SetParallelism(parallelism)
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		var mine []time.Duration
@@ -120,9 +143,12 @@ func measure(b *testing.B, parallelism int, announce func(ctx context.Context, i
 		}
 		lat.add(mine)
 	})
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu
 	b.StopTimer()
 	lat.report(b, elapsed)
+	if cpu > 0 && b.N > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/announce")
+	}
 }
 
 // BenchmarkHTTP measures announces per second and their p99 latency over
@@ -153,4 +179,14 @@ func benchmarkHTTP(b *testing.B, st tracker.Store, parallelism int, w workload) 
 		_, err := tracker.Announce(ctx, client, base, req)
 		return err
 	})
+}
+
+// processCPU is the CPU time (user and system) this process has used, or
+// 0 where getrusage is missing.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
