@@ -58,6 +58,9 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.seen++
 	n.mu.Unlock()
 	p.start(ctx)
+	if n.capSent > 0 {
+		p.sendControl(&wire.Rate{Up: rateUp(n.capSent)})
+	}
 	n.askLayer()
 	n.log.Debug("peer up", "peer", p.addr, "outbound", j.outbound, "peers", len(n.peers))
 	host, _, _ := net.SplitHostPort(p.c.RemoteAddr().String())

@@ -308,6 +308,8 @@ func (p *peerConn) readLoop(ctx context.Context) error {
 			ev = swarm.Started{Peer: p.id, Piece: int(msg.Piece)}
 		case *wire.Stop:
 			ev = swarm.Stopped{Peer: p.id, Piece: int(msg.Piece)}
+		case *wire.Rate:
+			ev = swarm.PeerCapacity{Peer: p.id, Up: float64(msg.Up)}
 		case *wire.Choke:
 			ev = swarm.Choked{Peer: p.id}
 		case *wire.Unchoke:

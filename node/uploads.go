@@ -6,6 +6,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/swarm"
+	"github.com/stampede-dev/stampede/wire"
 )
 
 // notSentLowat bounds the bytes a peer connection's kernel send buffer holds
@@ -215,3 +216,53 @@ func (n *Node) measureUpload(now time.Time) {
 	}
 	n.upAt, n.upLast = now, up
 }
+
+// Our upload capacity, told to the scheduler (swarm.Capacity, which weights
+// our origin draw by it against our neighbours') and to the neighbours
+// (RATE). Read every capacityEvery: the bytes TCP delivered to peers in
+// that time (those handed to the kernel less those still in the send
+// queues, so that a burst into empty send buffers is not taken for a fast
+// uplink), and the estimate is the most seen, decaying by capacityDecay a
+// reading (halving in about 14 s), so that it follows an uplink shared
+// with other work. It is what we sent when there was demand: a fast peer
+// nobody asked yet has none, and counts as average until it does.
+const (
+	capacityEvery = time.Second
+	capacityDecay = 0.95
+	// capacityChange is how much the estimate moves before it is told
+	// again.
+	capacityChange = 0.25
+	// minCapacity: below this (bytes/s) nothing was measured.
+	minCapacity = 1 << 10
+)
+
+// measureCapacity updates n.capacity every capacityEvery and, when it has
+// moved by capacityChange since last told, appends a swarm.Capacity to evs
+// and sends RATE to every neighbour.
+func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
+	if !n.capAt.IsZero() && now.Sub(n.capAt) < capacityEvery {
+		return evs
+	}
+	delivered := n.bytesToPeers.Load()
+	for _, p := range n.peers {
+		if q := sockopt.Unacked(p.c); q > 0 {
+			delivered -= int64(q)
+		}
+	}
+	if !n.capAt.IsZero() {
+		rate := float64(delivered-n.capDelivered) / now.Sub(n.capAt).Seconds()
+		n.capacity = max(rate, n.capacity*capacityDecay)
+	}
+	n.capAt, n.capDelivered = now, max(delivered, n.capDelivered)
+	if n.capacity < minCapacity || math.Abs(n.capacity-n.capSent) < capacityChange*n.capSent {
+		return evs
+	}
+	n.capSent = n.capacity
+	for _, p := range n.peers {
+		p.sendControl(&wire.Rate{Up: rateUp(n.capSent)})
+	}
+	return append(evs, swarm.Capacity{Up: n.capSent})
+}
+
+// rateUp is a capacity as RATE carries it.
+func rateUp(c float64) uint32 { return uint32(min(c, math.MaxUint32)) }

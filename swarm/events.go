@@ -145,6 +145,18 @@ type PathRTT struct {
 	RTT  time.Duration
 }
 
+// Capacity: our own upload capacity as the runtime measures it, bytes/s
+// (0: not known). With PeerCapacity it weights our origin draw (see
+// capacityWeight).
+type Capacity struct{ Up float64 }
+
+// PeerCapacity: a neighbour told its upload capacity (RATE), bytes/s (0:
+// not known).
+type PeerCapacity struct {
+	Peer PeerID
+	Up   float64
+}
+
 // Recommended: a peer recommended addresses, most recent first.
 type Recommended struct {
 	Peer  PeerID
@@ -193,6 +205,8 @@ func (OriginResult) isEvent() {}
 func (PeerRequest) isEvent()  {}
 func (Uploaded) isEvent()     {}
 func (PathRTT) isEvent()      {}
+func (Capacity) isEvent()     {}
+func (PeerCapacity) isEvent() {}
 func (Unserved) isEvent()     {}
 func (Recommended) isEvent()  {}
 func (TrackerPeers) isEvent() {}

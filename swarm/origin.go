@@ -182,12 +182,64 @@ func (s *Scheduler) drainedOriginTime() time.Duration {
 	return max(s.originMin, s.originTime-s.now.Sub(s.originTimeAt))
 }
 
+// capacityWeight scales our odds of holding the origin by our upload
+// capacity over our neighbours' (Capacity, PeerCapacity): a piece the
+// origin sends us reaches the others as fast as our uplink carries it, so
+// in a crowd of 20 and 1 Mbit/s uplinks the fast peers should take most
+// of the origin's pieces, and a slow peer that took one leaves the crowd
+// waiting on it (issue 30: a piece sent to a 1 Mbit/s uplink, the last
+// pieces of a crowd all held by slow peers). The weight is our capacity
+// over the mean of ours and the neighbours', so that over a crowd the
+// weights average about 1 and the origin keeps about k holders; in a
+// crowd of equal uplinks it is 1 and changes nothing. Seeds do not count:
+// they never draw. The mean is
+// trimmed (the highest and lowest quarter left out) and counts at most
+// maxPerHost neighbours of a host, and only neighbours that are not
+// suspect: a few liars claiming a huge uplink cannot draw the crowd off
+// the origin. 1 while we do not know our own capacity or know no other;
+// between minCapacityWeight and maxCapacityWeight otherwise.
+func (s *Scheduler) capacityWeight() float64 {
+	if s.capacity <= 0 {
+		return 1
+	}
+	caps := append(s.capBuf[:0], s.capacity)
+	perHost := map[string]int{}
+	for _, p := range s.order {
+		if p.capacity <= 0 || p.has.Complete() || s.suspect(p) || s.idle(p) || perHost[p.host] >= maxPerHost {
+			continue
+		}
+		perHost[p.host]++
+		caps = append(caps, p.capacity)
+	}
+	s.capBuf = caps
+	if len(caps) < 2 {
+		return 1
+	}
+	slices.Sort(caps)
+	cut := len(caps) / 4
+	sum := 0.0
+	for _, c := range caps[cut : len(caps)-cut] {
+		sum += c
+	}
+	mean := sum / float64(len(caps)-2*cut)
+	return min(max(s.capacity/mean, minCapacityWeight), maxCapacityWeight)
+}
+
+// The bounds of capacityWeight: a peer on a twentieth of its neighbours'
+// uplink still takes a turn now and then (a crowd of such peers alone
+// must still fetch), and one on a far faster link than its neighbours'
+// does not take every slice.
+const (
+	minCapacityWeight = 1.0 / 16
+	maxCapacityWeight = 4
+)
+
 // originHold is how many slices' holders may have fetches in flight at
 // once before the draw is scaled down (see drawSlice).
 const originHold = 8
 
 func (s *Scheduler) drawSlice() {
-	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN()))
+	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN())*s.capacityWeight())
 	// Fetches outlive the slice in which they start: with fetches taking
 	// d > OriginSlice, the holders of d/OriginSlice slices have theirs in
 	// flight at once. Up to originHold that is welcome (it keeps a

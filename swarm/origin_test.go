@@ -1,6 +1,7 @@
 package swarm
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -442,5 +443,66 @@ func TestOriginBackoffHuge(t *testing.T) {
 			t.Fatalf("after %d failures a wait of %v, want within (0, %v]", s.originFails, wait, cfg.OriginBackoffMax)
 		}
 		s.now = s.originRetryAt
+	}
+}
+
+// TestOriginCapacityWeight: the origin draw is weighted by our upload
+// capacity over our neighbours' (trimmed) mean. A peer on a sixteenth of
+// its neighbours' uplink wins about a sixteenth of the slices it would win
+// among equals, one on a faster uplink more, and two liars claiming a huge
+// uplink among eight neighbours change nothing (the top quarter is left
+// out of the mean). Without the weight all three win alike.
+func TestOriginCapacityWeight(t *testing.T) {
+	const (
+		slow, fast = 125e3, 2.5e6 // 1 and 20 Mbit/s
+		n          = 40
+		draws      = 4000
+	)
+	share := func(self float64, neighbours ...float64) float64 {
+		s := New(Config{NumPieces: 64, Seed: 30}, nil, t0)
+		s.Start(t0)
+		now := t0
+		s.Step(TrackerPeers{SwarmSize: n}, now)
+		s.Step(Capacity{Up: self}, now)
+		for i, c := range neighbours {
+			id := PeerID(i + 1)
+			host := fmt.Sprintf("10.0.0.%d", i+1)
+			s.Step(PeerUp{Peer: id, Addr: host + ":7000", Host: host}, now)
+			set := pieceset.New(64)
+			set.Add(i)
+			s.Step(HaveSet{Peer: id, Set: set}, now)
+			s.Step(PeerCapacity{Peer: id, Up: c}, now)
+			// It delivers its piece: a neighbour on evidence.
+			for _, a := range s.Step(Unchoked{Peer: id}, now) {
+				if r, ok := a.(Request); ok && r.Peer == id {
+					s.Step(Received{Peer: id, Piece: r.Piece, Bytes: s.pieceLen(r.Piece)}, now)
+				}
+			}
+		}
+		won := s.Stats().OriginSlicesWon
+		for range draws {
+			now = now.Add(s.cfg.OriginSlice)
+			failAll(s, fetches(s.Step(Tick{}, now)), now)
+		}
+		return float64(s.Stats().OriginSlicesWon-won) / draws
+	}
+	even := share(fast, fast, fast, fast, fast, fast, fast, fast, fast)
+	slowAmongFast := share(slow, fast, fast, fast, fast, fast, fast, fast, fast)
+	fastAmongMixed := share(fast, fast, fast, fast, fast, slow, slow, slow, slow)
+	lied := share(fast, fast, fast, fast, fast, fast, fast, 1e12, 1e12)
+	t.Logf("share of slices won: among equals %.4f, slow among fast %.4f, fast among half slow %.4f, among 2 liars %.4f",
+		even, slowAmongFast, fastAmongMixed, lied)
+	k := float64(DefaultOriginK) / n
+	if math.Abs(even-k) > 0.3*k {
+		t.Errorf("among equals the share is %.4f, want about k/n = %.4f", even, k)
+	}
+	if slowAmongFast > even/8 {
+		t.Errorf("a peer on a 20th of its neighbours' uplink won %.4f of the slices, among equals %.4f: want at most an 8th", slowAmongFast, even)
+	}
+	if fastAmongMixed < 1.5*even {
+		t.Errorf("a fast peer among half slow ones won %.4f of the slices, among equals %.4f: want at least 1.5 times", fastAmongMixed, even)
+	}
+	if math.Abs(lied-even) > 0.3*even {
+		t.Errorf("two liars among 8 neighbours moved the share from %.4f to %.4f", even, lied)
 	}
 }

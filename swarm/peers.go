@@ -36,6 +36,7 @@ type peer struct {
 	lat          time.Duration
 	idleRTT      time.Duration // fastest round trip before the first rate sample
 	pathRTT      time.Duration // the transport's RTT without queues (PathRTT), 0 if unknown
+	capacity     float64       // its upload capacity as it told us (PeerCapacity), bytes/s, 0 if unknown
 	samples      int
 	lastRecv     time.Time
 	claimed      []int // pieces it claimed with START (may be stale)

@@ -321,6 +321,8 @@ type Scheduler struct {
 	// credible is how many connected peers delivered a piece to us, at
 	// most maxPerHost per host: the neighbours that count in swarmN.
 	credible int
+	capacity float64 // our upload capacity (Capacity), bytes/s, 0 if unknown
+	capBuf   []float64
 	known    []string // candidate addresses, best first
 	recent   []string // addresses recently traded with, most recent first
 	dialing  int
@@ -505,6 +507,12 @@ func (s *Scheduler) apply(ev Event) {
 	case PathRTT:
 		if p := s.peers[e.Peer]; p != nil && e.RTT > 0 {
 			p.pathRTT = e.RTT
+		}
+	case Capacity:
+		s.capacity = max(e.Up, 0)
+	case PeerCapacity:
+		if p := s.peers[e.Peer]; p != nil {
+			p.capacity = max(e.Up, 0)
 		}
 	case Unserved:
 		if p := s.peers[e.Peer]; p != nil && s.valid(e.Piece) {

@@ -72,7 +72,7 @@ func FuzzReadFrame(f *testing.F) {
 			var raw []byte
 			for raw == nil {
 				l := int(binary.BigEndian.Uint32(stream[off:]))
-				if stream[off+4] <= byte(wire.TypeLayer) {
+				if knownType(stream[off+4]) {
 					raw = stream[off : off+4+l]
 				}
 				off += 4 + l
@@ -110,12 +110,18 @@ func FuzzReadFrame(f *testing.F) {
 	})
 }
 
+// knownType reports whether t is a frame type of a session (the
+// handshake's CHALLENGE and AUTH, 15 and 16, are not).
+func knownType(t byte) bool {
+	return t <= byte(wire.TypeLayer) || t == byte(wire.TypeRate)
+}
+
 // onlyUnknown reports whether b is whole frames of unknown types (which a
 // Reader skips before an EOF).
 func onlyUnknown(b []byte) bool {
 	for len(b) >= 5 {
 		l := int(binary.BigEndian.Uint32(b))
-		if b[4] <= byte(wire.TypeLayer) || l < 1 || 4+l > len(b) {
+		if knownType(b[4]) || l < 1 || 4+l > len(b) {
 			return false
 		}
 		b = b[4+l:]

@@ -74,6 +74,14 @@ type Stop struct {
 	Piece uint32
 }
 
+// Rate tells the sender's upload capacity as it measures it, in bytes per
+// second (0: not measured yet). A neighbour with more of it passes a piece
+// on sooner, so the swarm gives it more of the origin's pieces; peers that
+// do not know the frame skip it.
+type Rate struct {
+	Up uint32
+}
+
 // Recommend lists peers the sender recently traded with, most recent first.
 type Recommend struct {
 	Peers []Recommendation
@@ -195,6 +203,7 @@ func (*Goodbye) Type() Type   { return TypeGoodbye }
 func (*Stop) Type() Type      { return TypeStop }
 func (*GetLayer) Type() Type  { return TypeGetLayer }
 func (*Layer) Type() Type     { return TypeLayer }
+func (*Rate) Type() Type      { return TypeRate }
 
 // AppendFrame appends m's frame (length, type, payload) to dst. It fails,
 // leaving dst as it was, for a message no receiver would accept whatever the
@@ -242,6 +251,10 @@ func (m *Start) appendPayload(b []byte) ([]byte, error) {
 
 func (m *Stop) appendPayload(b []byte) ([]byte, error) {
 	return binary.BigEndian.AppendUint32(b, m.Piece), nil
+}
+
+func (m *Rate) appendPayload(b []byte) ([]byte, error) {
+	return binary.BigEndian.AppendUint32(b, m.Up), nil
 }
 
 func appendRange(b []byte, t Type, piece, offset, length uint32) ([]byte, error) {
@@ -346,6 +359,7 @@ func (*Choke) check(*Geometry) error     { return nil }
 func (*Unchoke) check(*Geometry) error   { return nil }
 func (*Recommend) check(*Geometry) error { return nil }
 func (*Goodbye) check(*Geometry) error   { return nil }
+func (*Rate) check(*Geometry) error      { return nil }
 
 func (m *HaveSet) check(g *Geometry) error {
 	if m.Set == nil || m.Set.Len() != g.n {
@@ -421,6 +435,8 @@ func decodePayload(t Type, p []byte, g *Geometry) (Message, error) {
 		m = &Start{Piece: binary.BigEndian.Uint32(p)}
 	case TypeStop:
 		m = &Stop{Piece: binary.BigEndian.Uint32(p)}
+	case TypeRate:
+		m = &Rate{Up: binary.BigEndian.Uint32(p)}
 	case TypeRequest:
 		m = &Request{binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:])}
 	case TypeCancel:
@@ -482,6 +498,9 @@ var exactPayload = [...]int{
 	TypeStop:      4,
 	TypeGetLayer:  8,
 	TypeLayer:     -1,
+	TypeChallenge: -1,
+	TypeAuth:      -1,
+	TypeRate:      4,
 }
 
 // minPayload is the shortest payload of each type.
@@ -493,6 +512,7 @@ var minPayload = [...]int{
 	TypeStop:      4,
 	TypeGetLayer:  8,
 	TypeLayer:     4,
+	TypeRate:      4,
 }
 
 // checkPayloadLen checks a known type's payload length before it is read.

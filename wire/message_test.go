@@ -117,6 +117,8 @@ func everyMessage(t testing.TB) []wire.Message {
 		&wire.Reject{Piece: 4, Offset: 0, Length: 1, Reason: 200}, // unknown reasons travel as they are
 		&wire.Start{Piece: 10},
 		&wire.Stop{Piece: 10},
+		&wire.Rate{Up: 0},
+		&wire.Rate{Up: 125000},
 		&wire.Recommend{Peers: []wire.Recommendation{
 			{Addr: netip.MustParseAddrPort("192.0.2.1:6881"), Age: 0},
 			{Addr: netip.MustParseAddrPort("[2001:db8::1]:443"), Age: 70 * time.Second},
@@ -189,6 +191,7 @@ func TestGolden(t *testing.T) {
 			"0000000e 06 00000001 00000000 00004000 03"},
 		{"start", &wire.Start{Piece: 7}, "00000005 07 00000007"},
 		{"stop", &wire.Stop{Piece: 7}, "00000005 0c 00000007"},
+		{"rate", &wire.Rate{Up: 125000}, "00000005 11 0001e848"},
 		{"recommend", &wire.Recommend{Peers: []wire.Recommendation{
 			{Addr: netip.MustParseAddrPort("192.0.2.1:6881"), Age: 5 * time.Second},
 			{Addr: netip.MustParseAddrPort("[2001:db8::1]:443"), Age: 70 * time.Second},
@@ -268,6 +271,8 @@ func TestMalformed(t *testing.T) {
 		{"have out of range", append(hs, rawFrame(2, u32(11))...), false},
 		{"have huge index", append(hs, rawFrame(2, u32(0xffffffff))...), false},
 		{"start out of range", append(hs, rawFrame(7, u32(11))...), false},
+		{"rate short", append(hs, unhex(t, "00000004 11 000000")...), false},
+		{"rate trailing byte", append(hs, unhex(t, "00000006 11 00000000 00")...), false},
 		{"request length 0", append(hs, rawFrame(3, u32(0), u32(0), u32(0))...), false},
 		{"request past piece", append(hs, rawFrame(3, u32(0), u32(MiB-1), u32(2))...), false},
 		{"request past short last piece", append(hs, rawFrame(3, u32(10), u32(0), u32(124))...), false},

@@ -156,6 +156,9 @@ const (
 	TypeStop      Type = 12 // u32 piece
 	TypeGetLayer  Type = 13 // u32 first, u32 count (1..MaxLayerHashes): piece-layer hashes wanted
 	TypeLayer     Type = 14 // u32 first, then 0..MaxLayerHashes hashes of 32 bytes
+	// 15 and 16 are the handshake's CHALLENGE and AUTH (handshake.go),
+	// which are not frames of the session after it.
+	TypeRate Type = 17 // u32 bytes per second: the sender's upload capacity (0: not measured yet)
 )
 
 var typeNames = [...]string{
@@ -174,6 +177,9 @@ var typeNames = [...]string{
 	TypeStop:      "STOP",
 	TypeGetLayer:  "GETLAYER",
 	TypeLayer:     "LAYER",
+	TypeChallenge: "CHALLENGE",
+	TypeAuth:      "AUTH",
+	TypeRate:      "RATE",
 }
 
 func (t Type) String() string {
@@ -183,9 +189,12 @@ func (t Type) String() string {
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
-// known reports whether this version defines t; frames of other types are
-// skipped.
-func (t Type) known() bool { return int(t) < len(typeNames) }
+// known reports whether this version defines t as a frame of a session;
+// frames of other types are skipped (the handshake's CHALLENGE and AUTH
+// among them: they have no meaning after it).
+func (t Type) known() bool {
+	return int(t) < len(typeNames) && t != TypeChallenge && t != TypeAuth
+}
 
 // maxPayload is the largest payload (L-1) of each known type, checked before
 // the payload is read.
@@ -205,6 +214,9 @@ var maxPayload = [...]int{
 	TypeStop:      4,
 	TypeGetLayer:  8,
 	TypeLayer:     4 + MaxLayerHashes*HashLen,
+	TypeChallenge: -1,
+	TypeAuth:      -1,
+	TypeRate:      4,
 }
 
 // ErrMalformed is wrapped by every error reporting a frame that breaks the
