@@ -601,6 +601,13 @@ func (n *Node) AddPeers(ctx context.Context, addrs []string) {
 	n.post(ctx, swarm.Learned{Addrs: addrs})
 }
 
+// OriginBudget tells the scheduler what the origin said of its egress
+// budget for the file (swarm.OriginBudget): left bytes more to swarm
+// clients until its window ends in reset. Same rules as Prefer.
+func (n *Node) OriginBudget(ctx context.Context, left int64, reset time.Duration) {
+	n.post(ctx, swarm.OriginBudget{Left: left, Reset: reset})
+}
+
 // Stored tells the scheduler that piece was verified and stored by the
 // caller, outside the node's own fetches (an overloaded origin answering a
 // request for one piece with another): it is announced to peers and never

@@ -91,8 +91,15 @@ func (c *Client) fetcher(m *manifest.Manifest, in *Resource, st *store.File, onR
 			Overload: true, Candidates: f.Candidates, Alone: f.Reason == swarm.ReasonNoPeers, Idle: idle, Put: put}
 		mu.Unlock()
 		err = c.FetchPiece(ctx, m, in, p)
-		if p.Budget != nil && onBudget != nil {
-			onBudget(*p.Budget)
+		if p.Budget != nil {
+			if onBudget != nil {
+				onBudget(*p.Budget)
+			}
+			// The scheduler spends what the origin has to spare
+			// (swarm's spare).
+			if n := nd(); n != nil {
+				n.OriginBudget(ctx, p.Budget.Left, p.Budget.Reset)
+			}
 		}
 		mu.Lock()
 		switch {

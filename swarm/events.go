@@ -157,6 +157,15 @@ type PeerCapacity struct {
 	Up   float64
 }
 
+// OriginBudget: the origin's last word on its egress budget for the file
+// (serve --max-copies): Left more bytes to swarm clients before it refuses
+// them, until the window ends in Reset. Without it the origin is used as
+// if it had no budget to spare (see spare).
+type OriginBudget struct {
+	Left  int64
+	Reset time.Duration
+}
+
 // Recommended: a peer recommended addresses, most recent first.
 type Recommended struct {
 	Peer  PeerID
@@ -206,6 +215,7 @@ func (PeerRequest) isEvent()  {}
 func (Uploaded) isEvent()     {}
 func (PathRTT) isEvent()      {}
 func (Capacity) isEvent()     {}
+func (OriginBudget) isEvent() {}
 func (PeerCapacity) isEvent() {}
 func (Unserved) isEvent()     {}
 func (Recommended) isEvent()  {}
@@ -254,6 +264,7 @@ const (
 	ReasonNoPeers     = "no-peers"       // we know no peers at all
 	ReasonStalled     = "stalled"        // peers have it but it has not come for too long
 	ReasonPeersFail   = "peers-failing"  // only peers that are failing us have it (see suspect)
+	ReasonSpare       = "spare"          // peers have it, but the origin has budget and time to spare (see spare)
 )
 
 // Announce: tell every connected peer (HAVE), after a piece was stored.

@@ -182,6 +182,59 @@ func (s *Scheduler) drainedOriginTime() time.Duration {
 	return max(s.originMin, s.originTime-s.now.Sub(s.originTimeAt))
 }
 
+// spare reports whether the origin has budget and time to spare: it told
+// us of a budget (OriginBudget) with more than spareReserve of the file
+// left in its window, and it is not saturated: our origin fetches take
+// no longer than spareSlack times the quickest we have had (a saturated
+// origin queues them). Then a holder of the origin's slice whose peers
+// have every piece it lacks fetches what it would otherwise wait for from
+// them (ReasonSpare): in a crowd on slow uplinks (ADSL) with an origin
+// that has room, the origin's spare link shortens everyone's download,
+// within the egress the operator allowed. An origin that is the
+// bottleneck (a flash crowd's) is saturated, so nothing changes there;
+// nor does it where the origin says nothing of a budget.
+func (s *Scheduler) spare() bool {
+	if s.budgetUntil.IsZero() || !s.now.Before(s.budgetUntil) || s.originMin <= 0 {
+		return false
+	}
+	if float64(s.budgetLeft) < spareReserve*float64(s.cfg.NumPieces)*s.avgLen {
+		return false
+	}
+	return s.drainedOriginTime() <= spareSlack*s.originMin
+}
+
+// spareReserve is the budget, in copies of the file, that spare fetches
+// leave for pieces no peer has; spareSlack is how much longer than our
+// quickest our origin fetches may take for the origin to count as not
+// saturated.
+const (
+	spareReserve = 0.5
+	spareSlack   = 2
+)
+
+// pickSpare chooses a piece for a spare fetch: the rarest among those we
+// lack that nobody is asked for (ours, at the origin or at a peer), and
+// no START claims, at random among equals; -1 if none.
+func (s *Scheduler) pickSpare() int {
+	best, ties := -1, 0
+	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
+		ps := &s.pieces[i]
+		if ps.origin || ps.reqs > 0 || s.now.Before(ps.retry) || s.now.Before(ps.inSwarm) || s.claimed(i) {
+			continue
+		}
+		switch {
+		case best < 0 || ps.avail < s.pieces[best].avail:
+			best, ties = i, 1
+		case ps.avail == s.pieces[best].avail:
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
 // capacityWeight scales our odds of holding the origin by our upload
 // capacity over our neighbours' (Capacity, PeerCapacity): a piece the
 // origin sends us reaches the others as fast as our uplink carries it, so
@@ -397,6 +450,12 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 			if s.rng.IntN(ties) == 0 {
 				best = i
 			}
+		}
+	}
+	if best < 0 && s.spare() {
+		if i := s.pickSpare(); i >= 0 {
+			s.candBuf = cands
+			return i, ReasonSpare, nil
 		}
 	}
 	reason := ReasonNoPeerHasIt

@@ -506,3 +506,76 @@ func TestOriginCapacityWeight(t *testing.T) {
 		t.Errorf("two liars among 8 neighbours moved the share from %.4f to %.4f", even, lied)
 	}
 }
+
+// TestOriginSpare: a holder whose neighbour has every piece it lacks
+// fetches from the origin only when the origin has budget and time to
+// spare (ReasonSpare): it told of a budget with room left, and our origin
+// fetches are as quick as our quickest. Not without a budget, not with
+// less than half a copy left, not from a saturated origin (fetches four
+// times as slow as the quickest), and never a piece asked of a peer.
+func TestOriginSpare(t *testing.T) {
+	const pieces = 64
+	run := func(budget *OriginBudget, fetchTime time.Duration) (spare int, askedOfPeer bool) {
+		s := New(Config{NumPieces: pieces, Seed: 30}, nil, t0)
+		s.Start(t0)
+		now := t0
+		type answer struct {
+			at    time.Time
+			piece int
+		}
+		var due []answer
+		asked := map[int]bool{}
+		handle := func(acts []Action) {
+			for _, a := range acts {
+				switch a := a.(type) {
+				case FetchOrigin:
+					if a.Reason == ReasonSpare {
+						spare++
+						askedOfPeer = askedOfPeer || asked[a.Piece]
+					}
+					// The first fetch is quick; the rest take fetchTime.
+					d := fetchTime
+					if s.originMin == 0 && len(due) == 0 {
+						d = 50 * time.Millisecond
+					}
+					due = append(due, answer{now.Add(d), a.Piece})
+				case Request:
+					asked[a.Piece] = true
+				}
+			}
+		}
+		// n = 2 <= k: every slice held. A neighbour with everything,
+		// which never answers.
+		handle(s.Step(TrackerPeers{SwarmSize: 2}, now))
+		handle(s.Step(PeerUp{Peer: 1, Addr: "10.0.0.1:7000", Host: "10.0.0.1"}, now))
+		handle(s.Step(HaveSet{Peer: 1, Set: pieceset.Full(pieces)}, now))
+		handle(s.Step(Unchoked{Peer: 1}, now))
+		if budget != nil {
+			handle(s.Step(*budget, now))
+		}
+		for range 80 {
+			now = now.Add(25 * time.Millisecond)
+			for len(due) > 0 && !due[0].at.After(now) {
+				d := due[0]
+				due = due[1:]
+				handle(s.Step(OriginResult{Piece: d.piece, OK: true}, now))
+			}
+			handle(s.Step(Tick{}, now))
+		}
+		return spare, askedOfPeer
+	}
+	size := int64(pieces) * DefaultPieceLen
+	ample := &OriginBudget{Left: 5 * size, Reset: 5 * time.Minute}
+	if n, bad := run(ample, 50*time.Millisecond); n == 0 || bad {
+		t.Errorf("budget ample, origin quick: %d spare fetches (of a piece asked of a peer: %v), want some and none", n, bad)
+	}
+	if n, _ := run(nil, 50*time.Millisecond); n != 0 {
+		t.Errorf("no budget told: %d spare fetches, want none", n)
+	}
+	if n, _ := run(&OriginBudget{Left: size / 4, Reset: 5 * time.Minute}, 50*time.Millisecond); n != 0 {
+		t.Errorf("a quarter of a copy left: %d spare fetches, want none", n)
+	}
+	if n, _ := run(ample, 400*time.Millisecond); n > 1 {
+		t.Errorf("origin saturated (fetches 8 times the quickest): %d spare fetches, want at most the one before it showed", n)
+	}
+}

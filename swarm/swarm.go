@@ -322,10 +322,14 @@ type Scheduler struct {
 	// most maxPerHost per host: the neighbours that count in swarmN.
 	credible int
 	capacity float64 // our upload capacity (Capacity), bytes/s, 0 if unknown
-	capBuf   []float64
-	known    []string // candidate addresses, best first
-	recent   []string // addresses recently traded with, most recent first
-	dialing  int
+	// The origin's budget as it last said (OriginBudget): the bytes it
+	// has left until budgetUntil (zero: it said nothing).
+	budgetLeft  int64
+	budgetUntil time.Time
+	capBuf      []float64
+	known       []string // candidate addresses, best first
+	recent      []string // addresses recently traded with, most recent first
+	dialing     int
 
 	trackerAnswered           bool
 	trackerAt                 time.Time // last TrackerPeers
@@ -510,6 +514,8 @@ func (s *Scheduler) apply(ev Event) {
 		}
 	case Capacity:
 		s.capacity = max(e.Up, 0)
+	case OriginBudget:
+		s.budgetLeft, s.budgetUntil = max(e.Left, 0), s.now.Add(max(e.Reset, 0))
 	case PeerCapacity:
 		if p := s.peers[e.Peer]; p != nil {
 			p.capacity = max(e.Up, 0)
