@@ -108,11 +108,13 @@ type end struct {
 	ws        int
 	flow      *flow
 	waitSince time.Duration
-	dropUp    []int32 // uploads the peer cancelled
-	held      []msg   // frames held until the piece being sent is out
-	lazy      []msg   // HAVE and START held back (node's lazy HAVEs)
-	lazyStart int     // STARTs among them
-	out       []msg   // frames written while handling the current event
+	dropUp    []int32  // uploads the peer cancelled
+	held      []msg    // frames held until the piece being sent is out
+	lazy      []msg    // HAVE and START held back (node's lazy HAVEs)
+	lazyStart int      // STARTs among them
+	startHeld []uint64 // their pieces, a bit each (nil until one is held)
+	out       []msg    // frames written while handling the current event
+	inbound   [][]msg  // batches of frames on their way to this end, in order
 
 	// The reader: requests outstanding, and the pieces we ever cancelled
 	// (their late data is dropped quietly).
@@ -146,6 +148,9 @@ func (e *end) write(m msg) {
 	s := e.n.s
 	if len(e.out) == 0 {
 		s.dirty = append(s.dirty, e)
+		if k := len(s.bufs); k > 0 && e.out == nil {
+			e.out, s.bufs = s.bufs[k-1], s.bufs[:k-1]
+		}
 	}
 	e.out = append(e.out, m)
 	if m.kind != mGoodbye || m.arg != byeReset {
@@ -158,9 +163,9 @@ func (e *end) flush() {
 	if len(e.out) == 0 {
 		return
 	}
-	out := e.out
+	e.peer.inbound = append(e.peer.inbound, e.out)
 	e.out = nil
-	e.n.s.after(e.lat, event{kind: evDeliver, e: e.peer, x: out})
+	e.n.s.after(e.lat, event{kind: evDeliver, e: e.peer})
 }
 
 // announce is Node.announce: a HAVE, START or STOP of piece sent, held
@@ -175,6 +180,10 @@ func (e *end) announce(kind msgKind, piece int, send, wait bool) {
 	case wait:
 		if kind == mStart {
 			e.lazyStart++
+			if e.startHeld == nil {
+				e.startHeld = make([]uint64, (e.n.s.pieces+63)/64)
+			}
+			e.startHeld[piece/64] |= 1 << (piece % 64)
 		}
 		if e.lazy = append(e.lazy, msg{kind: kind, piece: int32(piece)}); len(e.lazy) >= maxLazy {
 			e.sendLazy()
@@ -188,9 +197,10 @@ func (e *end) announce(kind msgKind, piece int, send, wait bool) {
 // unholdStart drops a held START of piece; it reports whether there was
 // one.
 func (e *end) unholdStart(piece int) bool {
-	if e.lazyStart == 0 {
+	if e.lazyStart == 0 || e.startHeld[piece/64]&(1<<(piece%64)) == 0 {
 		return false
 	}
+	e.startHeld[piece/64] &^= 1 << (piece % 64)
 	k := slices.IndexFunc(e.lazy, func(m msg) bool { return m.kind == mStart && m.piece == int32(piece) })
 	if k >= 0 {
 		e.lazy = slices.Delete(e.lazy, k, k+1)
@@ -204,7 +214,10 @@ func (e *end) sendLazy() {
 		e.send(m)
 	}
 	e.lazy = e.lazy[:0]
-	e.lazyStart = 0
+	if e.lazyStart > 0 {
+		e.lazyStart = 0
+		clear(e.startHeld)
+	}
 }
 
 // request is peerConn.request.
@@ -250,9 +263,18 @@ func (e *end) forget(piece int) {
 	}
 }
 
-// deliver hands frames from the peer to this end's reader.
-func (e *end) deliver(msgs []msg) {
+// deliver hands the next batch of frames from the peer to this end's
+// reader.
+func (e *end) deliver() {
 	n := e.n
+	msgs := e.inbound[0]
+	k := copy(e.inbound, e.inbound[1:])
+	e.inbound[k] = nil
+	e.inbound = e.inbound[:k]
+	defer func() {
+		clear(msgs)
+		n.s.bufs = append(n.s.bufs, msgs[:0])
+	}()
 	for _, m := range msgs {
 		if e.closed || n.state != running {
 			return
@@ -343,7 +365,7 @@ func (e *end) close() {
 	}
 	e.closed = true
 	e.shutWriter()
-	e.lazy, e.held, e.lazyStart = nil, nil, 0
+	e.lazy, e.held, e.lazyStart, e.startHeld = nil, nil, 0, nil
 	e.n.remove(e)
 }
 

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -10,16 +11,19 @@ import (
 // The origin, as package origin answers a swarm's origin fetches: it picks
 // the piece it has sent least among the one asked and the fetch's
 // candidates, answers "in swarm" when every one of them went to a swarm
-// peer less than ResendAfter ago (origin/pick.go), and sends its piece
-// answers three at a time in the order they came, refusing with a 503
-// those that would wait more than half a second for their turn
-// (origin/pace.go). Its constants are origin's.
+// peer less than ResendAfter ago (origin/pick.go), keeps each file's
+// bytes within its egress budget, past which only pieces not sent in the
+// budget's window go (origin/budget.go), and sends its piece answers three
+// at a time in the order they came, refusing with a 503 those that would
+// wait more than half a second for their turn (origin/pace.go). Its
+// constants are origin's.
 const (
-	paceSlots    = 3                      // origin.paceSlots
-	paceMaxWait  = 2 * time.Second        // origin.paceMaxWait
-	paceMaxQueue = 500 * time.Millisecond // origin.paceMaxQueue
-	paceMaxHold  = 500 * time.Millisecond // origin.paceMaxHold
-	sendingHold  = 4                      // origin.sendingHold
+	paceSlots     = 3                      // origin.paceSlots
+	paceMaxWait   = 2 * time.Second        // origin.paceMaxWait
+	paceMaxQueue  = 500 * time.Millisecond // origin.paceMaxQueue
+	paceMaxHold   = 500 * time.Millisecond // origin.paceMaxHold
+	sendingHold   = 4                      // origin.sendingHold
+	overloadPeers = 10                     // origin.overloadPeers: peers named in a budget's refusal
 )
 
 // never is a time before any: a piece never sent.
@@ -40,6 +44,8 @@ type origin struct {
 	queue []*fetch
 	hold  time.Duration // smoothed time a turn is held; 0: none given back yet
 
+	budget *budget // nil: none
+
 	// Accounting.
 	bytes                     float64
 	inFlight, peers, flows    int
@@ -48,7 +54,27 @@ type origin struct {
 	flightSum, peersSum       float64 // integrals over time, in fetch-seconds
 	since                     time.Duration
 	ok, busy, inSwarm, picked int64
+	spent, overBudget         int64 // refused past the budget; sent past it (unsent pieces, alone)
 	reasons                   map[string]int
+}
+
+// budget is origin.budget: a file's egress budget, limit bytes per
+// window, from the first body charged after the last window ended.
+type budget struct {
+	limit   int64
+	window  time.Duration
+	start   time.Duration
+	started bool
+	spent   int64
+	sent    []uint16 // per piece, the sends to swarm clients this window
+}
+
+// roll starts a new window at now if the current one is over.
+func (b *budget) roll(now time.Duration) {
+	if !b.started || now-b.start >= b.window {
+		b.start, b.started, b.spent = now, true, 0
+		clear(b.sent)
+	}
 }
 
 // fetch is one FetchOrigin, from the peer's request to its answer.
@@ -61,6 +87,8 @@ type fetch struct {
 	prevSw   time.Duration
 	stamp    time.Duration // the ledger's record of it (undo)
 	recorded bool
+	charged  bool          // the budget charged its body
+	chargeAt time.Duration // in the window that started then
 	turn     bool
 	turnAt   time.Duration
 	queued   bool
@@ -68,6 +96,7 @@ type fetch struct {
 	gen      int
 	over     bool // answered, or its peer gone
 	res      swarm.OriginResult
+	peers    []string // named in a budget's refusal
 }
 
 func newOrigin(s *Sim, site *Site) *origin {
@@ -76,6 +105,9 @@ func newOrigin(s *Sim, site *Site) *origin {
 	o.count, o.last, o.swarm, o.sending = make([]uint32, n), make([]time.Duration, n), make([]time.Duration, n), make([]uint16, n)
 	for i := range n {
 		o.last[i], o.swarm[i] = never, never
+	}
+	if c := s.cfg.MaxCopies; c > 0 {
+		o.budget = &budget{limit: int64(math.Ceil(c * float64(s.cfg.Size))), window: s.cfg.BudgetWindow, sent: make([]uint16, n)}
 	}
 	return o
 }
@@ -131,14 +163,32 @@ func (o *origin) request(f *fetch) {
 		// A peer that knows no other has no swarm to leave a piece to.
 		resend = 0
 	}
-	if wait := o.choose(f, resend); wait > 0 {
+	alone := f.a.Reason == swarm.ReasonNoPeers
+	from, offer := f.a.Piece, f.a.Candidates
+	if b := o.budget; b != nil && !alone {
+		from, offer = b.filter(s.now, s.pieceLen(from), from, offer)
+	}
+	if wait := o.choose(f, from, offer, resend); wait > 0 {
 		f.res = swarm.OriginResult{Piece: f.a.Piece, InSwarm: max(retryAfter(wait), time.Millisecond), Candidates: f.a.Candidates}
 		o.inSwarm++
 		o.answer(f)
 		return
 	}
+	if b := o.budget; b != nil {
+		if reset, ok := o.spend(f, alone); !ok {
+			// The budget's refusal: the node leaves the pieces to the
+			// swarm until the window ends, and hears of peers.
+			o.undo(f)
+			o.spent++
+			f.res = swarm.OriginResult{Piece: f.a.Piece, InSwarm: retryAfter(max(reset, time.Second)), Candidates: f.a.Candidates}
+			f.peers = s.tracker.peers(overloadPeers)
+			o.answer(f)
+			return
+		}
+	}
 	if d := o.backlog(); d > paceMaxQueue {
 		o.undo(f)
+		o.settle(f, 0)
 		f.res = swarm.OriginResult{Piece: f.a.Piece, Busy: retryAfter(d)}
 		o.busy++
 		o.answer(f)
@@ -174,11 +224,74 @@ func (o *origin) backlog() time.Duration {
 	return time.Duration(len(o.queue)/paceSlots+1) * hold
 }
 
-// choose is sentLedger.choose: it records the piece f gets in f.got, or
-// returns how long until one of them may be sent again.
-func (o *origin) choose(f *fetch, ra time.Duration) time.Duration {
+// filter is the budget's part in the pick (pickPiece): past the budget,
+// only the pieces no swarm client got in this window are offered, the
+// first in place of the one asked if that one went out.
+func (b *budget) filter(now time.Duration, n int64, asked int, cands []int) (int, []int) {
+	b.roll(now)
+	if b.spent+n <= b.limit {
+		return asked, cands
+	}
+	unsent := func(i int) bool { return b.sent[i] == 0 }
+	var left []int
+	for _, c := range cands {
+		if unsent(c) {
+			left = append(left, c)
+		}
+	}
+	switch {
+	case unsent(asked) && len(left) == 0 && len(cands) > 0:
+		return asked, []int{asked} // still a swarm peer's fetch
+	case unsent(asked):
+		return asked, left
+	case len(left) > 0:
+		return left[0], left
+	}
+	return asked, cands
+}
+
+// spend is budget.spend for f's body: false when refused, with the time
+// until the window ends.
+func (o *origin) spend(f *fetch, alone bool) (reset time.Duration, ok bool) {
+	b, now := o.budget, o.s.now
+	b.roll(now)
+	n := o.s.pieceLen(f.got)
+	if b.spent+n > b.limit {
+		if !alone && b.sent[f.got] > 0 {
+			return b.start + b.window - now, false
+		}
+		o.overBudget++
+	}
+	b.spent += n
+	b.sent[f.got]++
+	f.charged, f.chargeAt = true, b.start
+	return 0, true
+}
+
+// settle is budget.settle: of f's charge, what it did not send (of sent
+// bytes) is given back, and its piece is unsent again unless it went out
+// whole; a charge of a window that has ended is left as it was.
+func (o *origin) settle(f *fetch, sent int64) {
+	b := o.budget
+	if b == nil || !f.charged {
+		return
+	}
+	f.charged = false
+	if f.chargeAt != b.start {
+		return
+	}
+	n := o.s.pieceLen(f.got)
+	b.spent = max(b.spent+sent-n, 0)
+	if sent < n && b.sent[f.got] > 0 {
+		b.sent[f.got]--
+	}
+}
+
+// choose is sentLedger.choose for the piece asked and the candidates
+// offered: it records the piece f gets in f.got, or returns how long
+// until one of them may be sent again.
+func (o *origin) choose(f *fetch, asked int, cands []int, ra time.Duration) time.Duration {
 	now := o.s.now
-	cands := f.a.Candidates
 	f.swarmReq = len(cands) > 0
 	recent := func(i int) bool {
 		if !f.swarmReq || ra <= 0 || o.swarm[i] == never {
@@ -199,14 +312,14 @@ func (o *origin) choose(f *fetch, ra time.Duration) time.Duration {
 		}
 		return o.count[c] < o.count[b] || o.count[c] == o.count[b] && o.last[c] < o.last[b]
 	}
-	best := f.a.Piece
+	best := asked
 	for _, c := range cands {
 		if better(c, best) {
 			best = c
 		}
 	}
 	if recent(best) {
-		next := again(f.a.Piece)
+		next := again(asked)
 		for _, c := range cands {
 			next = min(next, again(c))
 		}
@@ -268,6 +381,7 @@ func (o *origin) sent(f *fetch, fl *flow) {
 		o.sending[f.got]--
 	}
 	f.recorded = false
+	f.charged = false // settled: sent in full
 	o.ok++
 	f.res = swarm.OriginResult{Piece: f.a.Piece, OK: true}
 	if f.got != f.a.Piece {
@@ -340,6 +454,9 @@ func (o *origin) answered(f *fetch) {
 		n.fromOrigin += o.s.pieceLen(f.got)
 		n.have.Add(f.got)
 	}
+	if len(f.peers) > 0 {
+		n.post(swarm.Learned{Addrs: f.peers})
+	}
 	n.post(f.res)
 }
 
@@ -348,7 +465,9 @@ func (o *origin) answered(f *fetch) {
 func (o *origin) dropNode(n *node) {
 	for _, f := range slices.Clone(n.fetches) {
 		if f.flow != nil {
-			o.bytes += f.flow.sent(o.s.now)
+			sent := f.flow.sent(o.s.now)
+			o.bytes += sent
+			o.settle(f, int64(sent))
 			o.s.net.stop(f.flow, o.s.now)
 			f.flow = nil
 			o.flows--

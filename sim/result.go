@@ -74,15 +74,19 @@ type OriginStats struct {
 	Fetches map[string]int `json:"fetches"` // FetchOrigin actions by reason
 	// Answers: pieces sent, 503s because the pace queue was full (busy),
 	// 503s "in swarm", and pieces sent in place of the one asked.
-	Sent         int64   `json:"sent"`
-	Busy         int64   `json:"busy"`
-	InSwarm      int64   `json:"in_swarm"`
-	Picked       int64   `json:"picked"`
-	InFlightMax  int     `json:"in_flight_max"`
-	InFlightMean float64 `json:"in_flight_mean"`
-	PeersMax     int     `json:"peers_max"` // peers with a fetch in flight
-	PeersMean    float64 `json:"peers_mean"`
-	BodiesMax    int     `json:"bodies_max"` // bodies being sent at once
+	Sent    int64 `json:"sent"`
+	Busy    int64 `json:"busy"`
+	InSwarm int64 `json:"in_swarm"`
+	Picked  int64 `json:"picked"`
+	// BudgetRefused: 503s past the egress budget; OverBudget: pieces
+	// sent past it (not sent in the window, or to a peer alone).
+	BudgetRefused int64   `json:"budget_refused"`
+	OverBudget    int64   `json:"over_budget"`
+	InFlightMax   int     `json:"in_flight_max"`
+	InFlightMean  float64 `json:"in_flight_mean"`
+	PeersMax      int     `json:"peers_max"` // peers with a fetch in flight
+	PeersMean     float64 `json:"peers_mean"`
+	BodiesMax     int     `json:"bodies_max"` // bodies being sent at once
 }
 
 // ControlStats counts the control frames the peers sent each other (piece
@@ -212,6 +216,7 @@ func (s *Sim) result(timedOut bool) *Result {
 	r.OriginBytes = int64(o.bytes)
 	r.OriginCopies = o.bytes / float64(s.cfg.Size)
 	r.Origin = OriginStats{Fetches: o.reasons, Sent: o.ok, Busy: o.busy, InSwarm: o.inSwarm, Picked: o.picked,
+		BudgetRefused: o.spent, OverBudget: o.overBudget,
 		InFlightMax: o.maxInFlight, PeersMax: o.maxPeers, BodiesMax: o.maxFlows}
 	if span := (s.now - max(first, 0)).Seconds(); span > 0 && first != math.MaxInt64 {
 		r.Origin.InFlightMean, r.Origin.PeersMean = o.flightSum/span, o.peersSum/span
@@ -287,6 +292,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	o := r.Origin
 	fmt.Fprintf(&b, "origin           %s = %.3f copies; %d pieces sent (%d picked in place of the one asked), %d busy, %d in swarm\n",
 		units.Bytes(r.OriginBytes), r.OriginCopies, o.Sent, o.Picked, o.Busy, o.InSwarm)
+	if o.BudgetRefused+o.OverBudget > 0 {
+		fmt.Fprintf(&b, "origin budget    %d refused past it, %d pieces sent past it\n", o.BudgetRefused, o.OverBudget)
+	}
 	fmt.Fprintf(&b, "origin fetches   in flight: mean %.2f, max %d; peers fetching: mean %.2f, max %d; bodies at once max %d\n",
 		o.InFlightMean, o.InFlightMax, o.PeersMean, o.PeersMax, o.BodiesMax)
 	fmt.Fprintf(&b, "  by reason      %s\n", joinCounts(o.Fetches))

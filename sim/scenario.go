@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,11 +84,61 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 			notes = append(notes, fmt.Sprintf("fault %q left out: the simulator kills peers, nothing else", f))
 		}
 	}
-	if len(sc.ServeArgs) > 0 || len(sc.GetArgs) > 0 {
-		notes = append(notes, fmt.Sprintf("serve_args %q and get_args %q left out: the simulated peers and origin run their defaults",
-			strings.Join(sc.ServeArgs, " "), strings.Join(sc.GetArgs, " ")))
+	rest, err := serveArgs(&cfg, sc.ServeArgs)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("serve_args: %w", err)
+	}
+	if len(rest) > 0 {
+		notes = append(notes, fmt.Sprintf("serve_args %q left out: the simulated origin knows --max-copies, --budget-window and --resend-after",
+			strings.Join(rest, " ")))
+	}
+	if len(sc.GetArgs) > 0 {
+		notes = append(notes, fmt.Sprintf("get_args %q left out: the simulated peers run get's defaults", strings.Join(sc.GetArgs, " ")))
 	}
 	return cfg, notes, nil
+}
+
+// serveArgs applies the flags of stampede serve that the simulated origin
+// has to cfg, and returns the others.
+func serveArgs(cfg *Config, args []string) (rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		name, val, inline := strings.Cut(args[i], "=")
+		switch name {
+		case "--max-copies", "--budget-window", "--resend-after":
+		default:
+			rest = append(rest, args[i])
+			continue
+		}
+		if !inline {
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("%s needs a value", name)
+			}
+			i++
+			val = args[i]
+		}
+		switch name {
+		case "--max-copies":
+			if strings.EqualFold(val, "off") {
+				cfg.MaxCopies = -1
+			} else if cfg.MaxCopies, err = strconv.ParseFloat(val, 64); err != nil || cfg.MaxCopies < 1 {
+				return nil, fmt.Errorf("--max-copies %q: want a number of copies, at least 1, or off", val)
+			}
+		case "--budget-window", "--resend-after":
+			d, err := time.ParseDuration(val)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("%s %q: want a duration", name, val)
+			}
+			if name == "--budget-window" {
+				cfg.BudgetWindow = d
+			} else {
+				cfg.ResendAfter = d
+				if d == 0 {
+					cfg.ResendAfter = -1 // serve's 0: always send them again
+				}
+			}
+		}
+	}
+	return rest, nil
 }
 
 // scaleClasses returns classes with counts adding up to n, each in

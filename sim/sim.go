@@ -83,6 +83,11 @@ type Config struct {
 	// ResendAfter is the origin's (origin.Config.ResendAfter; default
 	// origin.DefaultResendAfter, 3 s; negative: none).
 	ResendAfter time.Duration
+	// MaxCopies and BudgetWindow are the origin's egress budget
+	// (origin.Config.MaxCopies, BudgetWindow; defaults 1.5 copies per
+	// 5 minutes; MaxCopies negative: no budget).
+	MaxCopies    float64
+	BudgetWindow time.Duration
 	// Seed seeds the simulation: peer seeds, tick phases, kills.
 	Seed uint64
 	// MaxTime ends the run after this much simulated time, complete or not
@@ -132,9 +137,12 @@ const (
 	DefaultLatency = 5 * time.Millisecond
 	// DefaultStepTime is a quick pass of a peer's loop.
 	DefaultStepTime = 200 * time.Microsecond
-	// DefaultResendAfter is origin.DefaultResendAfter.
-	DefaultResendAfter = 3 * time.Second
-	defaultMaxTime     = time.Hour
+	// DefaultResendAfter, DefaultMaxCopies and DefaultBudgetWindow are
+	// origin's.
+	DefaultResendAfter  = 3 * time.Second
+	DefaultMaxCopies    = 1.5
+	DefaultBudgetWindow = 5 * time.Minute
+	defaultMaxTime      = time.Hour
 )
 
 // Progress is a snapshot of a run, for a progress line.
@@ -166,7 +174,8 @@ type Sim struct {
 	tracker *trackerSim
 	nodes   []*node
 	byAddr  map[netip.AddrPort]*node
-	dirty   []*end // ends with frames written by the event being handled
+	dirty   []*end  // ends with frames written by the event being handled
+	bufs    [][]msg // frame buffers delivered, for reuse
 
 	arrived, finished, killed, running int
 	lastArrival                        time.Duration
@@ -196,6 +205,15 @@ func New(cfg Config) (*Sim, error) {
 		cfg.ResendAfter = DefaultResendAfter
 	case cfg.ResendAfter < 0:
 		cfg.ResendAfter = 0
+	}
+	switch {
+	case cfg.MaxCopies == 0:
+		cfg.MaxCopies = DefaultMaxCopies
+	case cfg.MaxCopies < 0:
+		cfg.MaxCopies = 0
+	}
+	if cfg.BudgetWindow <= 0 {
+		cfg.BudgetWindow = DefaultBudgetWindow
 	}
 	if cfg.MaxTime <= 0 {
 		cfg.MaxTime = defaultMaxTime
@@ -268,6 +286,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.Linger < 0 {
 		bad("linger must not be negative")
+	}
+	if cfg.MaxCopies > 0 && cfg.MaxCopies < 1 || math.IsNaN(cfg.MaxCopies) {
+		bad("max copies %v: a budget must let at least one copy through per window (negative: no budget)", cfg.MaxCopies)
 	}
 	return errors.Join(errs...)
 }
@@ -397,7 +418,7 @@ func (s *Sim) handle(ev event) {
 	case evAnnounce:
 		ev.n.periodicAnnounce()
 	case evDeliver:
-		ev.e.deliver(ev.x.([]msg))
+		ev.e.deliver()
 	case evDial:
 		ev.n.dialed(ev.x.(*dialing))
 	case evTurnFree:

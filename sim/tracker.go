@@ -94,3 +94,15 @@ func (t *trackerSim) sample() {
 		t.estimateMax = max(t.estimateMax, int64(n))
 	}
 }
+
+// peers are up to want addresses of the swarm, as the tracker hands them
+// to its origin (Tracker.Peers).
+func (t *trackerSim) peers(want int) []string {
+	var addrs []string
+	for _, p := range t.t.Peers(t.s.root, t.s.cfg.Size, want) {
+		if o := t.s.byAddr[p.Addr]; o != nil {
+			addrs = append(addrs, o.addr)
+		}
+	}
+	return addrs
+}

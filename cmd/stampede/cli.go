@@ -96,6 +96,7 @@ func init() {
 		{"gateway", "[--listen HOST:PORT]", "a local proxy for browsers, curl, apt and pip that fetches through the swarm", runGateway},
 		{"demo", "[flags]", "show a flash crowd absorbed, side by side with plain HTTP", runDemo},
 		{"bench", "SCENARIO...", "run benchmark scenarios and write reports", runBench},
+		{"sim", "SCENARIO", "simulate a scenario's swarm at scale: the real scheduler and tracker on a simulated network", runSim},
 		{"completion", "bash|zsh|fish", "print a shell completion script for commands and flags", runCompletion},
 		{"help", "[COMMAND | --man]", "show help for stampede or a command, or the manual page", runHelp},
 		{"version", "", "print the version", runVersion},
