@@ -15,11 +15,10 @@ import (
 // MemoryStore is the Store a Tracker uses unless given another: the pure
 // per-swarm core (swarm.go) for each swarm, in a map, with the swarms in
 // the order they were last announced to, so that the idle ones are
-// dropped, and the lone ones (peers of one source at most) in that order
-// too, so that past MaxSwarms a new swarm pushes out the lone one idle
-// longest. A flood of announces to random roots makes lone swarms: they
-// push out each other, never a swarm whose peers trade with each other.
-// Create it with NewMemoryStore.
+// dropped, the lone ones (peers of one source at most) in that order too,
+// and the count of the swarms each source made, so that past MaxSwarms a
+// new swarm pushes out one of the source most over its share, or a lone
+// one (share.go). Create it with NewMemoryStore.
 //
 // Each swarm has a lock of its own, held while one announce is applied to
 // it (microseconds: the table is small), so that a crowd on one file does
@@ -32,8 +31,9 @@ type MemoryStore struct {
 
 	mu     sync.Mutex // guards the following, and every slot's links, last and lone
 	swarms map[swarmKey]*slot
-	lru    slot // sentinel of the list of slots from most to least recently announced
-	lones  slot // sentinel of the same list of the lone slots (linked by lprev, lnext)
+	lru    slot   // sentinel of the list of slots from most to least recently announced
+	lones  slot   // sentinel of the same list of the lone slots (linked by lprev, lnext)
+	makers makers // of the slots
 }
 
 // swarmKey names a swarm: a manifest's root and size.
@@ -45,10 +45,11 @@ type swarmKey struct {
 // slot holds one swarm in the store.
 type slot struct {
 	key          swarmKey
-	prev, next   *slot     // guarded by MemoryStore.mu; nil once dropped
-	lprev, lnext *slot     // in MemoryStore.lones while lone; guarded by MemoryStore.mu
-	last         time.Time // of the last announce; guarded by MemoryStore.mu
-	lone         bool      // guarded by MemoryStore.mu
+	maker        netip.Prefix // the source of the announce that made it (maker)
+	prev, next   *slot        // guarded by MemoryStore.mu; nil once dropped
+	lprev, lnext *slot        // in MemoryStore.lones while lone; guarded by MemoryStore.mu
+	last         time.Time    // of the last announce; guarded by MemoryStore.mu
+	lone         bool         // guarded by MemoryStore.mu
 
 	mu      sync.Mutex // guards the following
 	sw      *swarm
@@ -76,7 +77,7 @@ func NewMemoryStore(limits Limits, log *slog.Logger) *MemoryStore {
 func (m *MemoryStore) Announce(_ context.Context, req AnnounceRequest, addr netip.AddrPort, now time.Time) (Outcome, error) {
 	a := announce{AnnounceRequest: req, addr: addr,
 		hash: maphash.Comparable(m.seed, CountingID(req.ID, addr.Addr(), m.limits.MaxPeersPerAddress))}
-	s, dropped := m.slotFor(swarmKey{req.Root, req.Size}, now)
+	s, dropped := m.slotFor(swarmKey{req.Root, req.Size}, maker(addr.Addr()), now)
 	if s == nil {
 		// Not kept: answered as the swarm's only peer.
 		out := Outcome{SwarmsFull: true, Peers: []Peer{}, Removed: dropped}
@@ -145,10 +146,10 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// slotFor returns the slot of key, creating it if need be, and marks it
-// announced at now; nil if it is new and there is no room for it. It also
-// says which swarms it dropped.
-func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
+// slotFor returns the slot of key, creating it if need be (made by src),
+// and marks it announced at now; nil if it is new and there is no room for
+// it. It also says which swarms it dropped.
+func (m *MemoryStore) slotFor(key swarmKey, src netip.Prefix, now time.Time) (*slot, Removals) {
 	var dropped Removals
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -156,20 +157,22 @@ func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
 	s := m.swarms[key]
 	if s == nil {
 		if len(m.swarms) >= m.limits.MaxSwarms {
-			old := m.lones.lprev
-			if old == &m.lones {
-				m.log.Debug("not keeping a new swarm: tracking as many swarms as allowed, each with peers of two addresses or more",
-					"root", key.root.String(), "max_swarms", m.limits.MaxSwarms)
+			old := m.victimLocked(src)
+			if old == nil {
+				m.log.Debug("not keeping a new swarm: tracking as many swarms as allowed, none of which it may push out",
+					"root", key.root.String(), "source", src, "made", m.makers.made[src], "max_swarms", m.limits.MaxSwarms)
 				return nil, dropped
 			}
-			m.log.Debug("dropping the lone swarm idle longest: tracking as many swarms as allowed",
-				"root", old.key.root.String(), "idle", now.Sub(old.last), "max_swarms", m.limits.MaxSwarms)
+			m.log.Debug("pushing out a swarm: tracking as many swarms as allowed",
+				"root", old.key.root.String(), "lone", old.lone, "idle", now.Sub(old.last), "source", old.maker,
+				"made", m.makers.made[old.maker], "for", src, "max_swarms", m.limits.MaxSwarms)
 			m.removeLocked(old)
 			dropped.SwarmsLimit++
 		}
-		s = &slot{key: key, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, rand.Uint64(), now),
+		s = &slot{key: key, maker: src, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, rand.Uint64(), now),
 			lone: true, wasLone: true}
 		m.swarms[key] = s
+		m.makers.count(src, 1)
 		m.log.Debug("new swarm", "root", key.root.String(), "size", key.size)
 	} else {
 		s.prev.next, s.next.prev = s.next, s.prev
@@ -185,6 +188,30 @@ func (m *MemoryStore) slotFor(key swarmKey, now time.Time) (*slot, Removals) {
 		m.pushLoneLocked(s)
 	}
 	return s, dropped
+}
+
+// victimLocked returns the swarm a new one made by src pushes out when
+// MaxSwarms are kept (share.go), nil if none.
+func (m *MemoryStore) victimLocked(src netip.Prefix) *slot {
+	n, most := m.makers.made[src], m.makers.most
+	if most > n+1 {
+		for s := m.lones.lprev; s != &m.lones; s = s.lprev {
+			if m.makers.made[s.maker] == most {
+				return s
+			}
+		}
+		for s := m.lru.prev; s != &m.lru; s = s.prev {
+			if m.makers.made[s.maker] == most {
+				return s
+			}
+		}
+	}
+	for s := m.lones.lprev; s != &m.lones; s = s.lprev {
+		if s.maker == src || m.makers.made[s.maker] > n {
+			return s
+		}
+	}
+	return nil
 }
 
 // pushLoneLocked puts s first in the list of lone slots.
@@ -243,4 +270,5 @@ func (m *MemoryStore) removeLocked(s *slot) {
 		s.lone = false
 	}
 	delete(m.swarms, s.key)
+	m.makers.count(s.maker, -1)
 }

@@ -47,8 +47,11 @@ type Limits struct {
 	// MaxPeersPerSwarm bounds the table of peers kept per swarm.
 	MaxPeersPerSwarm int
 	// MaxSwarms bounds the swarms kept; past it, a new swarm pushes out
-	// the one idle longest among those whose table holds peers of one
-	// source at most, or is not kept if there is none.
+	// one of the source that made the most swarms kept, if it made more
+	// than the new swarm's source will have with it, or else a swarm
+	// whose table holds peers of one source at most, of a source that
+	// made more than the new swarm's, or of that same source; or it is
+	// not kept (share.go).
 	MaxSwarms int
 	// MaxPeersPerAddress bounds the peers of one source (an IPv4
 	// address, an IPv6 /64; loopback is exempt, see Source) a swarm's
@@ -108,8 +111,9 @@ type Outcome struct {
 	// answered and counted (CountingID), not added to the table.
 	AddressFull bool
 	// SwarmsFull: the announce was to a new swarm while the store held
-	// MaxSwarms swarms, each with peers of two sources or more: the
-	// swarm was not kept, and the peer is answered as if alone.
+	// MaxSwarms swarms, none of which the new one may push out (see
+	// Limits.MaxSwarms): the swarm was not kept, and the peer is answered
+	// as if alone.
 	SwarmsFull bool
 	// Removed counts what this call took out of the store.
 	Removed Removals

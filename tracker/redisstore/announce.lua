@@ -13,11 +13,11 @@
 -- peer was pushed out of the full table, plus 8 if the counts of other
 -- removals follow, plus 16 if the peer was not added (its source has
 -- perAddress peers in the table), plus 32 if the swarm is new and was not
--- kept (maxSwarms swarms, none lone); swarm size, complete; should they follow, peers
--- stopped, expired, swarms idle, limit; the number of values of peers
--- that follow, the values. Kind 0: the peers for the asker (see pickFor);
--- 1 rate limited, 2 late: the cached list, one string of lines; 3
--- stopped, none. One list, rather than one per announce: Redis looks each
+-- kept (maxSwarms swarms, none it may push out); swarm size, complete;
+-- should they follow, peers stopped, expired, swarms idle, limit; the
+-- number of values of peers that follow, the values. Kind 0: the peers
+-- for the asker (see pickFor); 1 rate limited, 2 late: the cached list,
+-- one string of lines; 3 stopped, none. One list, rather than one per announce: Redis looks each
 -- list it answers with over for the fields that make it something else
 -- (an error, a status, a map...), and values it makes take time.
 local maxSwarms, capacity, perAddress
@@ -48,6 +48,88 @@ local function answer(out, sw, kind, stopped, full, expired, idle, limit, list)
 	if list then out[count], out[count + 1] = 1, list end
 end
 
+-- Who may push out whose swarm past maxSwarms (package tracker's
+-- share.go). makers holds the maker of each swarm in the registry (the
+-- source of the announce that made it), set and removed with its place
+-- there, so that it cannot drift from it whatever vanishes by TTL. share
+-- counts the swarms each source made: a cache of those counts, built from
+-- makers when a new swarm finds the registry full, and kept while it stays
+-- full (every swarm made then comes through pushOut). A swarm made while
+-- the registry is not full, the common case, costs the one write to
+-- makers; share, which would miss it, is deleted then if it is there
+-- (MaxSwarms was raised), and whenever else it may miss a change (a swarm
+-- dropped idle, one made anew after it was idle).
+
+-- shares builds share from makers, unless it is there.
+local function shares()
+	if call('EXISTS', share) == 1 then return end
+	local counts = {}
+	for _, src in ipairs(call('HVALS', makers)) do counts[src] = (counts[src] or 0) + 1 end
+	local args = {}
+	for src, k in pairs(counts) do
+		args[#args + 1], args[#args + 2] = k, src
+		if #args >= 1000 then
+			call('ZADD', share, unpack(args))
+			args = {}
+		end
+	end
+	if #args > 0 then call('ZADD', share, unpack(args)) end
+end
+
+-- oldest returns the first swarm of the ZSET z (the registry, or the lone
+-- ones), idle longest first, whose maker is in the set may (true: any
+-- maker), and that maker.
+local function oldest(z, may)
+	local from, n = 0, 16
+	while true do
+		local names = call('ZRANGE', z, from, from + n - 1)
+		if #names == 0 then return nil end
+		local by = call('HMGET', makers, unpack(names))
+		for j, name in ipairs(names) do
+			local src = by[j]
+			if src and (may == true or may[src]) then return name, src end
+		end
+		from, n = from + n, min(2 * n, 256)
+	end
+end
+
+-- madeAs returns the set of the sources that made k swarms.
+local function madeAs(k)
+	local set = {}
+	for _, src in ipairs(call('ZRANGEBYSCORE', share, k, k)) do set[src] = true end
+	return set
+end
+
+-- pushOut makes room for a new swarm, which src makes, by pushing out
+-- the swarm the rule picks, and reports whether there was one: with n the
+-- swarms src made, the lone one idle longest of the sources that made the
+-- most, if more than n + 1, else their swarm idle longest; else the lone
+-- one idle longest of a source that made more than n (any, when n is 0;
+-- else one that made n + 1, the most), or of src.
+local function pushOut(src)
+	shares()
+	local n = num(call('ZSCORE', share, src)) or 0
+	local most = num(call('ZREVRANGE', share, 0, 0, 'WITHSCORES')[2]) or 0
+	local victim, by
+	if most > n + 1 then
+		local top = madeAs(most)
+		victim, by = oldest(lone, top)
+		if not victim then victim, by = oldest(reg, top) end
+	else
+		local may = true
+		if n > 0 then
+			may = most > n and madeAs(most) or {}
+			may[src] = true
+		end
+		victim, by = oldest(lone, may)
+	end
+	if not victim then return false end
+	call('ZREM', reg, victim)
+	drop(open(victim))
+	if num(call('ZINCRBY', share, -1, by)) <= 0 then call('ZREM', share, by) end
+	return true
+end
+
 -- announce applies the announce whose arguments start at args[o], and
 -- appends its answer to out.
 local function announce(args, o, out)
@@ -57,35 +139,44 @@ local function announce(args, o, out)
 	local idle, limit = 0, 0
 
 	-- The swarm. One idle for EXPIRY goes on as if new (all its peers have
-	-- expired; Stats counts it dropped). A new one first sweeps away (a few)
-	-- idle ones, then, past maxSwarms, pushes out the lone one (peers of
-	-- one source at most) idle longest, or, with none lone, is not kept.
-	-- The registry (and that of the lone ones) is told of a swarm's
-	-- announces at most once per GAP, which spares most announces a ZADD;
-	-- a swarm may then go as idle, or be pushed out, up to GAP sooner than
-	-- in memory.
+	-- expired; Stats counts it dropped), made by this announce's source. A
+	-- new one first sweeps away (a few) idle ones, then, past maxSwarms,
+	-- pushes out a swarm (pushOut), never this one (in neither makers nor
+	-- lone yet), or is not kept. The registry (and that of the lone ones)
+	-- is told of a swarm's announces at most once per GAP, which spares
+	-- most announces a ZADD; a swarm may then go as idle, or be pushed
+	-- out, up to GAP sooner than in memory.
 	local sw = open(name)
 	local row = readMeta(sw, id)
 	local ra = sw.meta[RA]
 	if not (ra and now >= ra and now - ra < GAP) then
 		if call('ZADD', reg, nowS, name) == 1 then
 			idle = idle + dropIdle(16)
+			local src, full = maker(infoIP(v)), false
 			while call('ZCARD', reg) > maxSwarms do
-				-- The lone one idle longest, never this one (not lone yet).
-				local victim = call('ZRANGE', lone, 0, 0)[1]
-				if not victim then
+				if not pushOut(src) then
 					call('ZREM', reg, name)
 					local at = header(out, 3 + 32, 0, 0, 0, idle, limit)
 					if event ~= 'stopped' then out[at], out[at + 1] = 1, complete(v) and 1 or 0 end
 					return
 				end
-				call('ZREM', reg, victim)
-				drop(open(victim))
+				full = true
 				limit = limit + 1
 			end
+			call('HSET', makers, name, src)
+			if full then
+				call('ZINCRBY', share, 1, src)
+			elseif call('EXISTS', share) == 1 then
+				call('DEL', share)
+			end
 			call('ZADD', lone, nowS, name)
-		elseif sw.ns < 2 then
-			call('ZADD', lone, nowS, name)
+		else
+			if sw.ns < 2 then call('ZADD', lone, nowS, name) end
+			if not ra or now - ra >= EXPIRY then
+				-- Idle (or its keys gone with their TTL): made anew.
+				call('HSET', makers, name, maker(infoIP(v)))
+				call('DEL', share)
+			end
 		end
 		sw.w[RA] = now
 	end

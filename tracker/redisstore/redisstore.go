@@ -19,6 +19,16 @@
 //	lone             ZSET   the same, of the lone swarms (peers of one
 //	                        source at most, see tracker.Source): for the
 //	                        MaxSwarms drops
+//	makers           HASH   S -> its maker, the source of the announce that
+//	                        made it ("lo": 127.0.0.1 or ::1), for every
+//	                        swarm in swarms and no other: set and removed
+//	                        with its place there, so it cannot drift
+//	share            ZSET   source -> the swarms it made: a cache of
+//	                        makers' counts, built from it when a new swarm
+//	                        finds swarms full, kept while it stays full,
+//	                        deleted when it may miss a change (a swarm
+//	                        dropped idle, or made while swarms is not full);
+//	                        see announce.lua
 //	key              STRING the secret the estimator's hashes of ids are
 //	                        keyed with, for every tracker (no TTL)
 //	{S}:p            ZSET   peer's line -> last seen (ms): the table
@@ -52,12 +62,14 @@
 // one seen longest ago), 16 arrivals, 64 departures, a cached list of 51
 // peers and the estimator's bits of the last seven half intervals (at most
 // 4 KiB each); at most MaxPeersPerAddress peers of one source; at most
-// MaxSwarms swarms are kept (a new one pushes out the lone one idle
-// longest, or is not kept). Values have fixed forms (hex ids, IP addresses,
-// ports). Every key of a swarm gets a TTL of four intervals when it is
-// made, renewed every half interval while the swarm lives, so what
-// trackers that all went away leave behind goes too; the decisions
-// themselves use only the times in the keys, passed in by the tracker.
+// MaxSwarms swarms are kept (a new one pushes out one of the source most
+// over its share, or a lone one, or is not kept: see tracker.Limits), and
+// makers and share hold no more than the swarms kept. Values have fixed
+// forms (hex ids, IP addresses, ports). Every key of a swarm gets a TTL of
+// four intervals when it is made, renewed every half interval while the
+// swarm lives, so what trackers that all went away leave behind goes too;
+// the decisions themselves use only the times in the keys, passed in by
+// the tracker.
 //
 // # Failures
 //

@@ -205,8 +205,9 @@ func TestKeysBounded(t *testing.T) {
 	}
 	swarms := make(map[string]bool)
 	for _, k := range keys {
-		if k == DefaultPrefix+"swarms" || k == DefaultPrefix+"lone" || k == DefaultPrefix+"key" {
-			continue // the registries; the estimator's key, for good
+		switch k {
+		case DefaultPrefix + "swarms", DefaultPrefix + "lone", DefaultPrefix + "makers", DefaultPrefix + "share", DefaultPrefix + "key":
+			continue // the registries, bound by them; the estimator's key, for good
 		}
 		name, _, ok := strings.Cut(strings.TrimPrefix(k, DefaultPrefix+"{"), "}")
 		if !ok {
@@ -293,6 +294,120 @@ func TestKeysBounded(t *testing.T) {
 	if n := rdb.ZCard(ctx, DefaultPrefix+"{"+swarmName(manifest.Hash{39}, 100)+"}:p").Val(); n > maxPeers {
 		t.Errorf("table of %d peers", n)
 	}
+	checkMakers(t, rdb, DefaultPrefix)
+}
+
+// checkMakers checks the keys of who made which swarm under prefix: made
+// names the maker of every swarm registered and of none other, and share,
+// when there, counts them.
+func checkMakers(t *testing.T, rdb *redis.Client, prefix string) {
+	t.Helper()
+	ctx := t.Context()
+	registered := rdb.ZRange(ctx, prefix+"swarms", 0, -1).Val()
+	made := rdb.HGetAll(ctx, prefix+"makers").Val()
+	counts := make(map[string]int)
+	for name, src := range made {
+		if rdb.ZScore(ctx, prefix+"swarms", name).Err() != nil {
+			t.Errorf("swarm %s, made by %s, not registered", name, src)
+		}
+		if _, err := netip.ParseAddr(src); err != nil && src != "lo" && strings.Count(src, ":") != 3 {
+			t.Errorf("swarm %s made by %q", name, src)
+		}
+		counts[src]++
+	}
+	if len(made) != len(registered) {
+		t.Errorf("%d swarms registered, %d makers known", len(registered), len(made))
+	}
+	if rdb.Exists(ctx, prefix+"share").Val() == 0 {
+		return
+	}
+	share := make(map[string]int)
+	for _, z := range rdb.ZRangeWithScores(ctx, prefix+"share", 0, -1).Val() {
+		share[z.Member.(string)] = int(z.Score)
+	}
+	if fmt.Sprint(share) != fmt.Sprint(counts) {
+		t.Errorf("swarms counted by maker %v, made %v", share, counts)
+	}
+}
+
+// TestMakersKept: the count of the swarms each source made agrees with
+// the swarms registered whatever happens to them: swarms pushed out, made
+// into a registry not full (a tracker given a larger MaxSwarms), dropped
+// idle, gone with their keys' TTL, made anew after they were idle.
+func TestMakersKept(t *testing.T) {
+	m, url := miniRedis(t)
+	rdb := client(t, url)
+	ctx := t.Context()
+	now := time.Unix(1e9, 0)
+	from := func(st *Store, root byte, src byte) {
+		t.Helper()
+		now = now.Add(time.Second)
+		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, src}), 7000)
+		if _, err := st.Announce(ctx, tracker.AnnounceRequest{Root: manifest.Hash{root}, Size: 100, ID: tracker.PeerID{root, src},
+			Port: 7000, Left: 1, NumWant: 50}, addr, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := New(rdb, Config{Limits: tracker.Limits{MaxSwarms: 4}})
+	for i := range 12 { // past the bound: share is made, and kept
+		from(small, byte(i), byte(i%3))
+	}
+	if rdb.Exists(ctx, DefaultPrefix+"share").Val() == 0 {
+		t.Error("no share after swarms were pushed out")
+	}
+	checkMakers(t, rdb, DefaultPrefix)
+	large := New(rdb, Config{Limits: tracker.Limits{MaxSwarms: 8}})
+	for i := range 10 { // into a registry not full, then past it
+		from(large, byte(20+i), byte(i%2))
+		checkMakers(t, rdb, DefaultPrefix)
+	}
+	// Idle swarms dropped by a new one.
+	now = now.Add(tracker.ExpiryIntervals*tracker.DefaultInterval - 5*time.Second)
+	for i := range 6 {
+		from(large, byte(40+i), 7)
+		checkMakers(t, rdb, DefaultPrefix)
+	}
+	for i := range 8 { // past the bound again (the last two made stay)
+		from(large, byte(50+i), byte(i%3))
+	}
+	if rdb.Exists(ctx, DefaultPrefix+"share").Val() == 0 {
+		t.Error("no share after swarms were pushed out")
+	}
+	// An idle swarm announced to before anything dropped it: made anew, by
+	// this source.
+	now = now.Add(tracker.ExpiryIntervals * tracker.DefaultInterval)
+	from(large, 57, 9)
+	if src := rdb.HGet(ctx, DefaultPrefix+"makers", swarmName(manifest.Hash{57}, 100)).Val(); src != "10.0.0.9" {
+		t.Errorf("a swarm made anew after it was idle: made by %q, want 10.0.0.9", src)
+	}
+	checkMakers(t, rdb, DefaultPrefix)
+	// Every swarm's keys gone with their TTL, the registry left.
+	m.FastForward(time.Hour)
+	now = now.Add(time.Hour)
+	from(large, 56, 3)
+	if src := rdb.HGet(ctx, DefaultPrefix+"makers", swarmName(manifest.Hash{56}, 100)).Val(); src != "10.0.0.3" {
+		t.Errorf("a swarm made anew after its keys went: made by %q, want 10.0.0.3", src)
+	}
+	checkMakers(t, rdb, DefaultPrefix)
+	for i := range 12 {
+		from(large, byte(60+i), byte(i%4))
+		checkMakers(t, rdb, DefaultPrefix)
+	}
+
+	// Swarms dropped idle by a new one made into a registry still full (a
+	// tracker given a smaller MaxSwarms).
+	const prefix = "shrunk:"
+	large = New(rdb, Config{Limits: tracker.Limits{MaxSwarms: 6}, Prefix: prefix})
+	for i := range 7 {
+		from(large, byte(100+i), byte(i))
+	}
+	now = now.Add(tracker.ExpiryIntervals*tracker.DefaultInterval - 4*time.Second) // the first two kept are idle
+	small = New(rdb, Config{Limits: tracker.Limits{MaxSwarms: 3}, Prefix: prefix})
+	from(small, 110, 7)
+	if n := rdb.ZCard(ctx, prefix+"swarms").Val(); n != 3 {
+		t.Errorf("%d swarms registered, want 3", n)
+	}
+	checkMakers(t, rdb, prefix)
 }
 
 // TestRedisDown: with Redis gone, calls fail with an error wrapping

@@ -31,7 +31,7 @@
 -- loaded, without the standard library.
 local call, byte, tonumber, ipairs, unpack, max, min, floor
 
-local ttl, interval, prefix, reg, lone
+local ttl, interval, prefix, reg, lone, makers, share
 local nowS, now, seedS, seed, cutoffS, cutoff, curS, cur
 local EXPIRY -- a peer, or a swarm, silent this long is gone
 
@@ -59,6 +59,8 @@ local function setup(args)
 	ttl, interval, prefix = args[4], tonumber(args[2]), args[3]
 	reg = prefix .. 'swarms'
 	lone = prefix .. 'lone'
+	makers = prefix .. 'makers'
+	share = prefix .. 'share'
 	EXPIRY = 3 * interval
 	seedS, seed = args[5], nil
 	at(args[1], args[6])
@@ -228,6 +230,7 @@ local function drop(sw)
 	end
 	call('DEL', unpack(ks))
 	call('ZREM', lone, sw.name)
+	call('HDEL', makers, sw.name)
 end
 
 -- touch renews the TTL of every key of the swarm (and a key written since
@@ -242,13 +245,16 @@ local function touch(sw)
 	call('PEXPIRE', key(sw, 'd'), ttl)
 end
 
--- dropIdle drops up to max swarms no one announced to for EXPIRY.
+-- dropIdle drops up to max swarms no one announced to for EXPIRY. The
+-- counts of the swarms each source made then go (see shares in
+-- announce.lua): the next swarm made may fit, and would not be counted.
 local function dropIdle(max)
 	local idle = call('ZRANGEBYSCORE', reg, '-inf', cutoffStr(), 'LIMIT', 0, max)
 	for _, name in ipairs(idle) do
 		drop(open(name))
 		call('ZREM', reg, name)
 	end
+	if #idle > 0 then call('DEL', share) end
 	return #idle
 end
 
@@ -285,6 +291,11 @@ local function source(ip)
 	end
 	return g[1] .. ':' .. g[2] .. ':' .. g[3] .. ':' .. g[4]
 end
+
+-- maker returns who a swarm made by an announce from ip counts as made
+-- by (maker in package tracker): its source, or 'lo' for 127.0.0.1 and
+-- ::1, the host's own.
+local function maker(ip) return source(ip) or 'lo' end
 
 -- joins counts the table's peers of the source of ip one more, for a
 -- newcomer about to be added, and returns true; or, if the source has

@@ -42,8 +42,9 @@ type Options struct {
 	// 10, 100 and 1000; a fast store adds 10,000.
 	Crowds []int
 	// NoFloods leaves out the attacks over HTTP (RandomRootFlood,
-	// SybilFlood: 240,000 requests, some 20,000 of them reaching the
-	// store), for a store too slow for them (an in-process Redis).
+	// SybilFlood, SwarmHoardFlood: 250,000 requests, some 30,000 of them
+	// reaching the store), for a store too slow for them (an in-process
+	// Redis).
 	NoFloods bool
 }
 
@@ -67,8 +68,10 @@ func Run(t *testing.T, newStore NewStore, opts Options) {
 		{"SwarmsBounded", testSwarmsBounded},
 		{"PeersPerAddressBounded", testPeersPerAddress},
 		{"SwarmsFullKeepLiveSwarms", testSwarmsFull},
+		{"SwarmsSharedAmongSources", testSwarmsShared},
 		{"RandomRootFlood", testRandomRootFlood},
 		{"SybilFlood", testSybilFlood},
+		{"SwarmHoardFlood", testSwarmHoardFlood},
 		{"TableBounded", testTableBounded},
 		{"MetricsCountAnnounces", testMetricsCount},
 		{"PeersLooksWithoutJoining", testPeersLooks},

@@ -666,3 +666,136 @@ func testSwarmsFull(t *testing.T, newStore NewStore) {
 		t.Errorf("the lone swarm: swarm_size %d, want 1 (pushed out)", res.SwarmSize)
 	}
 }
+
+// peerAt is peer(i) announcing from ip.
+func peerAt(ip string, i int) testPeer {
+	p := peer(i)
+	p.ip = netip.MustParseAddr(ip)
+	return p
+}
+
+// testSwarmsShared: past MaxSwarms, a new swarm, made by a source that
+// made n of the swarms kept, pushes out a swarm of the source that made
+// the most, when that one made more than n+1 (its lone swarm idle longest,
+// else its swarm idle longest); else a lone swarm of a source that made
+// more than n, or of its own; else it is not kept. So a few addresses
+// cannot hold every slot, a swarm whose source made only it is never
+// pushed out (but lone, by a newcomer that made none), and no source
+// pushes out its own live swarms.
+func testSwarmsShared(t *testing.T, newStore NewStore) {
+	h := newHarness(t, newStore, tracker.Config{MaxSwarms: 8})
+	const a, b = "198.51.100.1", "198.51.100.2"
+	ids := 1000
+	from := func(ip string) testPeer { ids++; return peerAt(ip, ids) }
+	kept := func(root manifest.Hash) bool {
+		_, _, ok := h.tr.SwarmSize(root, testSize)
+		return ok
+	}
+	// join announces the peers to root, one second after the last step.
+	join := func(root manifest.Hash, ps ...testPeer) *tracker.AnnounceResponse {
+		h.clock.Advance(time.Second)
+		var res *tracker.AnnounceResponse
+		for _, p := range ps {
+			res = h.announceTo(root, p, tracker.EventStarted, 1000, 0)
+		}
+		return res
+	}
+	check := func(step string, want map[string]manifest.Hash, gone map[string]manifest.Hash) {
+		t.Helper()
+		for name, root := range want {
+			if !kept(root) {
+				t.Errorf("%s: swarm %s was pushed out or not kept", step, name)
+			}
+		}
+		for name, root := range gone {
+			if kept(root) {
+				t.Errorf("%s: swarm %s is still kept", step, name)
+			}
+		}
+	}
+
+	// A makes 5 swarms, B 3, each joined by the other: none is lone.
+	var as, bs []manifest.Hash
+	inA := make(map[manifest.Hash]testPeer) // A's peer in each of B's
+	inB := make(map[manifest.Hash]testPeer) // B's peer in each of A's
+	for i, maker := range []string{a, a, a, b, b, a, a, b} {
+		root := manifest.Hash{0xa0, byte(i)}
+		pa, pb := from(a), from(b)
+		if maker == a {
+			join(root, pa, pb)
+			as = append(as, root)
+		} else {
+			join(root, pb, pa)
+			bs = append(bs, root)
+		}
+		inA[root], inB[root] = pa, pb
+	}
+	x1, x3, x5 := manifest.Hash{0x11}, manifest.Hash{0x13}, manifest.Hash{0x15}
+	y, z, w, v := manifest.Hash{0x21}, manifest.Hash{0x22}, manifest.Hash{0x23}, manifest.Hash{0x24}
+
+	// An honest source: A made the most (5 > 0+1), and its swarm idle
+	// longest goes.
+	join(x1, peer(1))
+	check("an honest newcomer", map[string]manifest.Hash{"x1": x1}, map[string]manifest.Hash{"A's first": as[0]})
+	if res := join(x1, peer(2)); res.SwarmSize != 2 || !containsID(res.Peers, peer(1).id) {
+		t.Errorf("x1's second peer: %+v, want its first", res)
+	}
+	// A (4) and B (3) cannot: nobody made more than one more than they.
+	for _, src := range []string{a, b} {
+		if res := join(y, from(src)); res.SwarmSize != 1 || len(res.Peers) != 0 {
+			t.Errorf("a new swarm of %s: %+v, want it not kept", src, res)
+		}
+	}
+	check("the hoarders' new swarm", nil, map[string]manifest.Hash{"y": y})
+	// Another honest source, alone in its swarm (lone): A's next goes.
+	join(x3, peer(3))
+	check("a second honest newcomer", map[string]manifest.Hash{"x3": x3, "x1": x1}, map[string]manifest.Hash{"A's second": as[1]})
+	// A and B have made 3 each now: x3 is lone, but its source made
+	// fewer than they have.
+	for _, src := range []string{a, b} {
+		join(z, from(src))
+	}
+	check("the hoarders against a lone honest swarm", map[string]manifest.Hash{"x3": x3}, map[string]manifest.Hash{"z": z})
+	// A and B tie at 3: the swarm idle longest of either goes (A's third,
+	// made before B's first).
+	join(x5, peer(5))
+	check("a third honest newcomer", map[string]manifest.Hash{"x1": x1, "x3": x3, "x5": x5, "B's first": bs[0]},
+		map[string]manifest.Hash{"A's third": as[2]})
+
+	// B's first swarm turns lone (A's peer leaves): A, which made 2,
+	// pushes it out, B having made 3; not the lone honest ones.
+	h.clock.Advance(time.Second)
+	h.announceTo(bs[0], inA[bs[0]], tracker.EventStopped, 1000, 0)
+	join(w, from(a))
+	check("a lone swarm of a source that made more", map[string]manifest.Hash{"w": w, "x3": x3, "x5": x5},
+		map[string]manifest.Hash{"B's first": bs[0]})
+	// B has made 2, A 3: B pushes out none of A's, which made but one more
+	// than B would with its new one, nor its own live swarms...
+	join(w, from(b))
+	join(v, from(b))
+	check("B's new swarm", map[string]manifest.Hash{"B's second": bs[1], "B's third": bs[2]}, map[string]manifest.Hash{"v": v})
+	// ... but its own lone swarm, once one of its swarms is.
+	h.clock.Advance(time.Second)
+	h.announceTo(bs[1], inA[bs[1]], tracker.EventStopped, 1000, 0)
+	join(v, from(b))
+	check("B's new swarm once its own is lone", map[string]manifest.Hash{"v": v, "B's third": bs[2], "x1": x1, "x3": x3, "x5": x5},
+		map[string]manifest.Hash{"B's second": bs[1]})
+	m := h.metrics()
+	if m["stampede_tracker_swarms"] != 8 || m[`stampede_tracker_swarms_removed_total{reason="limit"}`] != 5 ||
+		m["stampede_tracker_announces_swarms_full_total"] != 5 {
+		t.Errorf("swarms %d (want 8), pushed out %d (want 5), not kept %d (want 5)", m["stampede_tracker_swarms"],
+			m[`stampede_tracker_swarms_removed_total{reason="limit"}`], m["stampede_tracker_announces_swarms_full_total"])
+	}
+
+	// The host's own addresses, exempt from the bounds on a source, are one
+	// source here: its swarms go first when it made the most.
+	h = newHarness(t, newStore, tracker.Config{MaxSwarms: 2})
+	host := []manifest.Hash{{0xb0}, {0xb1}}
+	for _, root := range host {
+		join(root, peerAt("127.0.0.1", ids+1), peerAt("::1", ids+2))
+		ids += 2
+	}
+	join(x1, peer(1))
+	check("an honest newcomer against the host's", map[string]manifest.Hash{"x1": x1, "the host's second": host[1]},
+		map[string]manifest.Hash{"the host's first": host[0]})
+}
