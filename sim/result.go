@@ -145,6 +145,8 @@ type EngineStats struct {
 	LinksRelaxed int64   `json:"links_relaxed"`
 	PassesCut    int64   `json:"passes_cut"`
 	WallSeconds  float64 `json:"wall_seconds"`
+	// StepTime is Config.StepTime as used.
+	StepTime float64 `json:"step_time"`
 }
 
 func (s *Sim) result(timedOut bool) *Result {
@@ -246,7 +248,8 @@ func (s *Sim) result(timedOut bool) *Result {
 	r.Tracker = TrackerStats{Announces: t.announces, ByEvent: t.byEvent, Failed: t.failed, PeersHeld: t.held,
 		PeersMax: t.heldMax, SwarmsMax: t.swarmsMax, EstimateMax: t.estimateMax}
 	r.Engine = EngineStats{Events: s.stats.events, Steps: s.stats.steps, SolverPasses: s.net.passes,
-		LinksRelaxed: s.net.relaxed, PassesCut: s.net.cut, WallSeconds: time.Since(s.wallStart).Seconds()}
+		LinksRelaxed: s.net.relaxed, PassesCut: s.net.cut, WallSeconds: time.Since(s.wallStart).Seconds(),
+		StepTime: s.cfg.StepTime.Seconds()}
 	return r
 }
 
@@ -307,8 +310,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "schedulers       %d requests, %d timeouts, %d cancels, %d rejects, %d duplicate pieces, %d dials, %d evicted\n",
 		sc.Requests, sc.Timeouts, sc.Cancels, sc.Rejects, sc.Duplicates, sc.Dials, sc.Evicted)
 	e := r.Engine
-	fmt.Fprintf(&b, "simulation       %.1f s simulated in %.1f s of wall time: %d events, %d scheduler passes, %d max-min passes (%d cut short)\n",
-		r.SimSeconds, e.WallSeconds, e.Events, e.Steps, e.SolverPasses, e.PassesCut)
+	fmt.Fprintf(&b, "simulation       %.1f s simulated in %.1f s of wall time: %d events, %d scheduler passes (step time %v), %d max-min passes (%d cut short)\n",
+		r.SimSeconds, e.WallSeconds, e.Events, e.Steps, time.Duration(e.StepTime*float64(time.Second)), e.SolverPasses, e.PassesCut)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -28,7 +28,6 @@ type simReport struct {
 	Scenario string      `json:"scenario"`
 	Summary  string      `json:"summary"`
 	Seed     uint64      `json:"seed"`
-	StepTime string      `json:"step_time"`
 	Latency  string      `json:"latency"`
 	Notes    []string    `json:"notes,omitempty"`
 	Result   *sim.Result `json:"result"`
@@ -40,7 +39,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		peers    = fs.Int("peers", 0, "simulate `N` peers, the scenario's classes scaled to it (default: the scenario's crowd)")
 		seed     = fs.Uint64("seed", 0, "seed of the run (default: the scenario's)")
 		latency  = fs.Duration("latency", sim.DefaultLatency, "one-way latency of each host's own link")
-		step     = fs.Duration("step-time", sim.DefaultStepTime, "a peer's scheduler handles the events of this long together, as a busy node's loop does; longer runs faster (docs/sim.md)")
+		step     = fs.Duration("step-time", 0, "how long a pass of a peer's loop takes: the events that come meanwhile go to its scheduler together; longer runs faster (0: "+sim.DefaultStepTime.String()+", or T_KR/100 if less; docs/sim.md)")
 		rackSize = fs.Int("rack-size", 0, "put the peers in racks of `N`, in their order of arrival, each behind a shared link (--rack-link)")
 		rackLink = fs.String("rack-link", "0", "capacity of each rack's link, each way (`RATE`, as 1Gbit; 0: uncapped)")
 		rackLat  = fs.Duration("rack-latency", 0, "one-way latency of each rack's link")
@@ -81,9 +80,6 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		return withCode(exitUsage, err)
 	}
 	cfg.StepTime = *step
-	if *step == 0 {
-		cfg.StepTime = -1 // none: the package's zero means its default
-	}
 	if *maxTime > 0 {
 		cfg.MaxTime = *maxTime
 	}
@@ -101,12 +97,12 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", " ")
 		if werr := enc.Encode(simReport{Scenario: sc.Name, Summary: summary(sc, cfg), Seed: cfg.Seed,
-			StepTime: step.String(), Latency: latency.String(), Notes: notes, Result: res}); werr != nil {
+			Latency: latency.String(), Notes: notes, Result: res}); werr != nil {
 			return withCode(exitIO, werr)
 		}
 	} else {
 		fmt.Fprintf(e.stdout, "scenario         %s: %s\n", sc.Name, summary(sc, cfg))
-		fmt.Fprintf(e.stdout, "model            latency %v a host link, step time %v, seed %d\n", *latency, *step, cfg.Seed)
+		fmt.Fprintf(e.stdout, "model            latency %v a host link, seed %d\n", *latency, cfg.Seed)
 		for _, n := range notes {
 			fmt.Fprintf(e.stdout, "note             %s\n", n)
 		}
