@@ -28,18 +28,19 @@ const (
 	mReject
 	mRecommend
 	mGoodbye
+	mRate
 	numMsgKinds
 )
 
 var msgNames = [numMsgKinds]string{"haveset", "have", "start", "stop", "choke", "unchoke",
-	"request", "cancel", "reject", "recommend", "goodbye"}
+	"request", "cancel", "reject", "recommend", "goodbye", "rate"}
 
 // msg is one control frame.
 type msg struct {
 	kind  msgKind
 	arg   uint8 // mReject: the reason; mGoodbye: how
 	piece int32
-	x     any // mHaveSet: *pieceset.Set; mRecommend: []string
+	x     any // mHaveSet: *pieceset.Set; mRecommend: []string; mRate: uint32
 }
 
 // Reject reasons on the wire (wire.RejectReason, as node maps them).
@@ -309,6 +310,8 @@ func (e *end) deliver() {
 			}
 		case mRecommend:
 			n.post(swarm.Recommended{Peer: e.id, Addrs: m.x.([]string)})
+		case mRate:
+			n.post(swarm.PeerCapacity{Peer: e.id, Up: float64(m.x.(uint32))})
 		case mGoodbye:
 			e.close()
 			reason := "goodbye"

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -34,6 +35,10 @@ const (
 	handOverQuiet    = time.Second            // node.handOverQuiet
 	handOverMax      = 2 * time.Second        // node.handOverMax
 	announceEnough   = 8                      // node.announceEnough
+	capacityEvery    = time.Second            // node.capacityEvery
+	capacityDecay    = 0.95                   // node.capacityDecay
+	capacityChange   = 0.25                   // node.capacityChange
+	minCapacity      = 1 << 10                // node.minCapacity
 	peerPort         = 7000
 )
 
@@ -70,13 +75,19 @@ type node struct {
 
 	// Uploads: turns (node/turns.go), the pieces queued on all
 	// connections, the heads from their turn wait to their release.
-	turnsFree          int
-	waiters            []*end
-	queued, uploading  int
-	upBytes            float64 // bytes of the uploads finished
-	upRate, upLast     float64 // node.measureUpload's
-	upAt               time.Duration
-	upMeasured         bool
+	turnsFree         int
+	waiters           []*end
+	queued, uploading int
+	upBytes           float64 // bytes of the uploads finished
+	upRate, upLast    float64 // node.measureUpload's
+	upAt              time.Duration
+	upMeasured        bool
+	// node.measureCapacity's: the bytes delivered at the last reading,
+	// when, the estimate, and the estimate last told (RATE).
+	capDelivered       float64
+	capAt              time.Duration
+	capMeasured        bool
+	capacity, capSent  float64
 	lazySent           time.Duration
 	complete, leaveSet bool
 	doneAt             time.Duration
@@ -201,6 +212,7 @@ func (n *node) tick() {
 	}
 	n.measureUpload()
 	n.post(swarm.Tick{})
+	n.measureCapacity()
 	// TCP's minimum RTT, read on the first tick of a connection: the
 	// path's round trip.
 	for _, e := range n.ends {
@@ -217,12 +229,7 @@ func (n *node) tick() {
 // the bytes sent to peers, those of the pieces being sent included.
 func (n *node) measureUpload() {
 	now := n.s.now
-	up := n.upBytes
-	for _, e := range n.ends {
-		if e.flow != nil {
-			up += e.flow.sent(now)
-		}
-	}
+	up := n.sentToPeers()
 	if n.upMeasured {
 		if dt := (now - n.upAt).Seconds(); dt > 0 {
 			n.upRate += ((up-n.upLast)/dt - n.upRate) / 4
@@ -230,6 +237,52 @@ func (n *node) measureUpload() {
 	}
 	n.upAt, n.upLast, n.upMeasured = now, up, true
 }
+
+// sentToPeers is the bytes of the uploads so far, those of the pieces
+// being sent included.
+func (n *node) sentToPeers() float64 {
+	up := n.upBytes
+	for _, e := range n.ends {
+		if e.flow != nil {
+			up += e.flow.sent(n.s.now)
+		}
+	}
+	return up
+}
+
+// measureCapacity is node.measureCapacity: every capacityEvery, the most
+// bytes delivered to peers in a second, decaying; told to the scheduler
+// (Capacity) and the neighbours (RATE) when it has moved by
+// capacityChange. What TCP has not delivered yet is left out: here, the
+// last round trip's worth of the pieces being sent.
+func (n *node) measureCapacity() {
+	now := n.s.now
+	if n.capMeasured && now-n.capAt < capacityEvery {
+		return
+	}
+	delivered := n.upBytes
+	for _, e := range n.ends {
+		if f := e.flow; f != nil {
+			delivered += max(f.sent(now)-f.rate*(2*e.lat).Seconds(), 0)
+		}
+	}
+	if n.capMeasured {
+		rate := (delivered - n.capDelivered) / (now - n.capAt).Seconds()
+		n.capacity = max(rate, n.capacity*capacityDecay)
+	}
+	n.capAt, n.capDelivered, n.capMeasured = now, max(delivered, n.capDelivered), true
+	if n.capacity < minCapacity || math.Abs(n.capacity-n.capSent) < capacityChange*n.capSent {
+		return
+	}
+	n.capSent = n.capacity
+	for _, e := range n.ends {
+		e.send(msg{kind: mRate, x: rateUp(n.capSent)})
+	}
+	n.post(swarm.Capacity{Up: n.capSent})
+}
+
+// rateUp is node.rateUp: a capacity as RATE carries it.
+func rateUp(c float64) uint32 { return uint32(min(c, math.MaxUint32)) }
 
 // periodicAnnounce is the announce of every tracker interval.
 func (n *node) periodicAnnounce() {
@@ -452,9 +505,16 @@ func (n *node) dialed(d *dialing) {
 	a.peer, b.peer = b, a
 	n.add(a)
 	to.add(b)
-	// The writer sends the have-set first, before anything the loop queues.
+	// The writer sends the have-set first, before anything the loop
+	// queues; then a RATE if we have told one (node.register).
 	a.write(msg{kind: mHaveSet, x: n.have.Clone()})
 	b.write(msg{kind: mHaveSet, x: to.have.Clone()})
+	if n.capSent > 0 {
+		a.write(msg{kind: mRate, x: rateUp(n.capSent)})
+	}
+	if to.capSent > 0 {
+		b.write(msg{kind: mRate, x: rateUp(to.capSent)})
+	}
 	n.post(swarm.PeerUp{Peer: a.id, Addr: to.addr, Host: to.host, Outbound: true})
 	to.post(swarm.PeerUp{Peer: b.id, Addr: n.addr, Host: n.host})
 }

@@ -97,6 +97,11 @@ type fetch struct {
 	over     bool // answered, or its peer gone
 	res      swarm.OriginResult
 	peers    []string // named in a budget's refusal
+	// told: the answer carries the budget's state (Stampede-Budget),
+	// left bytes until reset.
+	told  bool
+	left  int64
+	reset time.Duration
 }
 
 func newOrigin(s *Sim, site *Site) *origin {
@@ -182,6 +187,7 @@ func (o *origin) request(f *fetch) {
 			o.spent++
 			f.res = swarm.OriginResult{Piece: f.a.Piece, InSwarm: retryAfter(max(reset, time.Second)), Candidates: f.a.Candidates}
 			f.peers = s.tracker.peers(overloadPeers)
+			f.told, f.left, f.reset = true, 0, reset
 			o.answer(f)
 			return
 		}
@@ -189,6 +195,7 @@ func (o *origin) request(f *fetch) {
 	if d := o.backlog(); d > paceMaxQueue {
 		o.undo(f)
 		o.settle(f, 0)
+		f.told = false // a 503 without the budget's header
 		f.res = swarm.OriginResult{Piece: f.a.Piece, Busy: retryAfter(d)}
 		o.busy++
 		o.answer(f)
@@ -265,6 +272,7 @@ func (o *origin) spend(f *fetch, alone bool) (reset time.Duration, ok bool) {
 	b.spent += n
 	b.sent[f.got]++
 	f.charged, f.chargeAt = true, b.start
+	f.told, f.left, f.reset = true, max(b.limit-b.spent, 0), max(b.start+b.window-now, 0)
 	return 0, true
 }
 
@@ -453,6 +461,10 @@ func (o *origin) answered(f *fetch) {
 	if f.res.OK {
 		n.fromOrigin += o.s.pieceLen(f.got)
 		n.have.Add(f.got)
+	}
+	if f.told {
+		// originclient hands the answer's budget to the node first.
+		n.post(swarm.OriginBudget{Left: f.left, Reset: f.reset})
 	}
 	if len(f.peers) > 0 {
 		n.post(swarm.Learned{Addrs: f.peers})
