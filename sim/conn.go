@@ -97,6 +97,9 @@ type end struct {
 	id   swarm.PeerID
 	lat  time.Duration // one way to the peer
 	rtt  bool          // PathRTT reported
+	// lastIn is when what this end sent last reaches the peer: TCP keeps
+	// a connection's bytes in order, whatever the queues do.
+	lastIn time.Duration
 	// closed: this side has closed, or heard that the other did. dead:
 	// the other side has closed and this one will hear of it shortly:
 	// nothing more is sent on it.
@@ -166,7 +169,14 @@ func (e *end) flush() {
 	}
 	e.peer.inbound = append(e.peer.inbound, e.out)
 	e.out = nil
-	e.n.s.after(e.lat, event{kind: evDeliver, e: e.peer})
+	e.n.s.at(e.arrival(), event{kind: evDeliver, e: e.peer})
+}
+
+// arrival is when what this end sends now reaches the peer.
+func (e *end) arrival() time.Duration {
+	s := e.n.s
+	e.lastIn = max(s.now+e.lat+queued(e.n.site, e.peer.n.site, float64(s.cfg.Queue)), e.lastIn)
+	return e.lastIn
 }
 
 // announce is Node.announce: a HAVE, START or STOP of piece sent, held
@@ -478,14 +488,14 @@ func (e *end) sent(f *flow) {
 	n.upBytes += float64(f.size)
 	s.stats.peerBytes += f.size
 	n.post(swarm.Uploaded{Peer: e.id, Piece: e.head.piece, Bytes: f.size})
-	s.after(e.lat, event{kind: evPieceIn, e: e.peer, i: e.head.piece})
+	s.at(e.arrival(), event{kind: evPieceIn, e: e.peer, i: e.head.piece})
 	e.ws = wsDrain
 	held := e.held
 	e.held = nil
 	for _, m := range held {
 		e.write(m)
 	}
-	drain := 2 * e.lat
+	drain := 2*e.lat + queued(n.site, e.peer.n.site, float64(s.cfg.Queue))
 	if f.rate > 0 {
 		drain -= time.Duration(float64(turnLowat) / f.rate * float64(time.Second))
 	}

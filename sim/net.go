@@ -124,6 +124,37 @@ func latency(a, b *Site) time.Duration {
 	return lat
 }
 
+// queued is the delay the bottleneck queues of the path from a to b add
+// now: buf bytes at the rate of each link of it that is saturated (one
+// whose fair share is what a flow gets there). TCP keeps the buffer in
+// front of a saturated link full, and whatever crosses the link waits
+// behind it; an idle link queues nothing.
+func queued(a, b *Site, buf float64) time.Duration {
+	if buf <= 0 {
+		return 0
+	}
+	var d float64
+	add := func(l *link) {
+		if l != nil && !math.IsInf(l.share, 1) {
+			d += buf / l.cap
+		}
+	}
+	for a.depth > b.depth {
+		add(a.up)
+		a = a.parent
+	}
+	for b.depth > a.depth {
+		add(b.down)
+		b = b.parent
+	}
+	for a != b {
+		add(a.up)
+		add(b.down)
+		a, b = a.parent, b.parent
+	}
+	return time.Duration(d * float64(time.Second))
+}
+
 // start begins a flow of size bytes from a to b at now; done is called when
 // its last byte has left a (the receiver has it a path latency later).
 func (n *network) start(a, b *Site, size int64, now time.Duration, done func(*flow)) *flow {

@@ -477,7 +477,7 @@ func (n *node) dial(addr string) {
 	to := s.byAddr[ap]
 	rtt := 2 * s.cfg.Latency
 	if err == nil && to != nil {
-		rtt = 2 * latency(n.site, to.site)
+		rtt = s.transit(n.site, to.site) + s.transit(to.site, n.site)
 	}
 	s.after(rtt, event{kind: evDial, n: n, x: &dialing{to: to, addr: addr}})
 }

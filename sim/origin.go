@@ -128,7 +128,7 @@ func (o *origin) fetch(n *node, a swarm.FetchOrigin) {
 		o.peers++
 	}
 	o.maxInFlight, o.maxPeers = max(o.maxInFlight, o.inFlight), max(o.maxPeers, o.peers)
-	o.s.after(latency(n.site, o.site), event{kind: evOriginReq, x: f})
+	o.s.after(o.s.transit(n.site, o.site), event{kind: evOriginReq, x: f})
 }
 
 // account adds the fetches in flight since the last change to the
@@ -444,7 +444,7 @@ func (o *origin) deadline(f *fetch, gen int) {
 
 // answer sends f's answer back to its peer.
 func (o *origin) answer(f *fetch) {
-	o.s.after(latency(o.site, f.n.site), event{kind: evOriginAns, x: f})
+	o.s.after(o.s.transit(o.site, f.n.site), event{kind: evOriginAns, x: f})
 }
 
 // answered: f's answer has reached its peer, which stored the piece it

@@ -20,8 +20,9 @@ type Options struct {
 	Peers int
 	// Seed, if not zero, replaces the scenario's.
 	Seed uint64
-	// Latency is Config.Latency.
+	// Latency and Queue are Config's.
 	Latency time.Duration
+	Queue   int64
 	// RackSize, if positive, puts the peers in racks of RackSize (in their
 	// order of arrival), each behind a shared link of RackUp up and
 	// RackDown down (bytes/s, 0: uncapped) with RackLatency.
@@ -34,8 +35,8 @@ type Options struct {
 // what of it the simulator leaves out. Peers get their classes and
 // arrival times as bench gives them (the same seed, the same draws).
 func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
-	if o.Peers < 0 || o.RackSize < 0 || o.RackUp < 0 || o.RackDown < 0 || o.Latency < 0 || o.RackLatency < 0 {
-		return Config{}, nil, errors.New("peers, rack size, rates and latencies must not be negative")
+	if o.Peers < 0 || o.RackSize < 0 || o.RackUp < 0 || o.RackDown < 0 || o.Latency < 0 || o.RackLatency < 0 || o.Queue < 0 {
+		return Config{}, nil, errors.New("peers, rack size, rates, latencies and queue must not be negative")
 	}
 	seed := sc.Seed
 	if o.Seed != 0 {
@@ -47,7 +48,7 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 	}
 	var notes []string
 	cfg := Config{Size: sc.Size, OriginUp: sc.OriginUp, OriginGroup: -1, Linger: sc.Departure.Linger,
-		Latency: o.Latency, Seed: seed, MaxTime: sc.Timeout}
+		Latency: o.Latency, Queue: o.Queue, Seed: seed, MaxTime: sc.Timeout}
 	var crowd []bench.Class
 	for _, c := range classes {
 		for range c.Count {

@@ -69,6 +69,10 @@ type Config struct {
 	// Latency is the one-way latency of each host's own link, the origin's
 	// included (default DefaultLatency); a group's link has its own.
 	Latency time.Duration
+	// Queue is the bytes a saturated link's bottleneck buffer holds: what
+	// crosses the link waits behind them, control frames included (0:
+	// none; see docs/sim.md).
+	Queue int64
 	// StepTime is how long one pass of a peer's loop takes: events that
 	// reach a peer while it is busy are handed to its scheduler together
 	// in its next pass, as node.Run batches what waits in its channel.
@@ -264,8 +268,8 @@ func (cfg *Config) check() error {
 	if cfg.PieceSize < 0 {
 		bad("piece size must not be negative")
 	}
-	if cfg.OriginUp < 0 {
-		bad("origin up must not be negative")
+	if cfg.OriginUp < 0 || cfg.Queue < 0 {
+		bad("origin up and queue must not be negative")
 	}
 	if len(cfg.Peers) == 0 {
 		bad("no peers")
@@ -399,6 +403,12 @@ func (s *Sim) next() (event, bool) {
 	ev := s.events.pop()
 	s.now = max(s.now, ev.at)
 	return ev, true
+}
+
+// transit is how long a message from a to b takes now: the latency of
+// the path and the queues of its saturated links.
+func (s *Sim) transit(a, b *Site) time.Duration {
+	return latency(a, b) + queued(a, b, float64(s.cfg.Queue))
 }
 
 // clock is the simulated time as the scheduler sees it.

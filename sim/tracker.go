@@ -45,7 +45,7 @@ func newTrackerSim(s *Sim) *trackerSim {
 
 // send sends req from n to the tracker.
 func (t *trackerSim) send(n *node, req tracker.AnnounceRequest) {
-	t.s.after(latency(n.site, t.s.origin.site), event{kind: evTrackerReq, x: &announce{n: n, req: req}})
+	t.s.after(t.s.transit(n.site, t.s.origin.site), event{kind: evTrackerReq, x: &announce{n: n, req: req}})
 }
 
 // request applies an announce and sends the answer back, as
@@ -77,7 +77,7 @@ func (t *trackerSim) request(a *announce) {
 		}
 		t.estimateMax = max(t.estimateMax, int64(resp.SwarmSize))
 	}
-	s.after(latency(s.origin.site, a.n.site), event{kind: evTrackerAns, n: a.n, x: tp})
+	s.after(s.transit(s.origin.site, a.n.site), event{kind: evTrackerAns, n: a.n, x: tp})
 }
 
 // sample reads the store's state.

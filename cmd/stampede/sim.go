@@ -29,6 +29,7 @@ type simReport struct {
 	Summary  string      `json:"summary"`
 	Seed     uint64      `json:"seed"`
 	Latency  string      `json:"latency"`
+	Queue    int64       `json:"queue"`
 	Notes    []string    `json:"notes,omitempty"`
 	Result   *sim.Result `json:"result"`
 }
@@ -39,6 +40,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		peers    = fs.Int("peers", 0, "simulate `N` peers, the scenario's classes scaled to it (default: the scenario's crowd)")
 		seed     = fs.Uint64("seed", 0, "seed of the run (default: the scenario's)")
 		latency  = fs.Duration("latency", sim.DefaultLatency, "one-way latency of each host's own link")
+		queue    = fs.String("queue", "0", "bytes a saturated link's bottleneck buffer holds, which whatever crosses it waits behind (`SIZE`, as 64KiB; docs/sim.md)")
 		step     = fs.Duration("step-time", 0, "how long a pass of a peer's loop takes: the events that come meanwhile go to its scheduler together; longer runs faster (0: "+sim.DefaultStepTime.String()+", or T_KR/100 if less; docs/sim.md)")
 		rackSize = fs.Int("rack-size", 0, "put the peers in racks of `N`, in their order of arrival, each behind a shared link (--rack-link)")
 		rackLink = fs.String("rack-link", "0", "capacity of each rack's link, each way (`RATE`, as 1Gbit; 0: uncapped)")
@@ -67,6 +69,10 @@ func runSim(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usageErrorf("--rack-link: %v", err)
 	}
+	q, err := units.ParseSize(*queue)
+	if err != nil {
+		return usageErrorf("--queue: %v", err)
+	}
 	if rack > 0 && *rackSize == 0 {
 		return usageErrorf("--rack-link needs --rack-size")
 	}
@@ -74,7 +80,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	cfg, notes, err := sim.FromScenario(sc, sim.Options{Peers: *peers, Seed: *seed, Latency: *latency,
+	cfg, notes, err := sim.FromScenario(sc, sim.Options{Peers: *peers, Seed: *seed, Latency: *latency, Queue: q,
 		RackSize: *rackSize, RackUp: rack, RackDown: rack, RackLatency: *rackLat})
 	if err != nil {
 		return withCode(exitUsage, err)
@@ -97,12 +103,12 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", " ")
 		if werr := enc.Encode(simReport{Scenario: sc.Name, Summary: summary(sc, cfg), Seed: cfg.Seed,
-			Latency: latency.String(), Notes: notes, Result: res}); werr != nil {
+			Latency: latency.String(), Queue: q, Notes: notes, Result: res}); werr != nil {
 			return withCode(exitIO, werr)
 		}
 	} else {
 		fmt.Fprintf(e.stdout, "scenario         %s: %s\n", sc.Name, summary(sc, cfg))
-		fmt.Fprintf(e.stdout, "model            latency %v a host link, seed %d\n", *latency, cfg.Seed)
+		fmt.Fprintf(e.stdout, "model            latency %v a host link, queue %s a saturated link, seed %d\n", *latency, units.Bytes(q), cfg.Seed)
 		for _, n := range notes {
 			fmt.Fprintf(e.stdout, "note             %s\n", n)
 		}
