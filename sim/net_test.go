@@ -109,3 +109,25 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// TestQueued: a saturated link delays what crosses it by its buffer at
+// its rate; an idle one, or one whose flows are held elsewhere, does not.
+func TestQueued(t *testing.T) {
+	var n network
+	a, b := newSite(nil, 1000, 0, 0), newSite(nil, 0, 4000, 0)
+	c := newSite(nil, 0, 100, 0)
+	if d := queued(a, b, 500); d != 0 {
+		t.Errorf("idle path: queue %v", d)
+	}
+	f := n.start(a, c, 1e6, 0, func(*flow) {})
+	// A's uplink carries a flow held to 100 by C: not saturated.
+	if d := queued(a, b, 500); d != 0 {
+		t.Errorf("unsaturated uplink: queue %v", d)
+	}
+	n.stop(f, 0)
+	n.start(a, b, 1e6, 0, func(*flow) {})
+	// Now A's uplink (1000/s) is the bottleneck: 500 bytes wait 0.5 s.
+	if d := queued(a, b, 500); d != 500*time.Millisecond {
+		t.Errorf("saturated uplink: queue %v, want 500ms", d)
+	}
+}
