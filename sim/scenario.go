@@ -47,7 +47,7 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 		classes = scaleClasses(classes, o.Peers)
 	}
 	var notes []string
-	cfg := Config{Size: sc.Size, OriginUp: sc.OriginUp, OriginGroup: -1, Linger: sc.Departure.Linger,
+	cfg := Config{Size: sc.Size, OriginUp: sc.OriginUp, Linger: sc.Departure.Linger,
 		Latency: o.Latency, Queue: o.Queue, Seed: seed, MaxTime: sc.Timeout}
 	var crowd []bench.Class
 	for _, c := range classes {
@@ -67,13 +67,13 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 	}
 	for i, j := range perm {
 		c := crowd[j]
-		p := Peer{Class: c.Name, Arrive: arrivals[i], Up: c.Up, Down: c.Down, Group: -1}
+		p := Peer{Class: c.Name, Arrive: arrivals[i], Up: c.Up, Down: c.Down}
 		if o.RackSize > 0 {
 			if i%o.RackSize == 0 {
-				cfg.Groups = append(cfg.Groups, Group{Name: fmt.Sprintf("rack%d", len(cfg.Groups)+1), Parent: -1,
+				cfg.Groups = append(cfg.Groups, Group{Name: fmt.Sprintf("rack%d", len(cfg.Groups)+1),
 					Up: o.RackUp, Down: o.RackDown, Latency: o.RackLatency})
 			}
-			p.Group = len(cfg.Groups) - 1
+			p.Group = cfg.Groups[len(cfg.Groups)-1].Name
 		}
 		cfg.Peers = append(cfg.Peers, p)
 	}

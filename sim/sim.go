@@ -9,14 +9,15 @@
 // tracker is tracker.Tracker over a tracker.MemoryStore, the code "stampede
 // serve" runs, with the simulated clock. The origin is emulated after
 // package origin: piece picks among a fetch's candidates and "in swarm"
-// answers (origin/pick.go), three paced answers at a time with a bounded
-// queue (origin/pace.go).
+// answers (origin/pick.go), the egress budget (origin/budget.go), three
+// paced answers at a time with a bounded queue (origin/pace.go).
 //
 // What is simulated is the network: hosts with an upload and a download
 // capacity, behind chains of shared links (racks, datacenters), each link
 // with a latency; piece transfers are fluid flows sharing every link
 // max-min fairly (net.go), recomputed when a flow starts or ends; control
-// messages take the path's latency and no capacity. Time jumps from event
+// messages take the path's latency (and, with Config.Queue, the queues of
+// its saturated links) and no capacity. Time jumps from event
 // to event (an event heap), so a second of a quiet swarm costs nothing and
 // a busy one costs what its peers decide.
 //
@@ -51,11 +52,10 @@ type Config struct {
 	// (default manifest.PieceSizeFor(Size), as stampede serve picks).
 	Size, PieceSize int64
 	// OriginUp caps the origin's upload in bytes/s (0: uncapped);
-	// OriginGroup is the index in Groups of the group it sits behind (-1:
-	// on the core). The tracker runs on the origin's host, as in stampede
-	// serve.
+	// OriginGroup names the group it sits behind ("": on the core). The
+	// tracker runs on the origin's host, as in stampede serve.
 	OriginUp    int64
-	OriginGroup int
+	OriginGroup string
 	// Groups are the shared links: each group's hosts and groups reach the
 	// rest of the network through its link.
 	Groups []Group
@@ -109,9 +109,9 @@ type Config struct {
 // groups behind it and the rest of the network.
 type Group struct {
 	Name string
-	// Parent is the index in Config.Groups of the group this one sits in
-	// (-1: the core); it must come before this one.
-	Parent int
+	// Parent names the group this one sits in ("": the core); it must
+	// come before this one in Config.Groups.
+	Parent string
 	// Up and Down cap the traffic leaving and entering the group, bytes/s
 	// (0: uncapped).
 	Up, Down int64
@@ -126,8 +126,8 @@ type Peer struct {
 	Arrive time.Duration
 	// Up and Down cap its host's link, bytes/s (0: uncapped).
 	Up, Down int64
-	// Group is the index in Config.Groups of its group (-1: the core).
-	Group int
+	// Group names its group ("": the core).
+	Group string
 }
 
 // Kill takes Count peers down At, chosen at random among those running
@@ -245,14 +245,14 @@ func New(cfg Config) (*Sim, error) {
 	// The file's identity only names the swarm at the tracker.
 	s.root = manifest.Hash{'s', 'i', 'm'}
 
-	groups := make([]*Site, len(cfg.Groups))
-	for i, g := range cfg.Groups {
-		groups[i] = newSite(siteAt(groups, g.Parent), g.Up, g.Down, g.Latency)
+	groups := map[string]*Site{}
+	for _, g := range cfg.Groups {
+		groups[g.Name] = newSite(groups[g.Parent], g.Up, g.Down, g.Latency)
 	}
-	s.origin = newOrigin(s, newSite(siteAt(groups, cfg.OriginGroup), cfg.OriginUp, 0, cfg.Latency))
+	s.origin = newOrigin(s, newSite(groups[cfg.OriginGroup], cfg.OriginUp, 0, cfg.Latency))
 	s.tracker = newTrackerSim(s)
 	for i, p := range cfg.Peers {
-		n := newNode(s, i, p, newSite(siteAt(groups, p.Group), p.Up, p.Down, cfg.Latency))
+		n := newNode(s, i, p, newSite(groups[p.Group], p.Up, p.Down, cfg.Latency))
 		s.nodes = append(s.nodes, n)
 		s.byAddr[n.ap] = n
 	}
@@ -277,23 +277,28 @@ func (cfg *Config) check() error {
 	if len(cfg.Peers) > maxPeers {
 		bad("%d peers: at most %d (the simulated addresses run out)", len(cfg.Peers), maxPeers)
 	}
-	group := func(what string, i, below int) {
-		if i < -1 || i >= below {
-			bad("%s: group %d does not exist before it", what, i)
+	known := map[string]bool{"": true}
+	group := func(what, name string) {
+		if !known[name] {
+			bad("%s: no group %q before it", what, name)
 		}
 	}
-	for i, g := range cfg.Groups {
-		group("group "+g.Name, g.Parent, i)
+	for _, g := range cfg.Groups {
+		group("group "+g.Name, g.Parent)
+		if g.Name == "" || known[g.Name] {
+			bad("group %q: a group needs a name of its own", g.Name)
+		}
+		known[g.Name] = true
 		if g.Up < 0 || g.Down < 0 || g.Latency < 0 {
 			bad("group %s: caps and latency must not be negative", g.Name)
 		}
 	}
-	group("origin", cfg.OriginGroup, len(cfg.Groups))
+	group("origin", cfg.OriginGroup)
 	for i, p := range cfg.Peers {
 		if p.Up < 0 || p.Down < 0 || p.Arrive < 0 {
 			bad("peer %d: caps and arrival must not be negative", i)
 		}
-		group(fmt.Sprintf("peer %d", i), p.Group, len(cfg.Groups))
+		group(fmt.Sprintf("peer %d", i), p.Group)
 	}
 	for _, k := range cfg.Kills {
 		if k.Count < 0 || k.At < 0 {
@@ -311,13 +316,6 @@ func (cfg *Config) check() error {
 
 // maxPeers: the peers' addresses are 10.0.0.1 up, one /8.
 const maxPeers = 1<<24 - 2
-
-func siteAt(groups []*Site, i int) *Site {
-	if i < 0 {
-		return nil
-	}
-	return groups[i]
-}
 
 // core is the root every site hangs from.
 var core = &Site{}

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -19,9 +20,9 @@ const mbit = 1e6 / 8
 // crowd returns a flash crowd of n peers of up/down bytes/s, a file of
 // size and an origin of originUp.
 func crowd(n int, size, originUp, up, down int64) Config {
-	cfg := Config{Size: size, OriginUp: originUp, OriginGroup: -1, Seed: 1}
+	cfg := Config{Size: size, OriginUp: originUp, Seed: 1}
 	for range n {
-		cfg.Peers = append(cfg.Peers, Peer{Class: "peer", Up: up, Down: down, Group: -1})
+		cfg.Peers = append(cfg.Peers, Peer{Class: "peer", Up: up, Down: down})
 	}
 	return cfg
 }
@@ -218,14 +219,14 @@ func TestDeterministic(t *testing.T) {
 func TestRacks(t *testing.T) {
 	cfg := crowd(16, 2<<20, 40*mbit, 100*mbit, 100*mbit)
 	cfg.Groups = []Group{
-		{Name: "dc", Parent: -1, Latency: 10 * time.Millisecond},
-		{Name: "rack1", Parent: 0, Up: 20 * mbit, Down: 20 * mbit, Latency: time.Millisecond},
-		{Name: "rack2", Parent: 0, Up: 20 * mbit, Down: 20 * mbit, Latency: time.Millisecond},
-		{Name: "origin", Parent: -1, Latency: 20 * time.Millisecond},
+		{Name: "dc", Latency: 10 * time.Millisecond},
+		{Name: "rack1", Parent: "dc", Up: 20 * mbit, Down: 20 * mbit, Latency: time.Millisecond},
+		{Name: "rack2", Parent: "dc", Up: 20 * mbit, Down: 20 * mbit, Latency: time.Millisecond},
+		{Name: "origin", Latency: 20 * time.Millisecond},
 	}
-	cfg.OriginGroup = 3
+	cfg.OriginGroup = "origin"
 	for i := range cfg.Peers {
-		cfg.Peers[i].Group = 1 + i%2
+		cfg.Peers[i].Group = fmt.Sprintf("rack%d", 1+i%2)
 	}
 	_, r := run(t, cfg)
 	t.Logf("racks: last %.2f s; origin %.2f copies; %s between peers", r.Last, r.OriginCopies, units.Bytes(r.PeerBytes))
@@ -250,10 +251,12 @@ func TestScaleClasses(t *testing.T) {
 // TestConfigErrors: a bad configuration is refused, naming what is wrong.
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{
-		{Size: 0, Peers: []Peer{{Group: -1}}},
-		{Size: 1, OriginGroup: -1},
-		{Size: 1, OriginGroup: -1, Peers: []Peer{{Group: 2}}},
-		{Size: 1, OriginGroup: -1, Peers: []Peer{{Group: -1, Up: -1}}},
+		{Size: 0, Peers: []Peer{{}}},
+		{Size: 1},
+		{Size: 1, Peers: []Peer{{Group: "rack"}}},
+		{Size: 1, Peers: []Peer{{}}, Groups: []Group{{Name: "a", Parent: "b"}, {Name: "b"}}},
+		{Size: 1, Peers: []Peer{{}}, Groups: []Group{{Name: "a"}, {Name: "a"}}},
+		{Size: 1, Peers: []Peer{{Up: -1}}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
