@@ -67,7 +67,8 @@ type Config struct {
 	// Kills take peers down without a goodbye.
 	Kills []Kill
 	// Latency is the one-way latency of each host's own link, the origin's
-	// included (default DefaultLatency); a group's link has its own.
+	// included (default DefaultLatency; negative: none); a group's link
+	// has its own.
 	Latency time.Duration
 	// Queue is the bytes a saturated link's bottleneck buffer holds: what
 	// crosses the link waits behind them, control frames included (0:
@@ -201,8 +202,11 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.PieceSize <= 0 {
 		cfg.PieceSize = manifest.PieceSizeFor(cfg.Size)
 	}
-	if cfg.Latency <= 0 {
+	switch {
+	case cfg.Latency == 0:
 		cfg.Latency = DefaultLatency
+	case cfg.Latency < 0:
+		cfg.Latency = 0
 	}
 	switch {
 	case cfg.StepTime == 0:

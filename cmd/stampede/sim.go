@@ -86,6 +86,9 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		return withCode(exitUsage, err)
 	}
 	cfg.StepTime = *step
+	if *latency == 0 {
+		cfg.Latency = -1 // none: the package's zero means its default
+	}
 	if *maxTime > 0 {
 		cfg.MaxTime = *maxTime
 	}
