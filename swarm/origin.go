@@ -255,7 +255,21 @@ func (s *Scheduler) capacityWeight() float64 {
 	if s.capacity <= 0 {
 		return 1
 	}
-	caps := append(s.capBuf[:0], s.capacity)
+	mean := s.meanCapacity()
+	if mean <= 0 {
+		return 1
+	}
+	return min(max(s.capacity/mean, minCapacityWeight), maxCapacityWeight)
+}
+
+// meanCapacity is the trimmed mean upload capacity of us and the
+// neighbours that count (see capacityWeight), or 0 when fewer than two
+// are known.
+func (s *Scheduler) meanCapacity() float64 {
+	caps := s.capBuf[:0]
+	if s.capacity > 0 {
+		caps = append(caps, s.capacity)
+	}
 	perHost := map[string]int{}
 	for _, p := range s.order {
 		if p.capacity <= 0 || p.has.Complete() || s.suspect(p) || s.idle(p) || perHost[p.host] >= maxPerHost {
@@ -266,7 +280,7 @@ func (s *Scheduler) capacityWeight() float64 {
 	}
 	s.capBuf = caps
 	if len(caps) < 2 {
-		return 1
+		return 0
 	}
 	slices.Sort(caps)
 	cut := len(caps) / 4
@@ -274,8 +288,7 @@ func (s *Scheduler) capacityWeight() float64 {
 	for _, c := range caps[cut : len(caps)-cut] {
 		sum += c
 	}
-	mean := sum / float64(len(caps)-2*cut)
-	return min(max(s.capacity/mean, minCapacityWeight), maxCapacityWeight)
+	return sum / float64(len(caps)-2*cut)
 }
 
 // The bounds of capacityWeight: a peer on a twentieth of its neighbours'
