@@ -204,11 +204,15 @@ func (s *Scheduler) spare() bool {
 }
 
 // spareReserve is the budget, in copies of the file, that spare fetches
-// leave for pieces no peer has; spareSlack is how much longer than our
+// leave for pieces no peer has: a whole copy, so that with the default
+// budget (1.5 copies, meant for a crowd whose bottleneck is the origin)
+// there is nothing to spare once a crowd has been sent half a copy (in
+// flash50 runs, half a copy's reserve let spare fetches take the origin
+// from 1.01 to 1.04-1.05 copies); spareSlack is how much longer than our
 // quickest our origin fetches may take for the origin to count as not
 // saturated.
 const (
-	spareReserve = 0.5
+	spareReserve = 1
 	spareSlack   = 2
 )
 

@@ -511,7 +511,7 @@ func TestOriginCapacityWeight(t *testing.T) {
 // fetches from the origin only when the origin has budget and time to
 // spare (ReasonSpare): it told of a budget with room left, and our origin
 // fetches are as quick as our quickest. Not without a budget, not with
-// less than half a copy left, not from a saturated origin (fetches four
+// less than a whole copy left, not from a saturated origin (fetches eight
 // times as slow as the quickest), and never a piece asked of a peer.
 func TestOriginSpare(t *testing.T) {
 	const pieces = 64
@@ -572,8 +572,8 @@ func TestOriginSpare(t *testing.T) {
 	if n, _ := run(nil, 50*time.Millisecond); n != 0 {
 		t.Errorf("no budget told: %d spare fetches, want none", n)
 	}
-	if n, _ := run(&OriginBudget{Left: size / 4, Reset: 5 * time.Minute}, 50*time.Millisecond); n != 0 {
-		t.Errorf("a quarter of a copy left: %d spare fetches, want none", n)
+	if n, _ := run(&OriginBudget{Left: size * 3 / 4, Reset: 5 * time.Minute}, 50*time.Millisecond); n != 0 {
+		t.Errorf("three quarters of a copy left: %d spare fetches, want none", n)
 	}
 	if n, _ := run(ample, 400*time.Millisecond); n > 1 {
 		t.Errorf("origin saturated (fetches 8 times the quickest): %d spare fetches, want at most the one before it showed", n)
