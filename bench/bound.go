@@ -116,15 +116,18 @@ func sumCapped(rates []float64) (float64, bool) {
 
 // DefaultBudget is stampede serve's --max-copies when a scenario's
 // serve_args do not give one: origin.DefaultMaxCopies (a test holds them
-// equal).
-const DefaultBudget = 1.5
+// equal), 0 for none (off).
+const DefaultBudget = 0
 
 // BudgetOf is the egress budget of a scenario's origin, in copies of the
 // file per window (serve --max-copies): the last --max-copies in its
 // serve_args, else serve's default; +Inf for "off". A value serve would
 // refuse is an error.
 func BudgetOf(s *Scenario) (float64, error) {
-	b := DefaultBudget
+	b := math.Inf(1)
+	if DefaultBudget > 0 {
+		b = DefaultBudget
+	}
 	for i, a := range s.ServeArgs {
 		v, ok := strings.CutPrefix(a, "--max-copies=")
 		if !ok && a == "--max-copies" {

@@ -186,8 +186,8 @@ func TestBudgetOf(t *testing.T) {
 		args []string
 		want float64
 	}{
-		{nil, DefaultBudget},
-		{[]string{"--max-transfers", "256"}, DefaultBudget},
+		{nil, math.Inf(1)}, // off by default
+		{[]string{"--max-transfers", "256"}, math.Inf(1)},
 		{[]string{"--max-copies", "3"}, 3},
 		{[]string{"--max-copies=2.5", "--rate", "8Mbit"}, 2.5},
 		{[]string{"--max-copies", "off"}, math.Inf(1)},

@@ -105,10 +105,10 @@ func TestBudget(t *testing.T) {
 		dir := t.TempDir()
 		data := randomBytes(fileSize, 40)
 		writeFile(t, dir, "f", data, t0)
-		ts := startMem(t, memnet.New(), Config{Dir: dir}) // the default budget, 1.5 copies per 5 min
+		ts := startMem(t, memnet.New(), Config{Dir: dir, MaxCopies: 1.5}) // 1.5 copies per 5 min
 		m := ts.manifest(t, "/f")
 		n := m.NumPieces()
-		limit := int64(math.Ceil(float64(m.Size) * DefaultMaxCopies))
+		limit := int64(math.Ceil(float64(m.Size) * 1.5))
 		piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
 		served := func(what string, res *http.Response, body []byte, i int) contract.Budget {
 			t.Helper()
@@ -316,10 +316,10 @@ func TestBudgetOverloadAnswers(t *testing.T) {
 		dir := t.TempDir()
 		data := randomBytes(fileSize, 43)
 		writeFile(t, dir, "f", data, t0)
-		ts := startMem(t, memnet.New(), Config{Dir: dir, MaxTransfers: 1, OverloadCopies: 3, OverloadWindow: time.Hour})
+		ts := startMem(t, memnet.New(), Config{Dir: dir, MaxTransfers: 1, OverloadCopies: 3, OverloadWindow: time.Hour, MaxCopies: 1.5})
 		m := ts.manifest(t, "/f")
 		n := m.NumPieces()
-		limit := int64(math.Ceil(float64(m.Size) * DefaultMaxCopies))
+		limit := int64(math.Ceil(float64(m.Size) * 1.5))
 		// Every piece but the last two to a swarm client before the crowd
 		// comes: the overload answers that walk the file from piece 0 pass
 		// the budget before they reach those two.

@@ -151,7 +151,7 @@ const (
 	// DefaultResendAfter, DefaultMaxCopies and DefaultBudgetWindow are
 	// origin's.
 	DefaultResendAfter  = 3 * time.Second
-	DefaultMaxCopies    = 1.5
+	DefaultMaxCopies    = 0 // no budget
 	DefaultBudgetWindow = 5 * time.Minute
 	defaultMaxTime      = time.Hour
 )
@@ -229,6 +229,8 @@ func New(cfg Config) (*Sim, error) {
 	switch {
 	case cfg.MaxCopies == 0:
 		cfg.MaxCopies = DefaultMaxCopies
+	}
+	switch {
 	case cfg.MaxCopies < 0:
 		cfg.MaxCopies = 0
 	}

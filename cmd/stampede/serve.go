@@ -84,7 +84,7 @@ names the files.`)
 		"most overload answers (one piece and peers) sent at once past --max-transfers; 0 turns overload mode off")
 	overloadCopies := fs.Int("overload-copies", origin.DefaultOverloadCopies, "times each piece of a file is handed out in overload answers per --overload-window")
 	overloadWindow := fs.Duration("overload-window", origin.DefaultOverloadWindow, "period over which --overload-copies counts")
-	maxCopies := fs.String("max-copies", strconv.FormatFloat(origin.DefaultMaxCopies, 'g', -1, 64),
+	maxCopies := fs.String("max-copies", "off",
 		"egress budget: at most `B` copies of each file to swarm clients per --budget-window, B at least 1, or off for none; "+
 			"past it they get only pieces not sent in the window unless alone; plain clients are never refused")
 	budgetWindow := fs.Duration("budget-window", origin.DefaultBudgetWindow, "period over which --max-copies counts, from the first byte of a file sent after the last window")

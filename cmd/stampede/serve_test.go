@@ -343,7 +343,7 @@ func TestServeMaxCopies(t *testing.T) {
 		copies string
 		window string
 	}{
-		{nil, "1.5", "300"},
+		{nil, "0", "300"}, // off by default
 		{[]string{"--max-copies", "3", "--budget-window", "10m"}, "3", "600"},
 		{[]string{"--max-copies", "OFF"}, "0", "300"},
 	} {
