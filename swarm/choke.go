@@ -8,9 +8,10 @@ import (
 // Reciprocation. Every ChokeInterval a round picks whom to serve among the
 // peers interested in us (they lack a piece we have):
 //
-//   - while downloading, the UploadSlots peers that sent us most over the
-//     last RateWindow (tit-for-tat); once complete, the ones we sent most to
-//     (the fastest downloaders);
+//   - while downloading, the UploadSlots peers that sent us the largest
+//     share of their uplink over the last RateWindow (tit-for-tat, by
+//     share: see capacityOf); once complete, the ones we sent most to (the
+//     fastest downloaders);
 //   - plus OptimisticSlots more, rotated every OptimisticInterval, taken
 //     from those unchoked longest ago (never first), so newcomers and slow
 //     peers get their turn; but with two or more, the first goes, every
