@@ -139,17 +139,22 @@ func (b *Balancer) Assign(order []string) string {
 	if b.load == nil {
 		b.load = make(map[string]int)
 	}
-	limit := b.Cap(b.total, len(order))
-	pick := order[0]
-	for _, n := range order {
-		if b.load[n] < limit {
-			pick = n
-			break
-		}
-	}
+	pick := b.firstUnder(order, order)
 	b.load[pick]++
 	b.total++
 	return pick
+}
+
+// firstUnder is the first node of cand under the cap of a request among
+// order's nodes, else cand's first.
+func (b *Balancer) firstUnder(order, cand []string) string {
+	limit := b.Cap(b.total, len(order))
+	for _, n := range cand {
+		if b.load[n] < limit {
+			return n
+		}
+	}
+	return cand[0]
 }
 
 // Skip moves a request counted against from (which failed it, or was
@@ -161,18 +166,10 @@ func (b *Balancer) Skip(order []string, from string) string {
 		return ""
 	}
 	b.Done(from)
-	rest := order[i+1:]
-	limit := b.Cap(b.total, len(order))
-	pick := rest[0]
-	for _, n := range rest {
-		if b.load[n] < limit {
-			pick = n
-			break
-		}
-	}
 	if b.load == nil {
 		b.load = make(map[string]int)
 	}
+	pick := b.firstUnder(order, order[i+1:])
 	b.load[pick]++
 	b.total++
 	return pick
