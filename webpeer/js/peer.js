@@ -1,0 +1,1 @@
+// peer.js: being written

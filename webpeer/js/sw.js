@@ -1,0 +1,1 @@
+// sw.js: being written

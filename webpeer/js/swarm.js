@@ -1,0 +1,1 @@
+// swarm.js: being written

@@ -1,0 +1,1 @@
+// verify.js: being written

@@ -1,0 +1,172 @@
+// Package webpeer is the browser peer: the ES modules (js/) that make a
+// site's visitors peers of its swarms over WebRTC data channels, embedded
+// in the binary and served by "stampede serve" (docs/browser.md).
+//
+// A site opts in with one tag, <script type="module"
+// src="/.well-known/stampede/peer.js"></script>. peer.js registers the
+// service worker (sw.js, served with Service-Worker-Allowed: / so that its
+// scope is the whole site) and runs the swarm in the page, since a service
+// worker has no RTCPeerConnection. The worker intercepts same-origin GETs
+// of objects that have a manifest and asks the page for them; the page
+// gets the pieces from other visitors (signalled through the tracker's
+// WebSocket, tracker/ws.go), verifies each against the manifest with
+// SubtleCrypto SHA-256, and falls back to the origin within a deadline.
+//
+// The origin controls it with Config: Off is the kill switch. peer.json
+// then says so, and every installed worker that reads it (at most
+// Config.CheckEvery after) unregisters itself and stands down.
+package webpeer
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+)
+
+//go:embed js/peer.js js/sw.js js/wire.js js/swarm.js js/verify.js
+var files embed.FS
+
+// Prefix is the path under which the peer is served: PeerPath, the
+// worker and modules at Prefix+"peer/", and ConfigPath.
+const (
+	Prefix     = "/.well-known/stampede/"
+	PeerPath   = Prefix + "peer.js"
+	WorkerPath = Prefix + "peer/sw.js"
+	ConfigPath = Prefix + "peer.json"
+)
+
+// Defaults of Config.
+const (
+	DefaultUploadRate  = 512 << 10
+	DefaultUploadTotal = 64 << 20
+	DefaultMinSize     = 64 << 10
+	DefaultDeadline    = 4 * time.Second
+	DefaultHiddenStop  = 60 * time.Second
+	DefaultCheckEvery  = 5 * time.Minute
+	DefaultMaxPeers    = 8
+)
+
+// Config is what the origin tells every visitor's peer, in peer.json.
+type Config struct {
+	// Off is the kill switch: peer.js does nothing, and installed service
+	// workers unregister themselves when they next read peer.json.
+	Off bool
+	// UploadRate caps what one visitor's browser uploads, in bytes per
+	// second. Default DefaultUploadRate.
+	UploadRate int64
+	// UploadTotal caps what it uploads in one page's life. Default
+	// DefaultUploadTotal.
+	UploadTotal int64
+	// MinSize: objects smaller than this go to the origin as before.
+	// Default DefaultMinSize.
+	MinSize int64
+	// Deadline: a piece not verified this long after it was asked of a
+	// peer (or, when no peer has it, after the swarm was joined) is
+	// fetched from the origin. Default DefaultDeadline.
+	Deadline time.Duration
+	// HiddenStop: a page hidden this long stops its peer until it is
+	// shown again. Default DefaultHiddenStop.
+	HiddenStop time.Duration
+	// CheckEvery is how often an installed worker reads peer.json again.
+	// Default DefaultCheckEvery.
+	CheckEvery time.Duration
+	// MaxPeers bounds the data channels one page keeps per object.
+	// Default DefaultMaxPeers.
+	MaxPeers int
+	// ICEServers are the STUN (and TURN) URLs the browsers use, e.g.
+	// "stun:example.org:3478". Empty: host candidates only.
+	ICEServers []string
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.UploadRate, DefaultUploadRate)
+	def(&c.UploadTotal, DefaultUploadTotal)
+	def(&c.MinSize, DefaultMinSize)
+	for _, d := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&c.Deadline, DefaultDeadline}, {&c.HiddenStop, DefaultHiddenStop}, {&c.CheckEvery, DefaultCheckEvery}} {
+		if *d.v <= 0 {
+			*d.v = d.d
+		}
+	}
+	if c.MaxPeers <= 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
+	return c
+}
+
+// document is peer.json.
+type document struct {
+	Enabled      bool     `json:"enabled"`
+	UploadRate   int64    `json:"upload_rate,omitempty"`
+	UploadTotal  int64    `json:"upload_total,omitempty"`
+	MinSize      int64    `json:"min_size,omitempty"`
+	DeadlineMS   int64    `json:"deadline_ms,omitempty"`
+	HiddenStopMS int64    `json:"hidden_stop_ms,omitempty"`
+	CheckEveryMS int64    `json:"check_every_ms,omitempty"`
+	MaxPeers     int      `json:"max_peers,omitempty"`
+	ICEServers   []string `json:"ice_servers,omitempty"`
+}
+
+// Paths are the patterns (GET) Handler answers, for a ServeMux.
+var Paths = []string{PeerPath, ConfigPath, Prefix + "peer/"}
+
+// Handler serves the peer's modules, its worker and peer.json.
+func Handler(cfg Config) http.Handler {
+	cfg = cfg.withDefaults()
+	doc := document{Enabled: !cfg.Off}
+	if !cfg.Off {
+		doc = document{
+			Enabled: true, UploadRate: cfg.UploadRate, UploadTotal: cfg.UploadTotal, MinSize: cfg.MinSize,
+			DeadlineMS: cfg.Deadline.Milliseconds(), HiddenStopMS: cfg.HiddenStop.Milliseconds(),
+			CheckEveryMS: cfg.CheckEvery.Milliseconds(), MaxPeers: cfg.MaxPeers, ICEServers: cfg.ICEServers,
+		}
+	}
+	config, err := json.Marshal(doc)
+	if err != nil {
+		panic(fmt.Sprintf("webpeer: %v", err)) // unreachable: plain fields
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		// Every visitor's worker reads these: they must never be stale
+		// for long (the kill switch), and they never carry credentials.
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Content-Type-Options", "nosniff")
+		if r.URL.Path == ConfigPath {
+			h.Set("Content-Type", "application/json")
+			w.Write(config)
+			return
+		}
+		name, ok := strings.CutPrefix(r.URL.Path, Prefix)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		name = strings.TrimPrefix(name, "peer/")
+		b, err := fs.ReadFile(files, "js/"+name)
+		if err != nil || strings.Contains(name, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		if r.URL.Path == WorkerPath {
+			h.Set("Service-Worker-Allowed", "/")
+		}
+		h.Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Write(b)
+	})
+}

@@ -1,0 +1,71 @@
+package webpeer_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stampede-dev/stampede/webpeer"
+)
+
+// TestJavaScript runs the modules' own tests (node's built-in runner):
+// wire.js against the Go encoder's frames in wire/testdata, and the
+// merkle verification against manifests the Go package built.
+func TestJavaScript(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("STAMPEDE_REQUIRE_NODE") != "" {
+			t.Fatalf("no node: %v", err)
+		}
+		t.Skipf("no node (Debian's nodejs package): %v", err)
+	}
+	cmd := exec.Command(node, "--test", "js/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test js/: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func get(t *testing.T, h http.Handler, path string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	return rec.Result()
+}
+
+func TestHandler(t *testing.T) {
+	h := webpeer.Handler(webpeer.Config{})
+	r := get(t, h, webpeer.WorkerPath)
+	if r.StatusCode != 200 || r.Header.Get("Service-Worker-Allowed") != "/" || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/javascript") {
+		t.Errorf("worker: %d %v", r.StatusCode, r.Header)
+	}
+	for _, p := range []string{webpeer.PeerPath, webpeer.Prefix + "peer/wire.js", webpeer.Prefix + "peer/swarm.js"} {
+		if r := get(t, h, p); r.StatusCode != 200 || r.Header.Get("Service-Worker-Allowed") != "" {
+			t.Errorf("%s: %d %v", p, r.StatusCode, r.Header)
+		}
+	}
+	for _, p := range []string{webpeer.Prefix + "peer/wire.test.js", webpeer.Prefix + "peer/nope.js", webpeer.Prefix + "peer/../webpeer.go"} {
+		if r := get(t, h, p); r.StatusCode != 404 {
+			t.Errorf("%s: %d, want 404", p, r.StatusCode)
+		}
+	}
+	var doc map[string]any
+	b, _ := io.ReadAll(get(t, h, webpeer.ConfigPath).Body)
+	if err := json.Unmarshal(b, &doc); err != nil || doc["enabled"] != true || doc["upload_rate"] != float64(webpeer.DefaultUploadRate) {
+		t.Errorf("peer.json: %s, %v", b, err)
+	}
+}
+
+// TestKillSwitch: with Off, peer.json says so and nothing else.
+func TestKillSwitch(t *testing.T) {
+	b, _ := io.ReadAll(get(t, webpeer.Handler(webpeer.Config{Off: true}), webpeer.ConfigPath).Body)
+	if string(b) != `{"enabled":false}` {
+		t.Errorf("peer.json: %s", b)
+	}
+}
