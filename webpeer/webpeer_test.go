@@ -1,7 +1,9 @@
 package webpeer_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/webpeer"
 )
 
@@ -67,5 +70,66 @@ func TestKillSwitch(t *testing.T) {
 	b, _ := io.ReadAll(get(t, webpeer.Handler(webpeer.Config{Off: true}), webpeer.ConfigPath).Body)
 	if string(b) != `{"enabled":false}` {
 		t.Errorf("peer.json: %s", b)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/manifests.json")
+
+// fixtureContent is the fixtures' file content: byte i is (i*7 + i>>8 + (i>>16)*13) & 255
+// (verify.test.js builds the same).
+func fixtureContent(size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8 + i>>16*13)
+	}
+	return b
+}
+
+// TestFixtures writes (with -update) and checks testdata/manifests.json:
+// manifests of the Go package, which verify.test.js checks pieces against.
+func TestFixtures(t *testing.T) {
+	type fixture struct {
+		Name     string          `json:"name"`
+		Manifest json.RawMessage `json:"manifest"`
+	}
+	var fs []fixture
+	for _, f := range []struct {
+		name            string
+		size, pieceSize int64
+	}{
+		{"one piece of 3 blocks", 40000, 64 << 10},
+		{"4 pieces of 64 KiB, the last short", 200000, 64 << 10},
+		{"5 pieces of 16 KiB: a padded layer", 5 * 16 << 10, 16 << 10},
+	} {
+		b, err := manifest.NewBuilder(f.size, f.pieceSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(fixtureContent(int(f.size)))
+		m, err := b.Manifest("fixture")
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, fixture{f.name, j})
+	}
+	want, err := json.MarshalIndent(fs, "", "\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, '\n')
+	const path = "testdata/manifests.json"
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s is not what package manifest builds (%v): go test ./webpeer -run TestFixtures -update", path, err)
 	}
 }
