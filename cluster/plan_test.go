@@ -1,0 +1,276 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCluster has dcs datacenters of racks racks of hosts hosts each:
+// hosts h<dc><rack><n> with 100Mbit links, uplinks of 40Mbit, datacenter
+// links of 80Mbit; slow hosts get 10Mbit.
+func testCluster(t *testing.T, dcs, racks, hosts int, slow ...string) *Cluster {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("host_link = \"100Mbit\"\n")
+	for d := range dcs {
+		fmt.Fprintf(&b, "[datacenter.d%d]\nlink = \"80Mbit\"\n", d)
+		for r := range racks {
+			var names []string
+			for h := range hosts {
+				n := fmt.Sprintf("h%d%d%d", d, r, h)
+				names = append(names, `"`+n+`"`)
+				fmt.Fprintf(&b, "[host.%s]\nagent = \"10.%d.%d.%d\"\n", n, d, r, h+1)
+				if slices.Contains(slow, n) {
+					b.WriteString("link = \"10Mbit\"\n")
+				}
+			}
+			fmt.Fprintf(&b, "[rack.r%d%d]\ndatacenter = \"d%d\"\nuplink = \"40Mbit\"\nhosts = [%s]\n", d, r, d, strings.Join(names, ", "))
+		}
+	}
+	c, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	return c
+}
+
+// roles sums a plan up: each rack's representatives (R), the
+// datacenters' (D) and each host's budgets in kB/s.
+func roles(p *Plan) string {
+	var out []string
+	for _, rack := range sortedKeys(p.Racks) {
+		var hs []string
+		for _, n := range p.Racks[rack] {
+			r := p.Roles[n]
+			tag := ""
+			if r.RackRep {
+				tag += "R"
+			}
+			if r.DCRep {
+				tag += "D"
+			}
+			hs = append(hs, fmt.Sprintf("%s%s:%d/%d", n, tag, r.Down/1000, r.Up/1000))
+		}
+		out = append(out, rack+"["+strings.Join(hs, " ")+"]")
+	}
+	return strings.Join(out, " ")
+}
+
+func TestPlan(t *testing.T) {
+	seed := []byte("root")
+	for _, tc := range []struct {
+		name              string
+		dcs, racks, hosts int
+		slow, dead, pick  []string
+		rackReps, dcReps  int
+		want              string
+	}{
+		{
+			// Two racks of three: two representatives each share their
+			// uplink's 4 MB/s budget; all four fetch from the origin (fewer
+			// than 5); the others fetch inside the rack at their link's 10.
+			name: "2x3", dcs: 1, racks: 2, hosts: 3,
+			want: "r00[h000:10000/10000 h001RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:10000/10000]",
+		},
+		{
+			// A slow host is never a representative while a faster one is
+			// there, and its 1 MB/s takes nothing from the others.
+			name: "slow host", dcs: 1, racks: 2, hosts: 3, slow: []string{"h001", "h012"},
+			want: "r00[h000RD:2000/10000 h001:1000/1000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:1000/1000]",
+		},
+		{
+			// A dead representative's place goes to the rack's other host;
+			// the other rack's keep theirs.
+			name: "dead representative", dcs: 1, racks: 2, hosts: 3, dead: []string{"h001"},
+			want: "r00[h000RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:10000/10000]",
+		},
+		{
+			// One representative per rack, three racks: five per
+			// datacenter would be more than there are, so all three are,
+			// and share the datacenter link's 8 MB/s.
+			name: "one per rack", dcs: 1, racks: 3, hosts: 2, rackReps: 1,
+			want: "r00[h000:10000/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:10000/10000] r02[h020:10000/10000 h021RD:2666/10000]",
+		},
+		{
+			// Two datacenters of three racks: six racks' representatives
+			// in each, five of them the datacenter's, who share its link's
+			// 8 MB/s (1.6 MB/s each); the sixth has the rest of its
+			// uplink's 4 MB/s, 2.4.
+			name: "two datacenters", dcs: 2, racks: 3, hosts: 2,
+			want: "r00[h000R:2400/10000 h001RD:1600/10000] r01[h010RD:1600/10000 h011RD:1600/10000] r02[h020RD:1600/10000 h021RD:1600/10000] " +
+				"r10[h100RD:1600/10000 h101R:2400/10000] r11[h110RD:1600/10000 h111RD:1600/10000] r12[h120RD:1600/10000 h121RD:1600/10000]",
+		},
+		{
+			name: "a selection", dcs: 1, racks: 2, hosts: 3, pick: []string{"h000", "h011", "h012"},
+			want: "r00[h000RD:4000/10000] r01[h011RD:2000/10000 h012RD:2000/10000]",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testCluster(t, tc.dcs, tc.racks, tc.hosts, tc.slow...)
+			if tc.rackReps > 0 {
+				c.RackRepresentatives = tc.rackReps
+			}
+			if tc.dcReps > 0 {
+				c.DCRepresentatives = tc.dcReps
+			}
+			hosts := tc.pick
+			if hosts == nil {
+				hosts = c.HostNames()
+			}
+			p, err := NewPlan(c, hosts, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tc.dead) > 0 {
+				before := p
+				if p, err = p.Without(c, seed, tc.dead...); err != nil {
+					t.Fatal(err)
+				}
+				// Representatives that did not die stay.
+				for n, r := range before.Roles {
+					if r.RackRep && !slices.Contains(tc.dead, n) && !p.Roles[n].RackRep {
+						t.Errorf("%s lost its place when %v died", n, tc.dead)
+					}
+				}
+			}
+			if got := roles(p); got != tc.want {
+				t.Errorf("plan\n got %s\nwant %s", got, tc.want)
+			}
+			// No link over its budget: each rack's representatives and each
+			// datacenter's within their link.
+			for rk, hs := range p.Racks {
+				var sum int64
+				for _, h := range hs {
+					if p.Roles[h].RackRep {
+						sum += p.Roles[h].Down
+					}
+				}
+				if b := c.Racks[rk].Uplink.Budget(); sum > b {
+					t.Errorf("rack %s's representatives take %d of %d", rk, sum, b)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanSeedChangesRepresentatives(t *testing.T) {
+	c := testCluster(t, 1, 1, 8)
+	seen := map[string]bool{}
+	for i := range 20 {
+		p, err := NewPlan(c, c.HostNames(), []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, r := range p.Roles {
+			if r.RackRep {
+				seen[n] = true
+			}
+		}
+	}
+	if len(seen) < 5 {
+		t.Errorf("20 files had their representatives among %d hosts of 8", len(seen))
+	}
+}
+
+func TestMayPeer(t *testing.T) {
+	c := testCluster(t, 2, 2, 3)
+	p, err := NewPlan(c, c.HostNames(), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.HostNames() {
+		for _, b := range c.HostNames() {
+			ra, rb := p.Roles[a], p.Roles[b]
+			got := p.MayPeer(a, b)
+			want := ra.Rack == rb.Rack || (ra.DC == rb.DC && ra.RackRep && rb.RackRep) || (ra.DCRep && rb.DCRep)
+			if got != want || got != p.MayPeer(b, a) {
+				t.Errorf("MayPeer(%s, %s) = %v", a, b, got)
+			}
+			if ra.Rack != rb.Rack && !ra.RackRep && got {
+				t.Errorf("%s, no representative, peers across its uplink with %s", a, b)
+			}
+		}
+	}
+	if p.MayPeer("h000", "nobody") {
+		t.Error("a host not in the push may peer")
+	}
+	if _, err := NewPlan(c, []string{"h000", "zz"}, nil); err == nil {
+		t.Error("a plan with an unknown host")
+	}
+}
+
+func TestWork(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	type step struct {
+		op   string // claim, done, dead
+		rep  string
+		at   float64
+		want int // claim: the piece; done: the piece done
+	}
+	for _, tc := range []struct {
+		name   string
+		reps   []string
+		pieces int
+		steps  []step
+	}{
+		{"division", []string{"a", "b"}, 8, []step{
+			{"claim", "a", 0, 0}, {"claim", "b", 0, 4}, {"claim", "a", 0, 1}, {"claim", "b", 0, 5},
+		}},
+		{"stealing from the far end", []string{"a", "b"}, 8, []step{
+			{"claim", "a", 0, 0}, {"done", "", 0, 0}, {"claim", "a", 0, 1}, {"done", "", 0, 1},
+			{"claim", "a", 0, 2}, {"done", "", 0, 2}, {"claim", "a", 0, 3}, {"done", "", 0, 3},
+			{"claim", "b", 0, 4},
+			// a is done with its share; b is behind: a takes 7, then 6.
+			{"claim", "a", 1, 7}, {"claim", "a", 1, 6}, {"done", "", 1, 4},
+			{"claim", "b", 2, 5}, {"claim", "b", 2, -1},
+		}},
+		{"a dead representative's claims time out", []string{"a", "b"}, 4, []step{
+			{"claim", "b", 0, 2}, {"claim", "a", 0, 0}, {"done", "", 1, 0}, {"claim", "a", 1, 1}, {"done", "", 1, 1},
+			// b claimed 2 and went silent: a steals 3 at once, 2 only once
+			// b's claim has timed out.
+			{"claim", "a", 2, 3}, {"claim", "a", 3, -1}, {"done", "", 4, 3}, {"claim", "a", 10, 2},
+		}},
+		{"a dead representative's claims released", []string{"a", "b", "c"}, 6, []step{
+			{"claim", "c", 0, 4}, {"claim", "c", 0, 5}, {"dead", "c", 0, 0},
+			{"claim", "a", 0, 0}, {"claim", "a", 0, 1}, {"claim", "a", 0, 5}, {"claim", "b", 0, 2}, {"claim", "b", 0, 3}, {"claim", "b", 0, 4},
+		}},
+		{"not a representative", []string{"a"}, 2, []step{{"claim", "z", 0, -1}, {"claim", "a", 0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWork(tc.reps, tc.pieces, 5*time.Second)
+			for i, s := range tc.steps {
+				switch s.op {
+				case "claim":
+					if got := w.Claim(s.rep, at(s.at)); got != s.want {
+						t.Fatalf("step %d: %s claims %d, want %d", i, s.rep, got, s.want)
+					}
+				case "done":
+					w.Done(s.want)
+				case "dead":
+					w.Dead(s.rep)
+				}
+			}
+		})
+	}
+	w := NewWork([]string{"a", "b", "c"}, 10, time.Second)
+	var all []int
+	for _, r := range []string{"a", "b", "c"} {
+		f, to := w.Share(r)
+		for i := f; i < to; i++ {
+			all = append(all, i)
+		}
+	}
+	if len(all) != 10 || !slices.IsSorted(all) {
+		t.Errorf("shares cover %v", all)
+	}
+	for i := range 10 {
+		w.Done(i)
+	}
+	if w.Left() != 0 {
+		t.Error("pieces left after all were done")
+	}
+}
