@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Errors of a push request's checks, wrapped; test with errors.Is.
+var (
+	ErrUnsigned = errors.New("push request not signed by the cluster's key")
+	ErrExpired  = errors.New("push request expired")
+	ErrReplayed = errors.New("push request seen before (replayed)")
+	ErrRequest  = errors.New("bad push request")
+)
+
+// MaxLifetime bounds a request's expiry from now: agents remember nonces
+// until expiry, and a long-lived request is one an attacker can hold.
+const MaxLifetime = 24 * time.Hour
+
+// Request is a push as the pusher signs it and agents act on it. The
+// signature covers every field but Sig, so neither the file, nor where it
+// goes, nor the command run after, nor the hosts, nor the time can be
+// changed, and the nonce makes each request usable once.
+type Request struct {
+	Root string `json:"root"` // the file's manifest root, hex
+	Size int64  `json:"size"`
+	// URL is the file on the pusher's origin (its manifest and pieces).
+	URL  string `json:"url"`
+	Dest string `json:"dest"`
+	// Then is run with /bin/sh -c on each host after the install ("":
+	// nothing).
+	Then string `json:"then,omitempty"`
+	// Hosts are the hosts pushed to, by name: each agent works out the
+	// same plan from them.
+	Hosts   []string  `json:"hosts"`
+	Issued  time.Time `json:"issued"`
+	Expires time.Time `json:"expires"`
+	Nonce   string    `json:"nonce"` // 16 random bytes, hex
+	Sig     string    `json:"sig"`   // ed25519, base64url
+}
+
+// ID names the push: its nonce.
+func (r *Request) ID() string { return r.Nonce }
+
+// requestContext starts the signed message, so that no other signature
+// of the cluster's key (a manifest's, a token's) is valid as a push.
+const requestContext = "stampede push request v1\x00"
+
+// message is the signed bytes: every field, each with its length.
+func (r *Request) message() []byte {
+	b := []byte(requestContext)
+	str := func(s string) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	str(r.Root)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Size))
+	str(r.URL)
+	str(r.Dest)
+	str(r.Then)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Hosts)))
+	for _, h := range r.Hosts {
+		str(h)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Issued.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Expires.UnixNano()))
+	str(r.Nonce)
+	return b
+}
+
+// Sign fills in a new nonce, Issued (now) and Expires (now+ttl), and
+// signs r with priv.
+func (r *Request) Sign(priv ed25519.PrivateKey, now time.Time, ttl time.Duration) {
+	var n [16]byte
+	rand.Read(n[:])
+	r.Nonce = hex.EncodeToString(n[:])
+	r.Issued, r.Expires = now.UTC(), now.Add(ttl).UTC()
+	r.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, r.message()))
+}
+
+// Verify checks r's signature against pub and its times against now;
+// it does not remember the nonce (Nonces does).
+func (r *Request) Verify(pub ed25519.PublicKey, now time.Time) error {
+	sig, err := base64.RawURLEncoding.DecodeString(r.Sig)
+	if r.Sig == "" || err != nil || len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, r.message(), sig) {
+		return ErrUnsigned
+	}
+	switch {
+	case !now.Before(r.Expires):
+		return fmt.Errorf("%w at %s", ErrExpired, r.Expires.Format(time.RFC3339))
+	case r.Expires.Sub(now) > MaxLifetime || r.Issued.After(now.Add(time.Minute)):
+		return fmt.Errorf("%w: issued %s, expires %s: more than %v ahead of this host's clock", ErrRequest, r.Issued, r.Expires, MaxLifetime)
+	case len(r.Nonce) != 32:
+		return fmt.Errorf("%w: nonce %q", ErrRequest, r.Nonce)
+	case len(r.Root) != 64 || r.Size < 0 || r.URL == "" || r.Dest == "" || len(r.Hosts) == 0:
+		return fmt.Errorf("%w: root, size, url, dest and hosts are required", ErrRequest)
+	}
+	if _, err := hex.DecodeString(r.Root + r.Nonce); err != nil {
+		return fmt.Errorf("%w: root and nonce must be hex", ErrRequest)
+	}
+	return nil
+}
+
+// For reports whether host is one of r's hosts.
+func (r *Request) For(host string) bool { return slices.Contains(r.Hosts, host) }
+
+// Nonces remembers the nonces of the requests accepted until they
+// expire, so that none is accepted twice. Safe for concurrent use.
+type Nonces struct {
+	mu   sync.Mutex // guards the following
+	seen map[string]time.Time
+	max  int
+}
+
+// NewNonces remembers at most max nonces at once (more requests than
+// that, unexpired, are refused).
+func NewNonces(max int) *Nonces {
+	return &Nonces{seen: map[string]time.Time{}, max: max}
+}
+
+// Use accepts nonce, valid until expires, once: a second use before it
+// expires is ErrReplayed. Expired nonces are forgotten (a request past
+// its expiry is refused by Verify anyway).
+func (n *Nonces) Use(nonce string, expires, now time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, exp := range n.seen {
+		if !now.Before(exp) {
+			delete(n.seen, k)
+		}
+	}
+	if _, ok := n.seen[nonce]; ok {
+		return ErrReplayed
+	}
+	if len(n.seen) >= n.max {
+		return fmt.Errorf("%w: %d unexpired pushes are remembered already", ErrRequest, n.max)
+	}
+	n.seen[nonce] = expires
+	return nil
+}
+
+// Snapshot returns the nonces remembered and their expiries, to be kept
+// across a restart; Restore takes them back.
+func (n *Nonces) Snapshot() map[string]time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]time.Time, len(n.seen))
+	for k, v := range n.seen {
+		out[k] = v
+	}
+	return out
+}
+
+// Restore adds nonces kept by Snapshot.
+func (n *Nonces) Restore(m map[string]time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, v := range m {
+		n.seen[k] = v
+	}
+}

@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/sign"
+)
+
+func signed(t *testing.T, priv ed25519.PrivateKey, now time.Time) Request {
+	t.Helper()
+	r := Request{Root: strings.Repeat("ab", 32), Size: 1000, URL: "http://pusher:7880/app.tar", Dest: "/srv/app.tar",
+		Then: "systemctl reload app", Hosts: []string{"web-1", "web-2"}}
+	r.Sign(priv, now, time.Hour)
+	return r
+}
+
+func TestRequestSignature(t *testing.T) {
+	priv := sign.GenerateKey()
+	pub := priv.Public().(ed25519.PublicKey)
+	now := time.Unix(1_700_000_000, 0)
+	r := signed(t, priv, now)
+	if err := r.Verify(pub, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if !r.For("web-2") || r.For("web-3") {
+		t.Error("For")
+	}
+	// Every field is covered.
+	for name, change := range map[string]func(*Request){
+		"root":     func(r *Request) { r.Root = strings.Repeat("cd", 32) },
+		"size":     func(r *Request) { r.Size++ },
+		"url":      func(r *Request) { r.URL = "http://evil/app.tar" },
+		"dest":     func(r *Request) { r.Dest = "/etc/passwd" },
+		"then":     func(r *Request) { r.Then = "rm -rf /" },
+		"hosts":    func(r *Request) { r.Hosts = append(r.Hosts, "web-3") },
+		"host":     func(r *Request) { r.Hosts = []string{"web-1", "web-3"} },
+		"issued":   func(r *Request) { r.Issued = r.Issued.Add(time.Second) },
+		"expires":  func(r *Request) { r.Expires = r.Expires.Add(time.Hour) },
+		"nonce":    func(r *Request) { r.Nonce = strings.Repeat("0", 32) },
+		"unsigned": func(r *Request) { r.Sig = "" },
+		"garbage":  func(r *Request) { r.Sig = "!!" },
+		// Moving a byte from one field to the next is a different message.
+		"boundary": func(r *Request) { r.Dest, r.Then = r.Dest+"s", r.Then[1:] },
+	} {
+		c := r
+		c.Hosts = append([]string(nil), r.Hosts...)
+		change(&c)
+		if err := c.Verify(pub, now); !errors.Is(err, ErrUnsigned) {
+			t.Errorf("%s changed: %v, want ErrUnsigned", name, err)
+		}
+	}
+	other := sign.GenerateKey().Public().(ed25519.PublicKey)
+	if err := r.Verify(other, now); !errors.Is(err, ErrUnsigned) {
+		t.Errorf("another key: %v", err)
+	}
+	if err := r.Verify(pub, now.Add(time.Hour)); !errors.Is(err, ErrExpired) {
+		t.Errorf("at expiry: %v", err)
+	}
+	long := Request{Root: r.Root, Size: 1, URL: "u", Dest: "d", Hosts: []string{"a"}}
+	long.Sign(priv, now, 48*time.Hour)
+	if err := long.Verify(pub, now); !errors.Is(err, ErrRequest) {
+		t.Errorf("a 48h request: %v", err)
+	}
+	empty := Request{Root: r.Root}
+	empty.Sign(priv, now, time.Hour)
+	if err := empty.Verify(pub, now); !errors.Is(err, ErrRequest) {
+		t.Errorf("no dest nor hosts: %v", err)
+	}
+}
+
+func TestNonces(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	n := NewNonces(2)
+	if err := n.Use("a", now.Add(time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Use("a", now.Add(time.Minute), now.Add(30*time.Second)); !errors.Is(err, ErrReplayed) {
+		t.Errorf("replay: %v", err)
+	}
+	if err := n.Use("b", now.Add(time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Use("c", now.Add(time.Hour), now); !errors.Is(err, ErrRequest) {
+		t.Errorf("past the bound: %v", err)
+	}
+	// a has expired: forgotten, and room for c.
+	if err := n.Use("c", now.Add(time.Hour), now.Add(2*time.Minute)); err != nil {
+		t.Errorf("after a expired: %v", err)
+	}
+	m := NewNonces(10)
+	m.Restore(n.Snapshot())
+	if err := m.Use("b", now.Add(time.Hour), now.Add(3*time.Minute)); !errors.Is(err, ErrReplayed) {
+		t.Errorf("restored: %v", err)
+	}
+}
