@@ -279,6 +279,9 @@ func (n *Node) handshaken(ctx context.Context, c net.Conn, theirs wire.Handshake
 			}
 		}
 	}
+	if c = n.peerConn(c, addr, outbound); c == nil {
+		return false
+	}
 	sockopt.NotSentLowat(c, notSentLowat)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)

@@ -113,6 +113,9 @@ type Config struct {
 	// up for it. The error wraps ErrStalled and the origin's (default
 	// 60s).
 	OriginPatience time.Duration
+	// PeerConn, when set, may wrap or refuse each peer connection
+	// (peerhook.go).
+	PeerConn PeerConnFunc
 	// Swarm tunes the scheduler; its NumPieces, PieceLen and Seed are set here.
 	Swarm  swarm.Config
 	Logger *slog.Logger
