@@ -201,6 +201,7 @@ type Tracker struct {
 	metrics  *series
 	limiter  *limiter  // nil: no rate limit
 	admitted *admitted // nil: any swarm (Config.OnlyAdmitted)
+	ws       wsHub     // WebRTC peers' signalling (ws.go)
 
 	// regOnce makes reg, the standalone tracker's registry, on first use
 	// (Handler): an embedded tracker's series go on its embedder's.
@@ -248,6 +249,10 @@ func (t *Tracker) Interval() time.Duration { return t.cfg.Interval }
 // with a failure message that does not say why (the log does): the peer
 // tries again on its next announce.
 func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isWebSocket(r) {
+		t.serveWS(w, r) // ws.go
+		return
+	}
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		t.refuse(w, r, http.StatusMethodNotAllowed, fmt.Errorf("method %s: announce with GET", r.Method))

@@ -1,0 +1,446 @@
+package tracker
+
+// WebSocket signalling: how WebRTC peers (visitors' browsers, package
+// webpeer; native peers, package rtcpeer) find each other. A peer that
+// cannot be dialed cannot be handed out by address, so instead of a peer
+// list the tracker relays WebRTC offers and answers between the peers of a
+// swarm, as WebTorrent's WebSocket trackers do; once a data channel is up,
+// the two speak docs/protocol.md over it and the tracker is out of the way.
+//
+// The connection is a WebSocket upgrade of a GET to the announce URL (ws://
+// or wss:// for http:// or https://). Every message is a JSON text message
+// with "action": "announce", naming the swarm by "root" (64 hex) and "size".
+//
+// A peer announces with its "peer_id" (32 hex), "left" and "event" as over
+// HTTP, and up to MaxWSOffers "offers", each {"offer_id": "<up to 40
+// chars>", "offer": {"type": "offer", "sdp": "..."}}:
+//
+//	{"action":"announce","root":"...","size":1048576,"peer_id":"...","left":1048576,
+//	 "event":"started","offers":[{"offer_id":"a1","offer":{"type":"offer","sdp":"..."}}]}
+//
+// It is answered {"action":"announce","root","size","interval","swarm_size",
+// "complete"} (or "error"), and each offer goes to a different other peer of
+// the swarm on this tracker, chosen at random:
+//
+//	{"action":"announce","root":"...","size":1048576,"peer_id":"<offerer>","offer_id":"a1","offer":{...}}
+//
+// That peer answers {"action":"announce","root","size","peer_id":"<itself>",
+// "to_peer_id":"<offerer>","offer_id":"a1","answer":{"type":"answer",
+// "sdp":"..."}}, which reaches the offerer as {"action":"announce","root",
+// "size","peer_id":"<answerer>","offer_id":"a1","answer":{...}}. An answer
+// is relayed only for an offer this tracker relayed to its sender, once.
+// Candidates are not trickled: SDPs carry them all.
+//
+// Everything is bounded: message size (MaxWSMessage), offers per announce,
+// offers awaiting an answer per connection, swarms per connection, peers
+// per swarm (Config.MaxPeersPerSwarm), connections (MaxWSConns), and the
+// messages a connection may send (wsRate a second, wsBurst at once); a
+// connection past a bound is closed, and one whose send queue is full
+// (it does not read) is closed too, so that a slow peer never holds the
+// others up. Announces also go to the tracker's store as from a peer that
+// cannot be dialed (port 0): the swarm's size counts WebRTC peers, and a
+// swarm the tracker does not admit (Config.OnlyAdmitted) is refused the
+// same way.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/stampede-dev/stampede/manifest"
+)
+
+// Bounds of the WebSocket signalling.
+const (
+	MaxWSMessage     = 64 << 10 // bytes of one message: an SDP is a few KiB
+	MaxWSOffers      = 10       // offers in one announce
+	MaxWSConns       = 4096     // connections at once
+	maxWSPending     = 64       // offers relayed to a connection awaiting its answer
+	maxWSSwarms      = 64       // swarms one connection announces in
+	maxWSOfferID     = 40       // characters of an offer_id
+	wsSendQueue      = 64       // messages queued to one connection
+	wsRate           = 10       // messages a second a connection may send, on average
+	wsBurst          = 60       // and at once
+	wsWriteTimeout   = 10 * time.Second
+	wsAnnounceNumber = 1 // peers asked of the store: only its counts matter
+)
+
+// isWebSocket reports whether r asks to upgrade to a WebSocket.
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// wsHub holds the WebSocket peers of every swarm. Its zero value is ready.
+type wsHub struct {
+	mu     sync.Mutex // guards the following
+	swarms map[swarmKey]map[PeerID]*wsConn
+	conns  int
+}
+
+// wsConn is one WebSocket connection: the peer IDs it announced in each
+// swarm, and the offers relayed to it that it may answer.
+type wsConn struct {
+	send   chan []byte
+	cancel context.CancelFunc
+	// guarded by wsHub.mu:
+	peers   map[swarmKey]PeerID
+	pending map[wsOffer]bool
+}
+
+// wsOffer is an offer relayed to a connection: who made it, in which swarm.
+type wsOffer struct {
+	key  swarmKey
+	from PeerID
+	id   string
+}
+
+// wsSDP is an offer's or an answer's session description.
+type wsSDP struct {
+	Type string `json:"type"`
+	SDP  string `json:"sdp"`
+}
+
+// wsMessage is every message, both ways.
+type wsMessage struct {
+	Action    string   `json:"action"`
+	Root      string   `json:"root"`
+	Size      int64    `json:"size"`
+	PeerID    string   `json:"peer_id,omitempty"`
+	Left      *int64   `json:"left,omitempty"`
+	Event     Event    `json:"event,omitempty"`
+	Offers    []wsOfer `json:"offers,omitempty"`
+	ToPeerID  string   `json:"to_peer_id,omitempty"`
+	OfferID   string   `json:"offer_id,omitempty"`
+	Offer     *wsSDP   `json:"offer,omitempty"`
+	Answer    *wsSDP   `json:"answer,omitempty"`
+	Interval  int64    `json:"interval,omitempty"`
+	SwarmSize *int     `json:"swarm_size,omitempty"`
+	Complete  *int     `json:"complete,omitempty"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// wsOfer is one offer of an announce.
+type wsOfer struct {
+	OfferID string `json:"offer_id"`
+	Offer   wsSDP  `json:"offer"`
+}
+
+// errWSClose is why a connection that broke a bound is closed.
+type errWSClose struct {
+	code websocket.StatusCode
+	why  string
+}
+
+func (e *errWSClose) Error() string { return e.why }
+
+func wsViolation(format string, args ...any) error {
+	return &errWSClose{websocket.StatusPolicyViolation, fmt.Sprintf(format, args...)}
+}
+
+// serveWS runs one WebSocket connection until it closes.
+func (t *Tracker) serveWS(w http.ResponseWriter, r *http.Request) {
+	from, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		t.refuse(w, r, http.StatusBadRequest, fmt.Errorf("cannot tell the address of %q", r.RemoteAddr))
+		return
+	}
+	h := &t.ws
+	h.mu.Lock()
+	full := h.conns >= MaxWSConns
+	if !full {
+		h.conns++
+	}
+	h.mu.Unlock()
+	if full {
+		w.Header().Set("Retry-After", "60")
+		t.refuse(w, r, http.StatusServiceUnavailable, errors.New("too many WebSocket peers: announce again later"))
+		return
+	}
+	defer func() {
+		h.mu.Lock()
+		h.conns--
+		h.mu.Unlock()
+	}()
+	// The connection outlives the request: no deadline of the server's
+	// (nor of an embedder's writer) may cut it.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
+	rc.SetWriteDeadline(time.Time{})
+	// Browsers send an Origin; any site may use an open tracker, as
+	// WebTorrent's are, and what it relays is public (SDPs).
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		t.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	c.SetReadLimit(MaxWSMessage)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conn := &wsConn{send: make(chan []byte, wsSendQueue), cancel: cancel,
+		peers: map[swarmKey]PeerID{}, pending: map[wsOffer]bool{}}
+	ip := from.Addr().Unmap().WithZone("")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.wsWrite(ctx, c, conn)
+	}()
+	err = t.wsRead(ctx, c, conn, ip)
+	h.leave(conn, t, ip)
+	// Close before the writer stops: a write cut by its context would
+	// drop the connection without the close frame that says why.
+	var bye *errWSClose
+	switch {
+	case errors.As(err, &bye):
+		t.log.Debug("websocket peer closed", "remote", r.RemoteAddr, "why", bye.why)
+		c.Close(bye.code, bye.why)
+	default:
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	cancel()
+	<-done
+}
+
+// wsWrite sends what is queued for conn until ctx ends.
+func (t *Tracker) wsWrite(ctx context.Context, c *websocket.Conn, conn *wsConn) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-conn.send:
+			wctx, cancel := context.WithTimeout(ctx, wsWriteTimeout)
+			err := c.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				conn.cancel()
+				return
+			}
+		}
+	}
+}
+
+// queue queues m to conn; a connection whose queue is full is not reading
+// and is closed rather than waited for. It reports whether m was queued.
+func (conn *wsConn) queue(m *wsMessage) bool {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return false
+	}
+	select {
+	case conn.send <- b:
+		return true
+	default:
+		conn.cancel()
+		return false
+	}
+}
+
+// wsRead reads conn's messages and acts on them until it fails or breaks a
+// bound.
+func (t *Tracker) wsRead(ctx context.Context, c *websocket.Conn, conn *wsConn, ip netip.Addr) error {
+	tokens, last := float64(wsBurst), t.cfg.Now()
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			return err
+		}
+		now := t.cfg.Now()
+		tokens = min(wsBurst, tokens+now.Sub(last).Seconds()*wsRate)
+		last = now
+		if tokens < 1 {
+			return wsViolation("more than %d messages a second", wsRate)
+		}
+		tokens--
+		if typ != websocket.MessageText {
+			return &errWSClose{websocket.StatusUnsupportedData, "JSON text messages only"}
+		}
+		var m wsMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return &errWSClose{websocket.StatusInvalidFramePayloadData, "not JSON"}
+		}
+		if err := t.wsHandle(ctx, conn, ip, &m); err != nil {
+			var bye *errWSClose
+			if errors.As(err, &bye) {
+				return err
+			}
+			// A refusal of this announce alone: say why, go on.
+			conn.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, Error: err.Error()})
+		}
+	}
+}
+
+func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *wsMessage) error {
+	if m.Action != "announce" {
+		return fmt.Errorf("%w: action %q (want announce)", errBadRequest, m.Action)
+	}
+	root, err := manifest.ParseHash(m.Root)
+	if err != nil || m.Size <= 0 || m.Size > manifest.MaxSize {
+		return fmt.Errorf("%w: root and size must name a file", errBadRequest)
+	}
+	id, err := ParsePeerID(m.PeerID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	key := swarmKey{root, m.Size}
+	if m.Answer != nil {
+		return t.ws.relayAnswer(conn, key, id, m)
+	}
+	if m.Left == nil {
+		return fmt.Errorf("%w: an announce needs left", errBadRequest)
+	}
+	if len(m.Offers) > MaxWSOffers {
+		return wsViolation("%d offers in one announce, at most %d", len(m.Offers), MaxWSOffers)
+	}
+	for _, o := range m.Offers {
+		if len(o.OfferID) == 0 || len(o.OfferID) > maxWSOfferID || o.Offer.Type != "offer" {
+			return fmt.Errorf("%w: an offer needs an offer_id of 1 to %d characters and an SDP of type offer", errBadRequest, maxWSOfferID)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, t.cfg.StoreTimeout)
+	res, err := t.AnnounceContext(sctx, AnnounceRequest{Root: root, Size: m.Size, ID: id, Left: *m.Left,
+		Event: m.Event, NumWant: wsAnnounceNumber}, netip.AddrPortFrom(ip, 0))
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := t.ws.join(conn, key, id, m.Event == EventStopped, t.cfg.MaxPeersPerSwarm); err != nil {
+		return err
+	}
+	conn.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size,
+		Interval: int64(res.Interval / time.Second), SwarmSize: &res.SwarmSize, Complete: &res.Complete})
+	if m.Event != EventStopped {
+		t.ws.relayOffers(key, id, m)
+	}
+	return nil
+}
+
+// join records that conn is peer id of swarm key (or, stopped, that it
+// left it).
+func (h *wsHub) join(conn *wsConn, key swarmKey, id PeerID, stopped bool, maxPeers int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.swarms == nil {
+		h.swarms = map[swarmKey]map[PeerID]*wsConn{}
+	}
+	peers := h.swarms[key]
+	if old, ok := conn.peers[key]; ok && old != id {
+		return fmt.Errorf("%w: one peer ID per swarm and connection", errBadRequest)
+	}
+	if stopped {
+		if peers[id] == conn {
+			delete(peers, id)
+			delete(conn.peers, key)
+			if len(peers) == 0 {
+				delete(h.swarms, key)
+			}
+		}
+		return nil
+	}
+	if other, ok := peers[id]; ok && other != conn {
+		return fmt.Errorf("%w: peer ID %s is another connection's", errBadRequest, id)
+	}
+	if _, ok := conn.peers[key]; !ok {
+		if len(conn.peers) >= maxWSSwarms {
+			return wsViolation("more than %d swarms on one connection", maxWSSwarms)
+		}
+		if len(peers) >= maxPeers {
+			return fmt.Errorf("the swarm has %d WebRTC peers on this tracker, its most: try later", len(peers))
+		}
+	}
+	if peers == nil {
+		peers = map[PeerID]*wsConn{}
+		h.swarms[key] = peers
+	}
+	peers[id] = conn
+	conn.peers[key] = id
+	return nil
+}
+
+// relayOffers sends each offer of m, from peer id, to a different other
+// peer of the swarm, at random, that has room for one more pending offer.
+func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *wsMessage) {
+	if len(m.Offers) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var to []*wsConn
+	for pid, c := range h.swarms[key] {
+		if pid != id && len(c.pending) < maxWSPending {
+			to = append(to, c)
+		}
+	}
+	rand.Shuffle(len(to), func(i, j int) { to[i], to[j] = to[j], to[i] })
+	for i, o := range m.Offers {
+		if i >= len(to) {
+			break
+		}
+		offer := o.Offer
+		if to[i].queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
+			to[i].pending[wsOffer{key, id, o.OfferID}] = true
+		}
+	}
+}
+
+// relayAnswer sends conn's answer to the peer whose offer it answers, if
+// that offer was relayed to conn and is not answered yet.
+func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *wsMessage) error {
+	to, err := ParsePeerID(m.ToPeerID)
+	if err != nil {
+		return fmt.Errorf("%w: to_peer_id: %w", errBadRequest, err)
+	}
+	if m.Answer.Type != "answer" {
+		return fmt.Errorf("%w: an answer's SDP has type answer", errBadRequest)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o := wsOffer{key, to, m.OfferID}
+	if !conn.pending[o] {
+		return fmt.Errorf("%w: no offer %q of %s awaits an answer here", errBadRequest, m.OfferID, to)
+	}
+	delete(conn.pending, o)
+	if c := h.swarms[key][to]; c != nil {
+		c.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: m.OfferID, Answer: m.Answer})
+	}
+	return nil
+}
+
+// leave forgets conn in every swarm it announced in, and tells the store
+// those peers stopped.
+func (h *wsHub) leave(conn *wsConn, t *Tracker, ip netip.Addr) {
+	h.mu.Lock()
+	left := make(map[swarmKey]PeerID, len(conn.peers))
+	for key, id := range conn.peers {
+		if peers := h.swarms[key]; peers[id] == conn {
+			delete(peers, id)
+			if len(peers) == 0 {
+				delete(h.swarms, key)
+			}
+		}
+		left[key] = id
+	}
+	conn.peers = nil
+	h.mu.Unlock()
+	for key, id := range left {
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)
+		t.AnnounceContext(ctx, AnnounceRequest{Root: key.root, Size: key.size, ID: id, Event: EventStopped, NumWant: wsAnnounceNumber},
+			netip.AddrPortFrom(ip, 0))
+		cancel()
+	}
+}
+
+// WSPeers returns the WebRTC peers connected in the swarm of root and
+// size, for tests and the dashboard.
+func (t *Tracker) WSPeers(root manifest.Hash, size int64) int {
+	t.ws.mu.Lock()
+	defer t.ws.mu.Unlock()
+	return len(t.ws.swarms[swarmKey{root, size}])
+}

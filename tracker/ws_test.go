@@ -1,0 +1,212 @@
+package tracker
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// wsPeer is one WebSocket client of the tests.
+type wsPeer struct {
+	t  *testing.T
+	c  *websocket.Conn
+	id PeerID
+}
+
+func dialWS(t *testing.T, srv *httptest.Server, i int) *wsPeer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+WellKnownPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return &wsPeer{t: t, c: c, id: peer(i).id}
+}
+
+func (p *wsPeer) send(m map[string]any) {
+	p.t.Helper()
+	m["action"] = "announce"
+	if _, ok := m["root"]; !ok {
+		m["root"], m["size"] = testRoot.String(), testSize
+	}
+	if _, ok := m["peer_id"]; !ok {
+		m["peer_id"] = p.id.String()
+	}
+	b, _ := json.Marshal(m)
+	ctx, cancel := context.WithTimeout(p.t.Context(), 5*time.Second)
+	defer cancel()
+	if err := p.c.Write(ctx, websocket.MessageText, b); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// read returns the next message, or the error that ended the connection.
+func (p *wsPeer) read() (wsMessage, error) {
+	ctx, cancel := context.WithTimeout(p.t.Context(), 5*time.Second)
+	defer cancel()
+	_, b, err := p.c.Read(ctx)
+	if err != nil {
+		return wsMessage{}, err
+	}
+	var m wsMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		p.t.Fatal(err)
+	}
+	return m, nil
+}
+
+func (p *wsPeer) must() wsMessage {
+	p.t.Helper()
+	m, err := p.read()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return m
+}
+
+func (p *wsPeer) announce(left int64, offers ...string) wsMessage {
+	p.t.Helper()
+	var os []map[string]any
+	for _, o := range offers {
+		os = append(os, map[string]any{"offer_id": o, "offer": map[string]any{"type": "offer", "sdp": "sdp of " + o}})
+	}
+	p.send(map[string]any{"left": left, "event": "started", "offers": os})
+	m := p.must()
+	if m.Error != "" || m.SwarmSize == nil {
+		p.t.Fatalf("announce: %+v", m)
+	}
+	return m
+}
+
+func newWSServer(t *testing.T, cfg Config) (*Tracker, *httptest.Server) {
+	cfg.Logger = testLogger(t)
+	tr := New(cfg)
+	srv := httptest.NewServer(tr)
+	t.Cleanup(srv.Close)
+	return tr, srv
+}
+
+// TestWSRelay: an offer reaches another peer of the swarm, its answer
+// comes back to the offerer, and nothing else is relayed.
+func TestWSRelay(t *testing.T) {
+	tr, srv := newWSServer(t, Config{})
+	seed, leech := dialWS(t, srv, 1), dialWS(t, srv, 2)
+	if m := seed.announce(0); *m.SwarmSize != 1 || *m.Complete != 1 {
+		t.Errorf("seed's answer %+v", m)
+	}
+	if m := leech.announce(testSize, "o1", "o2"); *m.SwarmSize != 2 {
+		t.Errorf("leech's answer %+v", m)
+	}
+	if n := tr.WSPeers(testRoot, testSize); n != 2 {
+		t.Errorf("WSPeers = %d, want 2", n)
+	}
+	// One other peer: one offer relayed, the second has no one to go to.
+	o := seed.must()
+	if o.PeerID != leech.id.String() || o.Offer == nil || o.Offer.SDP != "sdp of "+o.OfferID {
+		t.Fatalf("seed got %+v", o)
+	}
+	// An answer to an offer never relayed to the seed is refused.
+	seed.send(map[string]any{"to_peer_id": leech.id.String(), "offer_id": "o9", "answer": map[string]any{"type": "answer", "sdp": "x"}})
+	if m := seed.must(); !strings.Contains(m.Error, "no offer") {
+		t.Errorf("answer to an unknown offer: %+v", m)
+	}
+	seed.send(map[string]any{"to_peer_id": leech.id.String(), "offer_id": o.OfferID, "answer": map[string]any{"type": "answer", "sdp": "the answer"}})
+	a := leech.must()
+	if a.PeerID != seed.id.String() || a.OfferID != o.OfferID || a.Answer == nil || a.Answer.SDP != "the answer" {
+		t.Fatalf("leech got %+v", a)
+	}
+	// Answered once: a second answer to the same offer is refused.
+	seed.send(map[string]any{"to_peer_id": leech.id.String(), "offer_id": o.OfferID, "answer": map[string]any{"type": "answer", "sdp": "again"}})
+	if m := seed.must(); !strings.Contains(m.Error, "no offer") {
+		t.Errorf("second answer: %+v", m)
+	}
+	// A peer that closes leaves the swarm.
+	seed.c.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for tr.WSPeers(testRoot, testSize) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("WSPeers = %d after the seed closed, want 1", tr.WSPeers(testRoot, testSize))
+		}
+		time.Sleep(10 * time.Millisecond) // no event to wait on: the server notices the close on its own goroutine
+	}
+}
+
+// TestWSBounds: a connection that breaks a bound is closed with a policy
+// violation; a full swarm refuses newcomers without closing them.
+func TestWSBounds(t *testing.T) {
+	_, srv := newWSServer(t, Config{MaxPeersPerSwarm: 2})
+	closedWith := func(p *wsPeer, code websocket.StatusCode) {
+		t.Helper()
+		for {
+			_, err := p.read()
+			if err == nil {
+				continue
+			}
+			if got := websocket.CloseStatus(err); got != code {
+				t.Errorf("closed with %v (%v), want %v", got, err, code)
+			}
+			return
+		}
+	}
+
+	many := dialWS(t, srv, 1)
+	var offers []string
+	for i := range MaxWSOffers + 1 {
+		offers = append(offers, "o"+string(rune('a'+i)))
+	}
+	var os []map[string]any
+	for _, o := range offers {
+		os = append(os, map[string]any{"offer_id": o, "offer": map[string]any{"type": "offer", "sdp": "x"}})
+	}
+	many.send(map[string]any{"left": 0, "offers": os})
+	closedWith(many, websocket.StatusPolicyViolation)
+
+	big := dialWS(t, srv, 2)
+	big.send(map[string]any{"left": 0, "junk": strings.Repeat("x", MaxWSMessage)})
+	closedWith(big, websocket.StatusMessageTooBig)
+
+	notJSON := dialWS(t, srv, 3)
+	notJSON.c.Write(t.Context(), websocket.MessageText, []byte("{"))
+	closedWith(notJSON, websocket.StatusInvalidFramePayloadData)
+
+	a, b, c := dialWS(t, srv, 4), dialWS(t, srv, 5), dialWS(t, srv, 6)
+	a.announce(0)
+	b.announce(0)
+	c.send(map[string]any{"left": 0})
+	if m := c.must(); !strings.Contains(m.Error, "most") {
+		t.Errorf("third peer of a swarm of 2: %+v", m)
+	}
+	// Still open: a bad announce is answered, not punished.
+	c.send(map[string]any{"left": 0, "root": "zz", "size": 1})
+	if m, err := c.read(); err != nil || m.Error == "" {
+		t.Errorf("bad root: %+v, %v", m, err)
+	}
+
+	flood := dialWS(t, srv, 7)
+	for range wsBurst + 5 {
+		if err := flood.c.Write(t.Context(), websocket.MessageText, []byte(`{"action":"scrape"}`)); err != nil {
+			break
+		}
+	}
+	closedWith(flood, websocket.StatusPolicyViolation)
+}
+
+// TestWSNotAdmitted: a tracker that tracks only admitted swarms refuses
+// WebSocket announces to others, as it does over HTTP.
+func TestWSNotAdmitted(t *testing.T) {
+	tr, srv := newWSServer(t, Config{OnlyAdmitted: true})
+	p := dialWS(t, srv, 1)
+	p.send(map[string]any{"left": 0})
+	if m := p.must(); !strings.Contains(m.Error, ErrNotTracked.Error()) {
+		t.Errorf("announce to a swarm not admitted: %+v", m)
+	}
+	tr.Admit(testRoot, testSize)
+	p.announce(0)
+}
