@@ -106,6 +106,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/webpeer"
 )
 
 // ManifestContentType is the media type of a manifest response.
@@ -281,6 +282,10 @@ type Config struct {
 	// TokenTTL is how long a token admits its peer. Default
 	// DefaultTokenTTL.
 	TokenTTL time.Duration
+
+	// WebPeer, if set, serves the browser peer (package webpeer) at
+	// webpeer.Paths.
+	WebPeer http.Handler
 
 	// Logger receives the server's log. Default: discard.
 	Logger *slog.Logger
@@ -541,6 +546,11 @@ func (s *Server) routes() http.Handler {
 		s.mountDashboard(mux)
 	}
 	mux.Handle("GET "+contract.ManifestPrefix+"/", s.route(kindManifest, s.serveManifest))
+	for _, p := range webpeer.Paths {
+		if s.cfg.WebPeer != nil {
+			mux.Handle("GET "+p, s.cfg.WebPeer)
+		}
+	}
 	if s.root != nil {
 		mux.Handle("GET /", s.route(kindFile, s.serveDir))
 		mux.Handle("GET "+contract.BundlePrefix+"/", s.route(kindFile, s.serveBundle))

@@ -18,10 +18,12 @@
 package webpeer
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -78,7 +80,9 @@ type Config struct {
 	// Default DefaultMaxPeers.
 	MaxPeers int
 	// ICEServers are the STUN (and TURN) URLs the browsers use, e.g.
-	// "stun:example.org:3478". Empty: host candidates only.
+	// "stun:example.org:3478"; "{host}" in one stands for the host name
+	// the visitor reached the site by ("stun:{host}:3478": the origin's
+	// own STUN server, origin.ServeSTUN). Empty: host candidates only.
 	ICEServers []string
 }
 
@@ -149,7 +153,7 @@ func Handler(cfg Config) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path == ConfigPath {
 			h.Set("Content-Type", "application/json")
-			w.Write(config)
+			w.Write(withHost(config, r))
 			return
 		}
 		name, ok := strings.CutPrefix(r.URL.Path, Prefix)
@@ -169,4 +173,25 @@ func Handler(cfg Config) http.Handler {
 		h.Set("Content-Type", "text/javascript; charset=utf-8")
 		w.Write(b)
 	})
+}
+
+// withHost puts the request's host name for "{host}" in peer.json (a JSON
+// string: a host name needs no escaping, and one that would is not put).
+func withHost(config []byte, r *http.Request) []byte {
+	if !bytes.Contains(config, []byte("{host}")) {
+		return config
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	for _, c := range host {
+		if !(c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return config
+		}
+	}
+	return bytes.ReplaceAll(config, []byte("{host}"), []byte(host))
 }

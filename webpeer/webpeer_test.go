@@ -133,3 +133,24 @@ func TestFixtures(t *testing.T) {
 		t.Fatalf("%s is not what package manifest builds (%v): go test ./webpeer -run TestFixtures -update", path, err)
 	}
 }
+
+// TestICEHost: "{host}" in an ICE server is the host the visitor asked.
+func TestICEHost(t *testing.T) {
+	h := webpeer.Handler(webpeer.Config{ICEServers: []string{"stun:{host}:3478"}})
+	for host, want := range map[string]string{
+		"example.org:8080": "stun:example.org:3478",
+		"[2001:db8::1]:80": "stun:[2001:db8::1]:3478",
+		"evil\"x":          "stun:{host}:3478",
+	} {
+		req := httptest.NewRequest("GET", webpeer.ConfigPath, nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var doc struct {
+			ICE []string `json:"ice_servers"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || len(doc.ICE) != 1 || doc.ICE[0] != want {
+			t.Errorf("Host %q: %s (%v), want %s", host, rec.Body.Bytes(), err, want)
+		}
+	}
+}

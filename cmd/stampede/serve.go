@@ -105,6 +105,7 @@ names the files.`)
 	private := fs.Bool("private", false, "make the swarms private (needs --sign-key): the manifest's answer carries a token for the peer asking, and the tracker and peers refuse anyone without one")
 	tokenTTL := fs.Duration("token-ttl", origin.DefaultTokenTTL, "how long a private swarm's token admits its peer")
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
+	web := addWebFlags(fs.FlagSet)
 	verbose := fs.BoolP("verbose", "v", false, "log at debug level: every request (method, path, client, status, bytes, time taken, Range, Stampede-Reason), every 503, the tracker's announces; overrides -q")
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -234,6 +235,9 @@ names the files.`)
 		return usageErrorf("--open-tracker is for the tracker serve runs: not with --tracker or --no-tracker")
 	}
 
+	if cfg.WebPeer, err = web.handler(); err != nil {
+		return err
+	}
 	srv, err := origin.New(cfg)
 	if err != nil {
 		// Everything New checks comes from the command line: the
@@ -251,6 +255,10 @@ names the files.`)
 		return err
 	}
 	defer stopAdmin(&err)
+	if err := web.startSTUN(ctx, cfg.Logger); err != nil {
+		ln.Close()
+		return err
+	}
 	addr := ln.Addr().String()
 	fmt.Fprintf(e.stderr, "serving %s on http://%s/\n", what, addr)
 	if cfg.Tracker != nil {

@@ -55,6 +55,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--write-idle-timeout", "-1s"},
 		{dir, "--resend-after", "-1s"},
 		{dir, "--no-such-flag"},
+		{dir, "--web-peers", "maybe"},
+		{dir, "--stun", "3478"},
 		{dir, "--cache-dir", filepath.Join(dir, "cache")}, // never write into DIR
 		{dir, "--tracker", "udp://tracker.example:6969"},
 		{dir, "--tracker", "tracker.example/announce"},

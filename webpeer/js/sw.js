@@ -1,1 +1,135 @@
-// sw.js: being written
+// sw.js: the service worker of the browser peer, registered by peer.js for
+// the whole site (served with Service-Worker-Allowed: /). It intercepts
+// same-origin GETs of objects that have a manifest and gets them through
+// the page's swarm; it lets through everything else (navigations, ranges,
+// queries, /.well-known/, objects below min_size, Save-Data), falls back
+// to the origin when the page does not take the object within a second or
+// stalls past the deadline, and unregisters itself when the origin says
+// off (peer.json, or Stampede-Peer: off on a manifest's answer).
+
+const CONFIG = '/.well-known/stampede/peer.json';
+const MANIFEST = '/.well-known/stampede/manifest';
+const ACCEPT_MS = 1000;
+const MEMO = 256; // manifests (and their absence) remembered
+
+let cfg = null, cfgAt = 0, off = false;
+const manifests = new Map(); // path -> manifest JSON, or null: none
+
+self.addEventListener('install', () => self.skipWaiting());
+self.addEventListener('activate', (e) => e.waitUntil(self.clients.claim()));
+
+function standDown() {
+  off = true;
+  self.registration.unregister();
+}
+
+async function config() {
+  if (cfg && Date.now() - cfgAt < cfg.check_every_ms) return cfg;
+  try {
+    const r = await fetch(CONFIG, { cache: 'no-store', credentials: 'omit' });
+    cfg = r.ok ? await r.json() : { enabled: false };
+    cfgAt = Date.now();
+  } catch { return cfg; } // offline: keep what we knew
+  if (!cfg.enabled) standDown();
+  return cfg;
+}
+
+function remember(path, j) {
+  if (manifests.size >= MEMO) manifests.delete(manifests.keys().next().value);
+  manifests.set(path, j);
+}
+
+self.addEventListener('fetch', (e) => {
+  const r = e.request;
+  if (off || r.method !== 'GET' || r.mode === 'navigate' || r.headers.has('range') || r.headers.get('save-data') === 'on') return;
+  const u = new URL(r.url);
+  if (u.origin !== self.location.origin || u.search || u.pathname.startsWith('/.well-known/')) return;
+  if (manifests.get(u.pathname) === null) return;
+  e.respondWith(swarmed(e, u));
+});
+
+async function manifestOf(path) {
+  if (manifests.has(path)) return manifests.get(path);
+  // Without credentials: what the origin serves anyone is public.
+  const r = await fetch(MANIFEST + path, { credentials: 'omit' });
+  if (r.headers.get('stampede-peer') === 'off') { standDown(); return null; }
+  const j = r.ok ? await r.json() : null;
+  remember(path, j);
+  return j;
+}
+
+async function swarmed(e, u) {
+  try {
+    const c = await config();
+    if (off || !c || !c.enabled) return fetch(e.request);
+    const j = await manifestOf(u.pathname);
+    if (!j || j.size < c.min_size) return fetch(e.request);
+    const client = await self.clients.get(e.clientId);
+    if (!client) return fetch(e.request);
+    return await fromPage(client, j, u, e.request, c);
+  } catch {
+    return fetch(e.request);
+  }
+}
+
+const TYPES = { html: 'text/html', js: 'text/javascript', mjs: 'text/javascript', css: 'text/css', json: 'application/json', svg: 'image/svg+xml', png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif', webp: 'image/webp', avif: 'image/avif', mp4: 'video/mp4', webm: 'video/webm', mp3: 'audio/mpeg', wasm: 'application/wasm', woff2: 'font/woff2', txt: 'text/plain', pdf: 'application/pdf' };
+const typeOf = (p) => TYPES[(p.split('.').pop() || '').toLowerCase()] || 'application/octet-stream';
+
+// fromPage streams the object's pieces, in order, as the page verifies
+// them; what the page cannot give in time comes from the origin.
+function fromPage(client, j, u, req, c) {
+  return new Promise((resolve) => {
+    const ch = new MessageChannel();
+    const n = Math.ceil(j.size / j.piece_size);
+    const pieces = new Map();
+    let next = 0, sent = 0, accepted = false, finished = false, lastAt = Date.now(), ctrl;
+    const stream = new ReadableStream({ start(k) { ctrl = k; } });
+    const end = () => { finished = true; ch.port1.close(); clearInterval(watch); clearTimeout(timer); };
+    const fallback = () => { end(); resolve(fetch(req)); };
+    const timer = setTimeout(() => { if (!accepted) fallback(); }, ACCEPT_MS);
+    const flush = () => {
+      while (pieces.has(next)) {
+        const b = pieces.get(next);
+        pieces.delete(next);
+        ctrl.enqueue(b);
+        sent += b.length;
+        next++;
+      }
+      if (next === n) { end(); ctrl.close(); }
+    };
+    // rest has the origin finish what the page could not.
+    const rest = async () => {
+      end();
+      try {
+        const h = { Range: `bytes=${sent}-` };
+        if (j.etag) h['If-Range'] = j.etag;
+        const r = await fetch(u.pathname, { headers: h, credentials: 'omit' });
+        if (r.status !== 206) throw new Error('the origin answered ' + r.status + ' to a range');
+        const rd = r.body.getReader();
+        for (;;) {
+          const { done, value } = await rd.read();
+          if (done) break;
+          ctrl.enqueue(value);
+        }
+        ctrl.close();
+      } catch (err) { ctrl.error(err); }
+    };
+    const watch = setInterval(() => { if (accepted && !finished && Date.now() - lastAt > 2 * c.deadline_ms) rest(); }, 250);
+    ch.port1.onmessage = ({ data: d }) => {
+      if (finished) return;
+      switch (d.op) {
+        case 'accept':
+          accepted = true;
+          clearTimeout(timer);
+          resolve(new Response(stream, { status: 200, headers: {
+            'Content-Type': typeOf(u.pathname), 'Content-Length': String(j.size), 'Stampede-Via': 'swarm', ...(j.etag ? { ETag: j.etag } : {}),
+          } }));
+          break;
+        case 'piece': lastAt = Date.now(); if (d.i >= next) pieces.set(d.i, d.bytes); flush(); break;
+        case 'refuse': fallback(); break;
+        case 'fail': if (accepted) rest(); else fallback(); break;
+      }
+    };
+    client.postMessage({ op: 'get', url: u.pathname, manifest: j }, [ch.port2]);
+  });
+}

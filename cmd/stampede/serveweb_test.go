@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/webpeer"
+)
+
+// TestServeWebPeer: serve answers the browser peer's paths, its
+// peer.json names its STUN server, the kill switch turns it off, and the
+// tracker takes WebSocket announces through the origin's handler.
+func TestServeWebPeer(t *testing.T) {
+	www := t.TempDir()
+	writeFile(t, www, "big.bin", []byte(strings.Repeat("x", 100<<10)))
+	base := startServe(t, www, "--stun", "127.0.0.1:0")
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, string(b)
+	}
+	if res, body := get(webpeer.WorkerPath); res.StatusCode != 200 || res.Header.Get("Service-Worker-Allowed") != "/" || !strings.Contains(body, "addEventListener('fetch'") {
+		t.Errorf("worker: %s %v", res.Status, res.Header)
+	}
+	if res, _ := get(webpeer.PeerPath); res.StatusCode != 200 {
+		t.Errorf("peer.js: %s", res.Status)
+	}
+	_, body := get(webpeer.ConfigPath)
+	var doc struct {
+		Enabled bool     `json:"enabled"`
+		ICE     []string `json:"ice_servers"`
+	}
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || !doc.Enabled || len(doc.ICE) != 1 || doc.ICE[0] != "stun:127.0.0.1:0" {
+		t.Errorf("peer.json: %s, %v", body, err)
+	}
+
+	// The tracker's WebSocket, through the origin's handler.
+	_, mbody := get("/.well-known/stampede/manifest/big.bin")
+	var m struct {
+		Root string `json:"root"`
+		Size int64  `json:"size"`
+	}
+	json.Unmarshal([]byte(mbody), &m)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+tracker.WellKnownPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	msg := `{"action":"announce","root":"` + m.Root + `","size":` + strings.TrimSpace(jsonNumber(m.Size)) + `,"peer_id":"0123456789abcdef0123456789abcdef","left":0,"event":"started"}`
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	_, b, err := c.Read(ctx)
+	if err != nil || !strings.Contains(string(b), `"swarm_size":1`) {
+		t.Errorf("announce over WebSocket: %s, %v", b, err)
+	}
+
+	off := startServe(t, www, "--web-peers", "off")
+	res, err := http.Get(off + webpeer.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(b) != `{"enabled":false}` {
+		t.Errorf("peer.json with --web-peers off: %s", b)
+	}
+}
+
+func jsonNumber(v int64) string { b, _ := json.Marshal(v); return string(b) }
