@@ -104,6 +104,9 @@ type Config struct {
 	// MaxJobs bounds the jobs the daemon keeps (default DefaultMaxJobs):
 	// each costs memory and, while it runs, a swarm.
 	MaxJobs int
+	// Push runs the cluster push service (push.go) when its Cluster is
+	// set.
+	Push PushConfig
 	// Transport reaches origins and trackers (default: fetch.NewClient's).
 	Transport http.RoundTripper
 	Logger    *slog.Logger
@@ -143,6 +146,8 @@ type Server struct {
 	peerAddr, apiAddr, gatewayAddr net.Addr
 	reg                            *prometheus.Registry // what /metrics serves, on the API and the gateway (metrics.go)
 	dash, publicDash               *dashboard.Handler   // the status pages of the API and the gateway (status.go)
+
+	push *pushSvc // the push service (push.go); nil when it does not run
 
 	mu   sync.Mutex // guards the following, and every job's fields
 	jobs map[string]*job
@@ -237,6 +242,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.mu.Unlock()
 	if cfg.Gateway != "" || cfg.GatewayListener != nil {
 		if err := s.startGateway(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Push.Cluster != nil {
+		if err := s.startPush(); err != nil {
 			return nil, err
 		}
 	}

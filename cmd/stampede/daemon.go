@@ -37,6 +37,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.StringArrayVar(&allow, "allow-dir", nil, "downloads may write, and seeds read, only under `DIR` (repeatable; default STATE-DIR/downloads)")
 	upstreamProxy := fs.String("upstream-proxy", "", upstreamProxyUsage)
 	access := addGatewayAccessFlags(fs)
+	push := addPushAgentFlags(fs)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "log only warnings and errors")
 	fs.BoolVarP(&verbose, "verbose", "v", false, "log every job and connection decision, and every gateway request")
 	pos, err := fs.parse(args)
@@ -61,6 +62,9 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 		return err
 	}
 	if err := access.apply(&cfg); err != nil {
+		return err
+	}
+	if err := push.apply(&cfg); err != nil {
 		return err
 	}
 	cfg.Logger = e.logger(quiet, verbose)

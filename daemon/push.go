@@ -1,0 +1,478 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stampede-dev/stampede/cluster"
+	"github.com/stampede-dev/stampede/internal/httpserve"
+	"github.com/stampede-dev/stampede/store"
+)
+
+// The push service: the agent of "stampede push" on each host of a
+// cluster (docs/push.md). It takes signed push requests on its own port
+// (the host's agent address in the cluster file), fetches the file from
+// the pusher's origin through the swarm with peers chosen by the
+// topology (pushrun.go), installs it atomically at the destination, runs
+// the request's command and reports each push's status.
+//
+// Its HTTP API, plain JSON (a request is signed, so the channel need
+// not be):
+//
+//	GET  /v1/hello       {"host", "peer"}: the pusher's liveness probe
+//	POST /v1/push        a cluster.Request: 202 {"id"}; 401 unsigned or
+//	                     another key, 403 a destination outside the
+//	                     prefixes or a push not naming this host, 409
+//	                     replayed or older than the last for that
+//	                     destination, 410 expired, 400 malformed
+//	GET  /v1/push/{id}   the push's PushStatus
+
+// Defaults of PushConfig.
+const (
+	DefaultPushFallback = 10 * time.Second
+	// maxPushes bounds the unexpired pushes remembered (and their nonces).
+	maxPushes = 1024
+)
+
+// PushConfig configures the push service; it runs when Cluster is set.
+type PushConfig struct {
+	Cluster *cluster.Cluster
+	// Key is the cluster's public key: only requests it signed are
+	// carried out.
+	Key ed25519.PublicKey
+	// Host is this host's name in Cluster (default: os.Hostname()).
+	Host string
+	// Listen is where the pushers' requests come (default: the port of
+	// Host's agent address, on every interface); Listener, when set, is
+	// used instead.
+	Listen   string
+	Listener net.Listener
+	// DestPrefixes are the directories pushes may install into
+	// (required): a destination must lie under one, symbolic links
+	// resolved.
+	DestPrefixes []string
+	// MaxLoad (load average per CPU) and MaxIOWait (a share of time) are
+	// the throttle's thresholds (cluster.Throttle; 0: off). LoadSource
+	// reads the host's load (default cluster.ProcLoad).
+	MaxLoad, MaxIOWait float64
+	LoadSource         cluster.LoadSource
+	// Fallback is how long a host that is not one of its datacenter's
+	// representatives waits with no piece arriving before it fetches from
+	// the origin itself (its representatives are gone or stuck; default
+	// DefaultPushFallback).
+	Fallback time.Duration
+	// Shell runs a request's command (default "/bin/sh").
+	Shell string
+}
+
+// Push states.
+const (
+	PushFetching   = "fetching"   // verifying what is there, then downloading
+	PushInstalling = "installing" // complete, being published at the destination
+	PushThen       = "then"       // installed, the command running
+	PushDone       = "done"       // installed (and the command succeeded); seeding until expiry
+	PushFailed     = "failed"     // see Error
+)
+
+// PushStatus is one push as an agent reports it.
+type PushStatus struct {
+	ID    string `json:"id"`
+	Host  string `json:"host"`
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+	// Role: "rack+dc representative", "rack representative" or "member".
+	Role string `json:"role"`
+	Root string `json:"root"`
+	Size int64  `json:"size"`
+	// Done is the bytes verified at the destination's part file.
+	Done int64 `json:"done"`
+	// Bytes received from peers of the host's rack, from other racks'
+	// hosts, from the origin (the pusher), and reused from the file
+	// already at the destination (pieces of an earlier version).
+	FromRack   int64 `json:"from_rack"`
+	FromRacks  int64 `json:"from_other_racks"`
+	FromOrigin int64 `json:"from_origin"`
+	Reused     int64 `json:"reused"`
+	// Throttled: the host's load held the rate down at the last check.
+	Throttled bool      `json:"throttled,omitempty"`
+	Started   time.Time `json:"started"`
+	Installed time.Time `json:"installed,omitzero"`
+	// Then is the command's outcome, once run.
+	Then *ThenResult `json:"then,omitempty"`
+	// Resumed counts the agent's restarts during the push.
+	Resumed int `json:"resumed,omitempty"`
+}
+
+// ThenResult is what a push's command did.
+type ThenResult struct {
+	Exit int `json:"exit"` // -1: did not start, or killed
+	// Output is the tail of its stdout and stderr together.
+	Output string `json:"output"`
+}
+
+// pushSvc is the running push service.
+type pushSvc struct {
+	cfg    PushConfig
+	self   *cluster.Host
+	prefix []string // DestPrefixes, absolute, links resolved
+	nonces *cluster.Nonces
+	addr   net.Addr
+
+	mu     sync.Mutex // guards the following
+	pushes map[string]*push
+	last   map[string]time.Time // destination -> Issued of the last push accepted for it
+}
+
+// push is one push request and its run; its fields are guarded by
+// pushSvc.mu, but for the counters.
+type push struct {
+	req    cluster.Request
+	status PushStatus
+	ctr    *pushCounters
+}
+
+// pushRecord is what StateDir/pushes/ID.json keeps.
+type pushRecord struct {
+	Request cluster.Request `json:"request"`
+	Status  PushStatus      `json:"status"`
+}
+
+func (c *PushConfig) setDefaults() error {
+	if c.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("daemon: push: this host's name: %w", err)
+		}
+		c.Host = h
+	}
+	if c.Fallback <= 0 {
+		c.Fallback = DefaultPushFallback
+	}
+	if c.Shell == "" {
+		c.Shell = "/bin/sh"
+	}
+	if c.LoadSource == nil {
+		c.LoadSource = &cluster.ProcLoad{}
+	}
+	if len(c.Key) != ed25519.PublicKeySize {
+		return errors.New("daemon: push: the cluster's public key is required (--cluster-key)")
+	}
+	if len(c.DestPrefixes) == 0 {
+		return errors.New("daemon: push: say where pushes may install (--push-dest-prefix DIR)")
+	}
+	return nil
+}
+
+// startPush starts the push service and resumes the unexpired pushes of
+// an earlier run.
+func (s *Server) startPush() error {
+	cfg := s.cfg.Push
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	self := cfg.Cluster.Hosts[cfg.Host]
+	if self == nil {
+		return fmt.Errorf("daemon: push: host %q is not in the cluster file (--cluster-host)", cfg.Host)
+	}
+	p := &pushSvc{cfg: cfg, self: self, nonces: cluster.NewNonces(maxPushes), pushes: map[string]*push{}, last: map[string]time.Time{}}
+	for _, d := range cfg.DestPrefixes {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("daemon: push destination prefix: %w", err)
+		}
+		r, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return fmt.Errorf("daemon: push destination prefix: %w", err)
+		}
+		r, err = filepath.Abs(r)
+		if err != nil {
+			return fmt.Errorf("daemon: push destination prefix: %w", err)
+		}
+		p.prefix = append(p.prefix, r)
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		addr := cfg.Listen
+		if addr == "" {
+			_, port, _ := net.SplitHostPort(self.Agent)
+			addr = ":" + port
+		}
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("daemon: push: %w", err)
+		}
+	}
+	p.addr = ln.Addr()
+	s.push = p
+	if err := os.MkdirAll(s.pushDir(), 0o700); err != nil {
+		ln.Close()
+		return fmt.Errorf("daemon: push: %w", err)
+	}
+	s.resumePushes()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/hello", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"host": self.Name, "peer": self.Peer})
+	})
+	mux.HandleFunc("POST /v1/push", s.handlePush)
+	mux.HandleFunc("GET /v1/push/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, ok := s.pushStatus(r.PathValue("id"))
+		if !ok {
+			apiError(w, http.StatusNotFound, "no such push")
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	s.goServe("push", func() error { return httpserve.Run(s.ctx, hs, ln, 2*time.Second, nil) })
+	s.log.Info("push service started", "host", self.Name, "listen", p.addr, "prefixes", p.prefix)
+	return nil
+}
+
+// PushAddr is where the push service listens (nil when it does not run).
+func (s *Server) PushAddr() net.Addr {
+	if s.push == nil {
+		return nil
+	}
+	return s.push.addr
+}
+
+func (s *Server) pushDir() string { return filepath.Join(s.cfg.StateDir, "pushes") }
+
+// pushError is a refusal with its HTTP status.
+type pushError struct {
+	status int
+	err    error
+}
+
+func (e *pushError) Error() string { return e.err.Error() }
+func (e *pushError) Unwrap() error { return e.err }
+
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
+	var req cluster.Request
+	if !decode(w, r, &req) {
+		return
+	}
+	if err := s.acceptPush(req, time.Now()); err != nil {
+		status := http.StatusBadRequest
+		if pe, ok := errors.AsType[*pushError](err); ok {
+			status = pe.status
+		}
+		s.log.Warn("push refused", "from", r.RemoteAddr, "err", err)
+		apiError(w, status, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"id": req.ID()})
+}
+
+// acceptPush checks req and starts it.
+func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
+	p := s.push
+	switch err := req.Verify(p.cfg.Key, now); {
+	case errors.Is(err, cluster.ErrUnsigned):
+		return &pushError{http.StatusUnauthorized, err}
+	case errors.Is(err, cluster.ErrExpired):
+		return &pushError{http.StatusGone, err}
+	case err != nil:
+		return &pushError{http.StatusBadRequest, err}
+	}
+	if !req.For(p.self.Name) {
+		return &pushError{http.StatusForbidden, fmt.Errorf("the push does not name this host (%s)", p.self.Name)}
+	}
+	for _, h := range req.Hosts {
+		if p.cfg.Cluster.Hosts[h] == nil {
+			return &pushError{http.StatusBadRequest, fmt.Errorf("the push names host %q, which this host's cluster file does not", h)}
+		}
+	}
+	dest, err := p.confineDest(req.Dest)
+	if err != nil {
+		return &pushError{http.StatusForbidden, err}
+	}
+	if _, err := hex.DecodeString(req.Root); err != nil {
+		return &pushError{http.StatusBadRequest, err}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A push issued before the last one accepted for its destination is
+	// an old version coming back: refused, so it cannot roll back.
+	if last, ok := p.last[dest]; ok && !req.Issued.After(last) {
+		return &pushError{http.StatusConflict, fmt.Errorf("%w: a push issued %s for %s was accepted already; this one was issued %s",
+			cluster.ErrReplayed, last.Format(time.RFC3339Nano), dest, req.Issued.Format(time.RFC3339Nano))}
+	}
+	if err := p.nonces.Use(req.Nonce, req.Expires, now); err != nil {
+		return &pushError{http.StatusConflict, err}
+	}
+	for _, o := range p.pushes {
+		if o.status.State == PushFetching || o.status.State == PushInstalling || o.status.State == PushThen {
+			if d, _ := p.confineDest(o.req.Dest); d == dest {
+				return &pushError{http.StatusConflict, fmt.Errorf("push %s is installing %s already", o.req.ID(), dest)}
+			}
+		}
+	}
+	p.last[dest] = req.Issued
+	ps := &push{req: req, ctr: &pushCounters{}, status: PushStatus{ID: req.ID(), Host: p.self.Name, State: PushFetching, Root: req.Root, Size: req.Size, Started: now}}
+	p.pushes[req.ID()] = ps
+	s.savePushLocked(ps)
+	s.runPush(ps, dest)
+	return nil
+}
+
+// confineDest returns dest, absolute with its directory's links
+// resolved, if it lies under a prefix and is not itself a link or a
+// directory. Its missing directories are made, only once the path is
+// known to stay under the prefix: the longest part of it that exists is
+// resolved first, and what is below cannot hold a link yet.
+func (p *pushSvc) confineDest(dest string) (string, error) {
+	if !filepath.IsAbs(dest) {
+		return "", fmt.Errorf("destination %q is not absolute", dest)
+	}
+	dest = filepath.Clean(dest)
+	dir, name := filepath.Split(dest)
+	if name == "" {
+		return "", fmt.Errorf("destination %q names no file", dest)
+	}
+	dir = filepath.Clean(dir)
+	have, rest := dir, ""
+	for {
+		if _, err := os.Lstat(have); err == nil {
+			break
+		}
+		parent := filepath.Dir(have)
+		if parent == have {
+			break
+		}
+		rest, have = filepath.Join(filepath.Base(have), rest), parent
+	}
+	rhave, err := filepath.EvalSymlinks(have)
+	if err != nil {
+		return "", fmt.Errorf("destination %q: %w", dest, err)
+	}
+	real := filepath.Join(rhave, rest, name)
+	if !p.under(real) {
+		return "", fmt.Errorf("destination %q is outside this host's push prefixes (%s)", dest, strings.Join(p.prefix, ", "))
+	}
+	if rest != "" {
+		if err := os.MkdirAll(filepath.Join(rhave, rest), 0o755); err != nil {
+			return "", fmt.Errorf("destination %q: %w", dest, err)
+		}
+	}
+	if fi, err := os.Lstat(real); err == nil && (fi.Mode()&os.ModeSymlink != 0 || fi.IsDir()) {
+		return "", fmt.Errorf("destination %q is a symbolic link or a directory", dest)
+	}
+	return real, nil
+}
+
+// under reports whether path lies inside one of the prefixes.
+func (p *pushSvc) under(path string) bool {
+	return slices.ContainsFunc(p.prefix, func(d string) bool { return within(d, path) })
+}
+
+// pushStatus returns push id's status with its live counters.
+func (s *Server) pushStatus(id string) (PushStatus, bool) {
+	p := s.push
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := p.pushes[id]
+	if ps == nil {
+		return PushStatus{}, false
+	}
+	return ps.liveLocked(), true
+}
+
+func (ps *push) liveLocked() PushStatus {
+	st := ps.status
+	c := ps.ctr
+	st.Done = max(st.Done, c.done.Load())
+	st.FromRack, st.FromRacks, st.FromOrigin = c.fromRack.Load(), c.fromRacks.Load(), c.fromOrigin.Load()
+	st.Throttled = c.throttled.Load()
+	return st
+}
+
+// update changes push ps's status under the lock and keeps it.
+func (s *Server) updatePush(ps *push, f func(st *PushStatus)) {
+	p := s.push
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&ps.status)
+	s.savePushLocked(ps)
+}
+
+// savePushLocked writes ps's record (p.mu held), atomically; a failure is
+// logged: the push goes on, and a restart would not resume it.
+func (s *Server) savePushLocked(ps *push) {
+	data, err := json.Marshal(pushRecord{Request: ps.req, Status: ps.liveLocked()})
+	if err == nil {
+		var tmp *os.File
+		if tmp, err = os.CreateTemp(s.pushDir(), ps.req.ID()+".*"); err == nil {
+			defer os.Remove(tmp.Name())
+			if _, err = tmp.Write(data); err != nil {
+				tmp.Close()
+			} else {
+				err = store.Publish(tmp, filepath.Join(s.pushDir(), ps.req.ID()+".json"))
+			}
+		}
+	}
+	if err != nil {
+		s.log.Error("keeping the push's state", "push", ps.req.ID(), "err", err)
+	}
+}
+
+// resumePushes takes back the pushes of an earlier run: their nonces and
+// destinations, so none is replayed; those unfinished run again (their
+// part files' pieces verified again), the others are reported as they
+// ended until they expire.
+func (s *Server) resumePushes() {
+	p := s.push
+	entries, _ := os.ReadDir(s.pushDir())
+	now := time.Now()
+	for _, e := range entries {
+		path := filepath.Join(s.pushDir(), e.Name())
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		var rec pushRecord
+		if err == nil {
+			err = json.Unmarshal(data, &rec)
+		}
+		if err == nil {
+			// Signed by the key configured now: a record is only kept state,
+			// not a reason to act.
+			err = rec.Request.Verify(p.cfg.Key, now)
+		}
+		if err != nil {
+			os.Remove(path)
+			continue
+		}
+		req := rec.Request
+		p.nonces.Use(req.Nonce, req.Expires, now)
+		dest, err := p.confineDest(req.Dest)
+		if err != nil {
+			continue
+		}
+		if req.Issued.After(p.last[dest]) {
+			p.last[dest] = req.Issued
+		}
+		ps := &push{req: req, status: rec.Status, ctr: &pushCounters{}}
+		ps.ctr.restore(rec.Status)
+		p.pushes[req.ID()] = ps
+		switch rec.Status.State {
+		case PushDone, PushFailed:
+			s.seedPushLater(ps, dest)
+		default:
+			ps.status.Resumed++
+			ps.status.State = PushFetching
+			s.log.Info("resuming a push", "push", req.ID(), "dest", dest)
+			s.runPush(ps, dest)
+		}
+	}
+}

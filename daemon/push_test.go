@@ -1,0 +1,380 @@
+package daemon_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stampede-dev/stampede/cluster"
+	"github.com/stampede-dev/stampede/daemon"
+	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/sign"
+)
+
+// testCluster is racks × hosts daemons with the push service on loopback,
+// hosts named r<rack>h<n>, each with its own destination prefix.
+type testCluster struct {
+	c      *cluster.Cluster
+	priv   ed25519.PrivateKey
+	hosts  []string
+	agents map[string]*pushAgent
+}
+
+type pushAgent struct {
+	name   string
+	cfg    daemon.Config
+	srv    *daemon.Server
+	prefix string
+	agent  string // the push service's address
+}
+
+// listenLoopback opens a TCP listener on loopback.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// startCluster writes the cluster file (uplinks of uplink, "" for none)
+// and starts a daemon per host. configure, if set, adjusts each one's
+// push settings.
+func startCluster(t *testing.T, racks, hosts int, uplink string, configure func(*daemon.PushConfig)) *testCluster {
+	t.Helper()
+	tc := &testCluster{priv: sign.GenerateKey(), agents: map[string]*pushAgent{}}
+	var b strings.Builder
+	peers, pushes := map[string]net.Listener{}, map[string]net.Listener{}
+	for r := range racks {
+		var names []string
+		for h := range hosts {
+			n := fmt.Sprintf("r%dh%d", r, h)
+			names = append(names, `"`+n+`"`)
+			peers[n], pushes[n] = listenLoopback(t), listenLoopback(t)
+			fmt.Fprintf(&b, "[host.%s]\nagent = %q\npeer = %q\n", n, pushes[n].Addr(), peers[n].Addr())
+			tc.hosts = append(tc.hosts, n)
+		}
+		fmt.Fprintf(&b, "[rack.r%d]\nhosts = [%s]\n", r, strings.Join(names, ", "))
+		if uplink != "" {
+			fmt.Fprintf(&b, "uplink = %q\n", uplink)
+		}
+	}
+	var err error
+	if tc.c, err = cluster.Parse([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.hosts {
+		a := &pushAgent{name: n, prefix: filepath.Join(t.TempDir(), "srv"), agent: pushes[n].Addr().String()}
+		a.cfg = daemon.Config{
+			StateDir: t.TempDir(), PeerListener: peers[n], NoAPI: true, Logger: testLogger(t),
+			Push: daemon.PushConfig{
+				Cluster: tc.c, Key: tc.priv.Public().(ed25519.PublicKey), Host: n, Listener: pushes[n],
+				DestPrefixes: []string{a.prefix}, Fallback: time.Minute,
+			},
+		}
+		if configure != nil {
+			configure(&a.cfg.Push)
+		}
+		a.start(t)
+		tc.agents[n] = a
+	}
+	return tc
+}
+
+func (a *pushAgent) start(t *testing.T) {
+	t.Helper()
+	srv, err := daemon.Start(t.Context(), a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.srv = srv
+	t.Cleanup(func() { srv.Close() })
+}
+
+// restart stops the agent and starts it again on the same ports and state.
+func (a *pushAgent) restart(t *testing.T) {
+	t.Helper()
+	a.stop(t)
+	a.cfg.PeerListener, a.cfg.Push.Listener = relisten(t, a.srv.PeerAddr()), relisten(t, a.srv.PushAddr())
+	a.start(t)
+}
+
+func (a *pushAgent) stop(t *testing.T) {
+	t.Helper()
+	if err := a.srv.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// relisten listens again on addr, just closed.
+func relisten(t *testing.T, addr net.Addr) net.Listener {
+	t.Helper()
+	var err error
+	for range 50 {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr.String()); err == nil {
+			return ln
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal(err)
+	return nil
+}
+
+// request is a signed push of o's file name to every host's prefix.
+func (tc *testCluster) request(o *testOrigin, name string, hosts []string, then string) cluster.Request {
+	data := o.files[name]
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), name)
+	if err != nil {
+		panic(err)
+	}
+	r := cluster.Request{Root: m.Root.String(), Size: m.Size, URL: o.url + "/" + name, Dest: "DEST/" + name, Then: then, Hosts: hosts}
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	return r
+}
+
+// send posts req, its destination under agent's prefix (re-signed if
+// priv is set), and returns the status code and the body.
+func send(t *testing.T, a *pushAgent, req cluster.Request) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	resp, err := http.Post("http://"+a.agent+"/v1/push", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// forAgent is req with its destination under a's prefix, signed.
+func (tc *testCluster) forAgent(a *pushAgent, req cluster.Request) cluster.Request {
+	r := req
+	r.Dest = filepath.Join(a.prefix, strings.TrimPrefix(req.Dest, "DEST/"))
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	return r
+}
+
+func status(t *testing.T, a *pushAgent, id string) (daemon.PushStatus, error) {
+	resp, err := http.Get("http://" + a.agent + "/v1/push/" + id)
+	if err != nil {
+		return daemon.PushStatus{}, err
+	}
+	defer resp.Body.Close()
+	var st daemon.PushStatus
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// waitPushes polls the pushes (host -> id) until every one has ended.
+func waitPushes(t *testing.T, tc *testCluster, ids map[string]string, limit time.Duration) map[string]daemon.PushStatus {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		out := map[string]daemon.PushStatus{}
+		for h, id := range ids {
+			st, err := status(t, tc.agents[h], id)
+			if err == nil && (st.State == daemon.PushDone || st.State == daemon.PushFailed) {
+				out[h] = st
+			}
+		}
+		if len(out) == len(ids) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			for h, id := range ids {
+				st, err := status(t, tc.agents[h], id)
+				t.Logf("%s: %+v %v", h, st, err)
+			}
+			t.Fatalf("pushes not ended after %v", limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pushAll sends req to every host in it, each with its own destination,
+// and returns the ids.
+func pushAll(t *testing.T, tc *testCluster, req cluster.Request) map[string]string {
+	t.Helper()
+	ids := map[string]string{}
+	for _, h := range req.Hosts {
+		r := tc.forAgent(tc.agents[h], req)
+		if code, body := send(t, tc.agents[h], r); code != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", h, code, body)
+		}
+		ids[h] = r.ID()
+	}
+	return ids
+}
+
+// TestPushTwoRacks: a push to 2 racks of 3 hosts reaches every one, the
+// origin sends about one copy, the hosts that are not representatives
+// take nothing from the origin nor from the other rack, and the command
+// runs after the install.
+func TestPushTwoRacks(t *testing.T) {
+	data := randomBytes(3*MiB+123, 31)
+	o := startOrigin(t, 4*MiB, map[string][]byte{"app.bin": data})
+	tc := startCluster(t, 2, 3, "", nil)
+	req := tc.request(o, "app.bin", tc.hosts, `test "$(wc -c < app.bin)" = `+fmt.Sprint(len(data))+` && echo "installed $STAMPEDE_PUSH_ROOT"`)
+	ids := pushAll(t, tc, req)
+	sts := waitPushes(t, tc, ids, 60*time.Second)
+	var fromOrigin int64
+	for _, h := range tc.hosts {
+		st := sts[h]
+		if st.State != daemon.PushDone {
+			t.Fatalf("%s: %+v", h, st)
+		}
+		checkFile(t, filepath.Join(tc.agents[h].prefix, "app.bin"), data)
+		if st.Then == nil || st.Then.Exit != 0 || !strings.Contains(st.Then.Output, "installed "+req.Root) {
+			t.Errorf("%s: the command: %+v", h, st.Then)
+		}
+		if st.Installed.IsZero() || st.Done != int64(len(data)) {
+			t.Errorf("%s: installed %v, done %d", h, st.Installed, st.Done)
+		}
+		t.Logf("%s %s: rack %d, other racks %d, origin %d", h, st.Role, st.FromRack, st.FromRacks, st.FromOrigin)
+		fromOrigin += st.FromOrigin
+		if !strings.Contains(st.Role, "representative") {
+			if st.FromOrigin != 0 || st.FromRacks != 0 {
+				t.Errorf("%s, a member, got %d bytes from the origin and %d from the other rack", h, st.FromOrigin, st.FromRacks)
+			}
+			if st.FromRack < int64(len(data)) {
+				t.Errorf("%s got %d bytes from its rack, less than the file", h, st.FromRack)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(tc.agents[h].prefix, "app.bin.part")); err == nil {
+			t.Errorf("%s: the part file is left", h)
+		}
+	}
+	copies := float64(fromOrigin) / float64(len(data))
+	t.Logf("origin: %.2f copies by the agents' count, %.2f by the origin's", copies, float64(o.sent.Load())/float64(len(data)))
+	if copies < 0.99 || copies > 1.6 {
+		t.Errorf("the origin sent %.2f copies, want about one", copies)
+	}
+}
+
+// TestPushRefused: unsigned, foreign-signed, replayed, expired, rolled
+// back, out-of-prefix pushes and pushes not naming the host are refused.
+func TestPushRefused(t *testing.T) {
+	o := startOrigin(t, 0, map[string][]byte{"app.bin": randomBytes(64*KiB, 32)})
+	tc := startCluster(t, 1, 2, "", nil)
+	a := tc.agents["r0h0"]
+	good := tc.forAgent(a, tc.request(o, "app.bin", tc.hosts, ""))
+	other := sign.GenerateKey()
+	for _, c := range []struct {
+		name string
+		req  func() cluster.Request
+		code int
+		says string
+	}{
+		{"unsigned", func() cluster.Request { r := good; r.Sig = ""; return r }, 401, "not signed"},
+		{"changed after signing", func() cluster.Request { r := good; r.Then = "rm -rf /"; return r }, 401, "not signed"},
+		{"another key", func() cluster.Request { r := good; r.Sign(other, time.Now(), time.Minute); return r }, 401, "not signed"},
+		{"expired", func() cluster.Request { r := good; r.Sign(tc.priv, time.Now().Add(-time.Hour), time.Minute); return r }, 410, "expired"},
+		{"outside the prefixes", func() cluster.Request {
+			r := good
+			r.Dest = filepath.Join(t.TempDir(), "x.bin")
+			r.Sign(tc.priv, time.Now(), time.Minute)
+			return r
+		}, 403, "outside"},
+		{"escaping by ..", func() cluster.Request {
+			r := good
+			r.Dest = a.prefix + "/../x.bin"
+			r.Sign(tc.priv, time.Now(), time.Minute)
+			return r
+		}, 403, "outside"},
+		{"not this host", func() cluster.Request {
+			r := good
+			r.Hosts = []string{"r0h1"}
+			r.Sign(tc.priv, time.Now(), time.Minute)
+			return r
+		}, 403, "does not name this host"},
+		{"accepted", func() cluster.Request { return good }, 202, ""},
+		{"replayed", func() cluster.Request { return good }, 409, "seen before"},
+		{"rolled back", func() cluster.Request {
+			r := good
+			r.Sign(tc.priv, time.Now().Add(-10*time.Second), time.Minute)
+			return r
+		}, 409, "was accepted already"},
+	} {
+		code, body := send(t, a, c.req())
+		if code != c.code || !strings.Contains(body, c.says) {
+			t.Errorf("%s: %d %s; want %d saying %q", c.name, code, body, c.code, c.says)
+		}
+	}
+	// A symbolic link out of the prefix is refused too.
+	if err := os.Symlink(t.TempDir(), filepath.Join(a.prefix, "out")); err != nil {
+		t.Fatal(err)
+	}
+	r := good
+	r.Dest = filepath.Join(a.prefix, "out", "x.bin")
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	if code, body := send(t, a, r); code != 403 {
+		t.Errorf("through a link: %d %s", code, body)
+	}
+	// Refused destinations made no directory; one inside the prefix is
+	// made.
+	r.Dest = filepath.Join(a.prefix, "out", "new", "x.bin")
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	if code, body := send(t, a, r); code != 403 {
+		t.Errorf("through a link to a new directory: %d %s", code, body)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(a.prefix, "out")); len(ents) != 0 {
+		t.Errorf("a refused push made %v", ents)
+	}
+	r.Dest = filepath.Join(a.prefix, "new", "dir", "x.bin")
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	if code, body := send(t, a, r); code != 202 {
+		t.Errorf("a new directory in the prefix: %d %s", code, body)
+	}
+}
+
+// TestPushVersions: the same root again moves nothing; a new version
+// with a few pieces changed moves only those.
+func TestPushVersions(t *testing.T) {
+	v1 := randomBytes(2*MiB, 33)
+	v2 := bytes.Clone(v1)
+	copy(v2[MiB:], randomBytes(100*KiB, 34)) // a few pieces in the middle
+	o := startOrigin(t, 0, map[string][]byte{"v1.bin": v1, "v2.bin": v2})
+	tc := startCluster(t, 1, 2, "", nil)
+	a := tc.agents["r0h0"]
+	one := func(name string) daemon.PushStatus {
+		r := tc.request(o, name, []string{"r0h0"}, "")
+		r.Dest = filepath.Join(a.prefix, "app.bin")
+		r.Sign(tc.priv, time.Now(), time.Minute)
+		if code, body := send(t, a, r); code != 202 {
+			t.Fatalf("%d %s", code, body)
+		}
+		st := waitPushes(t, tc, map[string]string{"r0h0": r.ID()}, 30*time.Second)["r0h0"]
+		if st.State != daemon.PushDone {
+			t.Fatalf("%+v", st)
+		}
+		return st
+	}
+	st := one("v1.bin")
+	checkFile(t, filepath.Join(a.prefix, "app.bin"), v1)
+	if st.FromOrigin < int64(len(v1)) {
+		t.Errorf("first push: %d bytes from the origin", st.FromOrigin)
+	}
+	st = one("v1.bin")
+	if st.FromOrigin != 0 || st.Reused != int64(len(v1)) {
+		t.Errorf("the same root again: %d bytes from the origin, %d reused", st.FromOrigin, st.Reused)
+	}
+	st = one("v2.bin")
+	checkFile(t, filepath.Join(a.prefix, "app.bin"), v2)
+	t.Logf("v2: %d from the origin, %d reused", st.FromOrigin, st.Reused)
+	if st.FromOrigin == 0 || st.FromOrigin > 400*KiB || st.Reused < int64(len(v2))-400*KiB {
+		t.Errorf("a new version: %d bytes from the origin, %d reused; want only the changed pieces", st.FromOrigin, st.Reused)
+	}
+}

@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/stampede-dev/stampede/cluster"
+	"github.com/stampede-dev/stampede/contract"
+)
+
+// pushCounters are one push's live figures, updated by its connections
+// and its origin requests.
+type pushCounters struct {
+	done, reused                    atomic.Int64
+	fromRack, fromRacks, fromOrigin atomic.Int64
+	progressAt                      atomic.Int64 // unix ns of the last piece verified (or the start)
+	throttled                       atomic.Bool
+}
+
+// restore takes back the byte counts an earlier run reported.
+func (c *pushCounters) restore(st PushStatus) {
+	c.fromRack.Store(st.FromRack)
+	c.fromRacks.Store(st.FromRacks)
+	c.fromOrigin.Store(st.FromOrigin)
+	c.reused.Store(st.Reused)
+}
+
+// received is every byte that came in, for the throttle's measure.
+func (c *pushCounters) received() int64 {
+	return c.fromRack.Load() + c.fromRacks.Load() + c.fromOrigin.Load()
+}
+
+// pushRates shape one push: Down every byte that comes in (from peers and
+// the origin), Up every byte sent to peers. Their limits are the plan's
+// budgets, lowered by the throttle while the host is loaded.
+type pushRates struct {
+	down, up       *rate.Limiter
+	downMax, upMax float64 // the budgets (0: none)
+}
+
+func newPushRates(r *cluster.Role) *pushRates {
+	lim := func(b int64) *rate.Limiter {
+		if b <= 0 {
+			return rate.NewLimiter(rate.Inf, 1<<20)
+		}
+		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/10)))
+	}
+	return &pushRates{down: lim(r.Down), up: lim(r.Up), downMax: float64(r.Down), upMax: float64(r.Up)}
+}
+
+// set applies a limit (0: none) to l, keeping its burst.
+func set(l *rate.Limiter, bps float64) {
+	if bps <= 0 {
+		l.SetLimit(rate.Inf)
+		return
+	}
+	l.SetLimit(rate.Limit(bps))
+	l.SetBurst(max(16<<10, int(bps/10)))
+}
+
+// wait lets n bytes through l, in steps of its burst.
+func wait(ctx context.Context, l *rate.Limiter, n int) {
+	for n > 0 {
+		k := min(n, l.Burst())
+		if l.WaitN(ctx, k) != nil {
+			return // ctx ended: the connection goes with it
+		}
+		n -= k
+	}
+}
+
+// throttle adjusts the push's rates to the host's load every second until
+// ctx ends (cluster.Throttle).
+func (e *pushEnv) throttle(ctx context.Context) {
+	cfg := e.s.push.cfg
+	if cfg.MaxLoad <= 0 && cfg.MaxIOWait <= 0 {
+		return
+	}
+	down := cluster.Throttle{MaxLoad: cfg.MaxLoad, MaxIOWait: cfg.MaxIOWait}
+	up := down
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := e.ps.ctr.received()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l, err := cfg.LoadSource.Load()
+		if err != nil {
+			e.s.log.Debug("reading the load", "err", err)
+			continue
+		}
+		got := e.ps.ctr.received()
+		dr, dt := down.Step(l, float64(got-last), e.rt.downMax)
+		ur, ut := up.Step(l, 0, e.rt.upMax)
+		last = got
+		set(e.rt.down, dr)
+		set(e.rt.up, ur)
+		if dt != e.ps.ctr.throttled.Swap(dt || ut) {
+			e.s.log.Info("push throttled by the host's load", "push", e.ps.req.ID(), "throttled", dt || ut, "load", l.CPU, "iowait", l.IOWait, "rate", dr)
+		}
+	}
+}
+
+// peerConn is the push's node.PeerConnFunc: a peer the plan does not pair
+// this host with is refused; the others' bytes are counted (from this
+// rack or another) and shaped.
+func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, outbound bool) net.Conn {
+	p := e.s.push
+	return func(c net.Conn, addr string, outbound bool) net.Conn {
+		h := p.cfg.Cluster.HostByPeer(addr)
+		if h == nil || !e.plan.MayPeer(p.self.Name, h.Name) {
+			return nil
+		}
+		in := &e.ps.ctr.fromRacks
+		if h.Rack == p.self.Rack {
+			in = &e.ps.ctr.fromRack
+		}
+		return &shapedConn{Conn: c, ctx: ctx, in: in, rt: e.rt}
+	}
+}
+
+// shapedConn counts and shapes a peer connection. It keeps the socket's
+// syscall.Conn, which the node's socket options need.
+type shapedConn struct {
+	net.Conn
+	ctx context.Context
+	in  *atomic.Int64
+	rt  *pushRates
+}
+
+func (c *shapedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.in.Add(int64(n))
+	wait(c.ctx, c.rt.down, n)
+	return n, err
+}
+
+func (c *shapedConn) Write(p []byte) (int, error) {
+	wait(c.ctx, c.rt.up, len(p))
+	return c.Conn.Write(p)
+}
+
+func (c *shapedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+func (c *shapedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// pieceRange is a representative's share of the pieces (cluster.Work).
+type pieceRange struct{ from, to, n int }
+
+// gate returns the transport of the push's requests to the pusher's
+// origin. Piece requests (GETs of the file with a Range) are counted and
+// shaped; a host that is not one of its datacenter's representatives is
+// answered at once, as the origin answers pieces on their way through
+// the swarm (503, Stampede-In-Swarm), while pieces come from its peers,
+// and goes to the origin only after Fallback without any. A
+// representative's candidates are narrowed to its share while it has
+// some there, so representatives fetch different pieces.
+func (e *pushEnv) gate(fileURL string, share *pieceRange) http.RoundTripper {
+	next := e.s.client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	u, _ := url.Parse(fileURL)
+	return &originGate{e: e, next: next, path: u.EscapedPath(), share: share}
+}
+
+type originGate struct {
+	e     *pushEnv
+	next  http.RoundTripper
+	path  string
+	share *pieceRange
+}
+
+func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet || r.Header.Get("Range") == "" || r.URL.EscapedPath() != g.path {
+		return g.next.RoundTrip(r)
+	}
+	ctr := g.e.ps.ctr
+	if !g.e.role.DCRep && time.Since(time.Unix(0, ctr.progressAt.Load())) < g.e.s.push.cfg.Fallback {
+		return &http.Response{
+			Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable,
+			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Retry-After": {"1"}, contract.InSwarmHeader: {"1"}},
+			Body:   http.NoBody, Request: r,
+		}, nil
+	}
+	if s := g.share; s != nil {
+		if v := r.Header.Get(contract.CandidatesHeader); v != "" {
+			if cs, err := contract.ParseCandidates(v, s.n, 256); err == nil {
+				var mine []int
+				for _, c := range cs {
+					if c >= s.from && c < s.to {
+						mine = append(mine, c)
+					}
+				}
+				if len(mine) > 0 {
+					r = r.Clone(r.Context())
+					r.Header.Set(contract.CandidatesHeader, contract.FormatCandidates(mine))
+				}
+			}
+		}
+	}
+	resp, err := g.next.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusPartialContent {
+		return resp, err
+	}
+	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: g.e.rt.down}
+	return resp, nil
+}
+
+// shapedBody counts and shapes an origin answer's body.
+type shapedBody struct {
+	io.ReadCloser
+	ctx context.Context
+	n   *atomic.Int64
+	l   *rate.Limiter
+}
+
+func (b *shapedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	wait(b.ctx, b.l, n)
+	return n, err
+}
