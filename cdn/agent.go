@@ -184,9 +184,6 @@ func (b *body) Seek(off int64, whence int) (int64, error) {
 	if off < 0 {
 		return 0, errors.New("negative position")
 	}
-	if off != b.pos && b.sum != nil && !(off == 0 && b.summed == 0) {
-		b.sum = nil
-	}
 	b.pos = off
 	return off, nil
 }

@@ -186,6 +186,7 @@ func (n *Node) remoteChunk(ctx context.Context, node string, m *meta, i int, hop
 	if err := m.verify(i, data); err != nil {
 		n.met.rejected[fromNode].Inc()
 		n.log.Warn("a node sent a chunk that failed verification", "node", node, "chunk", i, "url", m.URL, "err", err)
+		n.memberFailed(node) // as a failed beat: a node that keeps lying leaves the ring
 		return nil, fmt.Errorf("chunk %d from node %s: %w", i, node, err)
 	}
 	n.met.chunks[srcNode].Inc()
