@@ -1,0 +1,352 @@
+package webpeer_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/stampede-dev/stampede/origin"
+	"github.com/stampede-dev/stampede/tracker"
+	"github.com/stampede-dev/stampede/webpeer"
+)
+
+// The browser tests run visitors' browsers (Debian's headless Chromium,
+// driven by chromedp) as peers of one swarm, each in a network namespace
+// of its own: Chromium gathers no ICE candidates without a default route,
+// and loopback candidates do not connect, so each namespace has a veth on
+// a test bridge, an address of 10.77.0.0/24 and a default route to the
+// bridge, where the origin listens. They need root, Chromium and
+// STAMPEDETEST_BROWSER=1 (make browser-test sets it): they take a minute
+// and a good part of two cores.
+const browserEnv = "STAMPEDETEST_BROWSER"
+
+// The test network. Names start with "wp" (web peer) so that a run never
+// touches another's.
+const (
+	bridge    = "wpbr0"
+	bridgeIP  = "10.77.0.1"
+	netPrefix = "10.77.0."
+)
+
+const waitPage = 60 * time.Second
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// setupNet makes the bridge and n namespaces wp-b0... wp-b<n-1> with a
+// veth on it each, and removes them when the test ends.
+func setupNet(t *testing.T, n int) []string {
+	t.Helper()
+	cleanup := func() {
+		for i := range n {
+			exec.Command("ip", "netns", "del", fmt.Sprintf("wp-b%d", i)).Run()
+			exec.Command("ip", "link", "del", fmt.Sprintf("wp-h%d", i)).Run()
+		}
+		exec.Command("ip", "link", "del", bridge).Run()
+	}
+	cleanup() // what a killed run left
+	t.Cleanup(cleanup)
+	run(t, "ip", "link", "add", bridge, "type", "bridge")
+	run(t, "ip", "addr", "add", bridgeIP+"/24", "dev", bridge)
+	run(t, "ip", "link", "set", bridge, "up")
+	var names []string
+	for i := range n {
+		ns, host, peer := fmt.Sprintf("wp-b%d", i), fmt.Sprintf("wp-h%d", i), fmt.Sprintf("wp-n%d", i)
+		run(t, "ip", "netns", "add", ns)
+		run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+		run(t, "ip", "link", "set", peer, "netns", ns)
+		run(t, "ip", "link", "set", host, "master", bridge, "up")
+		run(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("%s%d/24", netPrefix, 10+i), "dev", peer)
+		run(t, "ip", "-n", ns, "link", "set", peer, "up")
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		run(t, "ip", "-n", ns, "route", "add", "default", "via", bridgeIP)
+		names = append(names, ns)
+	}
+	return names
+}
+
+// testOrigin is `stampede serve` of a directory with a page that opts in
+// and a 1 MiB object, whose bodies can be refused (blocked).
+type testOrigin struct {
+	url     string
+	obj     []byte
+	sha     string
+	blocked atomic.Bool
+	bodies  atomic.Int64 // bytes of /obj.bin sent
+}
+
+func startOrigin(t *testing.T) *testOrigin {
+	t.Helper()
+	www := t.TempDir()
+	o := &testOrigin{obj: make([]byte, 1<<20)}
+	rand.Read(o.obj)
+	sum := sha256.Sum256(o.obj)
+	o.sha = hex.EncodeToString(sum[:])
+	os.WriteFile(filepath.Join(www, "obj.bin"), o.obj, 0o644)
+	os.WriteFile(filepath.Join(www, "index.html"), []byte(`<!doctype html><title>t</title>
+<script type="module" src="/.well-known/stampede/peer.js"></script><p>hello</p>`), 0o644)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tr := tracker.New(tracker.Config{Logger: log, OnlyAdmitted: true})
+	srv, err := origin.New(origin.Config{Dir: www, CacheDir: t.TempDir(), Tracker: tr, Logger: log,
+		WebPeer: webpeer.Handler(webpeer.Config{Deadline: 3 * time.Second})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ln, err := net.Listen("tcp", bridgeIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/obj.bin" {
+			if o.blocked.Load() {
+				http.Error(w, "blocked by the test", http.StatusForbidden)
+				return
+			}
+			cw := &countingWriter{ResponseWriter: w, n: &o.bodies}
+			h.ServeHTTP(cw, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	o.url = "http://" + ln.Addr().String()
+	return o
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// browser is a headless Chromium in a namespace, with the test page open.
+type browser struct {
+	t      *testing.T
+	name   string
+	ctx    context.Context
+	cancel func()
+}
+
+func openBrowser(t *testing.T, ns, name string, o *testOrigin) *browser {
+	t.Helper()
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "chromium-in-netns")
+	os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns+" chromium \"$@\"\n"), 0o755)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(wrapper), chromedp.NoSandbox,
+		chromedp.UserDataDir(filepath.Join(dir, "profile")),
+		// Service workers and SubtleCrypto need a secure context.
+		chromedp.Flag("unsafely-treat-insecure-origin-as-secure", o.url),
+		// Host candidates as addresses, not mDNS names, which a
+		// namespace cannot resolve.
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,WebRtcHideLocalIpsWithMdns"))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	b := &browser{t: t, name: name, ctx: ctx}
+	var once atomic.Bool
+	b.cancel = func() {
+		if once.CompareAndSwap(false, true) {
+			cancel()
+			cancelAlloc()
+		}
+	}
+	t.Cleanup(b.cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("%s: chromium: %v", name, err)
+	}
+	b.do(chromedp.Navigate(o.url + "/index.html"))
+	var ready string
+	b.eval(`stampede.ready`, &ready)
+	if ready != "on" {
+		t.Fatalf("%s: the peer is %q, want on", name, ready)
+	}
+	return b
+}
+
+func (b *browser) do(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitPage)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: chromium: %v", b.name, err)
+	}
+}
+
+// eval evaluates expr in the page, awaiting a promise, into v.
+func (b *browser) eval(expr string, v any) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitPage)
+	defer cancel()
+	if err := evalInto(ctx, expr, v); err != nil {
+		b.t.Fatalf("%s: %s: %v", b.name, expr, err)
+	}
+}
+
+func evalInto(ctx context.Context, expr string, v any) error {
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[json.RawMessage](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// stats is what the page's peer counted (peer.js, Page.stats).
+type stats struct {
+	FromPeers  int64 `json:"fromPeers"`
+	FromOrigin int64 `json:"fromOrigin"`
+	Uploaded   int64 `json:"uploaded"`
+	Corrupt    int   `json:"corrupt"`
+	Banned     int   `json:"banned"`
+	Peers      int   `json:"peers"`
+}
+
+type fetched struct {
+	Via   string `json:"via"`
+	Len   int    `json:"len"`
+	SHA   string `json:"sha"`
+	Stats stats  `json:"stats"`
+}
+
+const fetchJS = `(async () => {
+  const r = await fetch('/obj.bin');
+  const b = await r.arrayBuffer();
+  const h = new Uint8Array(await crypto.subtle.digest('SHA-256', b));
+  return {via: r.headers.get('stampede-via') || '', len: b.byteLength,
+    sha: Array.from(h, (x) => x.toString(16).padStart(2, '0')).join(''), stats: stampede.page.stats()};
+})()`
+
+// fetch has the page fetch the object and checks every byte.
+func (b *browser) fetch(o *testOrigin) fetched {
+	b.t.Helper()
+	var f fetched
+	b.eval(fetchJS, &f)
+	if f.Len != len(o.obj) || f.SHA != o.sha || f.Via != "swarm" {
+		b.t.Fatalf("%s: fetched %d bytes of SHA-256 %s via %q; want %d of %s via the swarm", b.name, f.Len, f.SHA, f.Via, len(o.obj), o.sha)
+	}
+	b.t.Logf("%s: %+v", b.name, f.Stats)
+	return f
+}
+
+func (b *browser) stats() stats {
+	b.t.Helper()
+	var s stats
+	b.eval(`stampede.page.stats()`, &s)
+	return s
+}
+
+func needBrowser(t *testing.T) {
+	t.Helper()
+	if os.Getenv(browserEnv) != "1" {
+		t.Skipf("browser tests: set %s=1 (make browser-test)", browserEnv)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("browser tests: need root for network namespaces")
+	}
+	for _, tool := range []string{"chromium", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("browser tests: no %s (scripts/install-test-deps.sh installs it): %v", tool, err)
+		}
+	}
+}
+
+// TestBrowserPeers: visitors' browsers get an object from each other,
+// every byte verified: the first from the origin, later ones from peers
+// with the origin blocked; a lying browser is caught and banned and the
+// visitor still gets the object (from the origin, since every peer lied);
+// a peer that leaves mid-object leaves the visitor to finish elsewhere.
+func TestBrowserPeers(t *testing.T) {
+	needBrowser(t)
+	nss := setupNet(t, 4)
+	o := startOrigin(t)
+	size := int64(len(o.obj))
+
+	a := openBrowser(t, nss[0], "A", o)
+	if f := a.fetch(o); f.Stats.FromOrigin != size || f.Stats.FromPeers != 0 {
+		t.Errorf("A, alone: %+v, want everything from the origin", f.Stats)
+	}
+
+	// The origin refuses the object from now on: B gets it from A, and
+	// C from A and B.
+	o.blocked.Store(true)
+	b := openBrowser(t, nss[1], "B", o)
+	if f := b.fetch(o); f.Stats.FromPeers != size || f.Stats.FromOrigin != 0 {
+		t.Errorf("B, origin blocked: %+v, want everything from peers", f.Stats)
+	}
+	c := openBrowser(t, nss[2], "C", o)
+	if f := c.fetch(o); f.Stats.FromPeers != size || f.Stats.FromOrigin != 0 {
+		t.Errorf("C, origin blocked: %+v, want everything from peers", f.Stats)
+	}
+	o.blocked.Store(false)
+
+	// A lies: every piece it serves is corrupt. B and C leave; D's only
+	// peer is the liar.
+	a.eval(`(() => { for (const s of stampede.page.swarms.values()) s.pieces = s.pieces.map((p) => { const q = p.slice(); q[7] ^= 0xff; return q; }); return true; })()`, new(bool))
+	b.cancel()
+	c.cancel()
+	before := o.bodies.Load()
+	d := openBrowser(t, nss[1], "D", o)
+	f := d.fetch(o)
+	if f.Stats.Corrupt < 1 || f.Stats.Banned != 1 {
+		t.Errorf("D, whose only peer lies: %+v, want a corrupt piece and the liar banned", f.Stats)
+	}
+	if got := o.bodies.Load() - before; got < size-f.Stats.FromPeers {
+		t.Errorf("D: the origin sent %d bytes, want at least %d", got, size-f.Stats.FromPeers)
+	}
+	a.cancel()
+
+	// D serves slowly, then leaves while E is midway.
+	d.eval(`(() => { const l = stampede.page.limiter; l.rate = 128 << 10; l.tokens = 0; return true; })()`, new(bool))
+	e := openBrowser(t, nss[2], "E", o)
+	done := make(chan fetched, 1)
+	go func() {
+		var f fetched
+		ctx, cancel := context.WithTimeout(e.ctx, waitPage)
+		defer cancel()
+		if err := evalInto(ctx, fetchJS, &f); err != nil {
+			t.Errorf("E: %v", err)
+		}
+		done <- f
+	}()
+	deadline := time.Now().Add(waitPage)
+	for e.stats().FromPeers == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("E got nothing from D")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the page: no event reaches the test
+	}
+	d.cancel()
+	f = <-done
+	if f.Len != len(o.obj) || f.SHA != o.sha {
+		t.Fatalf("E, its peer gone midway: %d bytes of SHA-256 %s, want %d of %s", f.Len, f.SHA, len(o.obj), o.sha)
+	}
+	if f.Stats.FromPeers == 0 || f.Stats.FromOrigin == 0 {
+		t.Errorf("E, its peer gone midway: %+v, want bytes from both", f.Stats)
+	}
+	t.Logf("E: %+v", f.Stats)
+}
