@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: build demo test test-deps lint bench bench-table bench-screen bench-deps fuzz man clean
+.PHONY: build demo test browser-test test-deps lint bench bench-table bench-screen bench-deps fuzz man clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/stampede ./cmd/stampede
@@ -18,6 +18,13 @@ demo: build
 # every benchmark once so they keep compiling.
 test:
 	./scripts/test.sh
+
+# The browser peer's tests (webpeer, docs/browser.md): visitors' headless
+# Chromium in network namespaces of their own trading an object over WebRTC,
+# as root (scripts/test.sh runs it then); it installs what they need first.
+browser-test:
+	./scripts/install-test-deps.sh --if-root
+	STAMPEDETEST_BROWSER=1 $(GO) test -count=1 -run 'TestBrowser|TestJavaScript' -v ./webpeer
 
 # The Debian packages the tests and the benchmarks run besides stampede
 # (root). The stampede binary installs nothing.

@@ -10,8 +10,9 @@
 #            BitTorrent baseline), nginx (the second HTTP origin),
 #            redis-server (the tracker's Redis store), prometheus (its
 #            promtool checks every server's /metrics), chromium (the
-#            dashboard's test loads it in a headless browser) and iproute2
-#            (the netns testbed, as root);
+#            dashboard's test loads it in a headless browser; the browser
+#            peer's tests run several), iproute2 (the netns testbed, as
+#            root) and nodejs (the browser peer's JavaScript tests);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
@@ -42,6 +43,7 @@ deps_test=(
 	chromium:chromium
 	ip:iproute2
 	tc:iproute2
+	node:nodejs
 )
 deps_bench=(
 	aria2c:aria2

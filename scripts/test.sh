@@ -25,5 +25,6 @@ fi
 go vet ./...
 test -z "$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 go test -race -shuffle=on -timeout 20m ./...
+if [ "$(id -u)" -eq 0 ]; then make -s browser-test; fi # Chromium peers in network namespaces
 go test -run='^$' -bench=. -benchtime=1x ./... >/dev/null
 echo "test.sh: all tests passed"
