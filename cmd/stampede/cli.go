@@ -93,6 +93,7 @@ func init() {
 		{"tracker", "[--listen HOST:PORT]", "run only a tracker, for origins that name it with --tracker", runTracker},
 		{"seed", "FILE --url URL", "seed a local copy of a file to its swarm", runSeed},
 		{"daemon", "[flags]", "one process for many swarms: downloads and seeds through a control API, the gateway", runDaemon},
+		{"push", "FILE --cluster FILE --dest PATH --key KEY", "push a file to every host of a cluster, topology-aware, then run a command", runPush},
 		{"gateway", "[--listen HOST:PORT]", "a local proxy for browsers, curl, apt and pip that fetches through the swarm", runGateway},
 		{"demo", "[flags]", "show a flash crowd absorbed, side by side with plain HTTP", runDemo},
 		{"bench", "SCENARIO...", "run benchmark scenarios and write reports", runBench},
