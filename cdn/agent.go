@@ -42,7 +42,7 @@ func (n *Node) serveClient(w http.ResponseWriter, r *http.Request, u *url.URL) {
 		n.passThrough(w, r, u, "credentials")
 		return
 	}
-	m, err := n.getMeta(r.Context(), u, r.Header, false)
+	m, err := n.getMeta(r.Context(), u, r.Header, false, "")
 	if err != nil {
 		n.met.requests[answerError].Inc()
 		if r.Context().Err() == nil {

@@ -146,8 +146,12 @@ func (n *Node) nodeRequest(ctx context.Context, node, path string, q url.Values,
 }
 
 // remoteMeta asks node (the URL's owner) for u's meta.
-func (n *Node) remoteMeta(ctx context.Context, node string, u *url.URL, fwd http.Header) (*meta, error) {
-	resp, err := n.nodeRequest(ctx, node, pathMeta, url.Values{"u": {u.String()}}, fwd)
+func (n *Node) remoteMeta(ctx context.Context, node string, u *url.URL, fwd http.Header, id string) (*meta, error) {
+	q := url.Values{"u": {u.String()}}
+	if id != "" {
+		q.Set("id", id)
+	}
+	resp, err := n.nodeRequest(ctx, node, pathMeta, q, fwd)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +327,7 @@ func (n *Node) serveNodeMeta(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	m, err := n.getMeta(r.Context(), u, r.Header, true)
+	m, err := n.getMeta(r.Context(), u, r.Header, true, r.URL.Query().Get("id"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -340,17 +344,11 @@ func (n *Node) serveNodeChunk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	// A chunk's key names its file's version, and every origin answer is
-	// checked against its validators: a meta known by its ID serves, stale
-	// or not.
-	n.mu.Lock()
-	m := n.byID[q.Get("id")]
-	n.mu.Unlock()
-	if m == nil || m.URL != u.String() {
-		if m, err = n.getMeta(r.Context(), u, r.Header, true); err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
+	// Not internal: this node may not be the URL's owner, which has it.
+	m, err := n.getMeta(r.Context(), u, r.Header, false, q.Get("id"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
 	}
 	if !m.Cacheable || m.ID != q.Get("id") {
 		http.Error(w, "the file changed, or is not cached", http.StatusConflict)

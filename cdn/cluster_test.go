@@ -3,6 +3,7 @@ package cdn
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -154,4 +155,69 @@ func TestLyingNode(t *testing.T) {
 			t.Error("no response was aborted, though a node lied")
 		}
 	})
+}
+
+// TestPeersByRTT: a node bounding its peers picks the nearest by the RTT
+// its heartbeats measure (injected here), and its ring follows.
+func TestPeersByRTT(t *testing.T) {
+	var mu sync.Mutex
+	rtts := map[string]time.Duration{} // filled once the nodes have addresses
+	nodes := startCluster(t, 3, nil, func(i int, c *Config) {
+		if i != 0 {
+			return
+		}
+		c.Members.MaxPeers = 1
+		c.RTT = func(node string, _ time.Duration) time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			if r, ok := rtts[node]; ok {
+				return r
+			}
+			return time.Second
+		}
+	})
+	mu.Lock()
+	rtts[nodes[1].addr], rtts[nodes[2].addr] = 40*time.Millisecond, time.Millisecond
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := nodes[0].ring()
+		if r.Len() == 2 && r.Has(nodes[2].addr) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ring %v, want node 0 and its nearest, node 2", r.Nodes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := nodes[0].Status()
+	if len(st.Peers) != 2 || !st.Peers[0].Up {
+		t.Fatalf("status peers %+v", st.Peers)
+	}
+}
+
+// TestStatusAndMetrics: the status page and /metrics tell what happened.
+func TestStatusAndMetrics(t *testing.T) {
+	o := newTestOrigin(t)
+	data := randomBytes(512<<10, 12)
+	o.add("f", data, false, http.Header{"Cache-Control": {"max-age=60"}})
+	nodes := startCluster(t, 2, o, nil)
+	for range 2 {
+		mustGet(t, nodes[0].url(o.URL+"/f"), 200)
+	}
+	_, body := mustGet(t, nodes[0].url(".cdn/status"), 200)
+	var st Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ClientBytes != float64(2*len(data)) || st.OriginOffload < 0.4 || len(st.Ring) != 2 || len(st.RecentChunks) == 0 {
+		t.Fatalf("status %s", body)
+	}
+	_, body = mustGet(t, nodes[0].url("metrics"), 200)
+	for _, want := range []string{"stampede_cdn_hit_ratio", "stampede_cdn_origin_offload_ratio", `stampede_cdn_peer_up{node="` + nodes[1].addr + `"} 1`,
+		"stampede_cdn_node_inflight", `stampede_cdn_requests_total{answer="chunks"} 2`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }

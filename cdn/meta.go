@@ -355,22 +355,28 @@ func decodeMeta(data []byte) (*meta, error) {
 // getMeta returns the meta of u for a request with header hdr: the one
 // this node holds while fresh, else the URL's owner's (asked once however
 // many wait), else the origin's. A node's own request (internal) is never
-// forwarded again.
-func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, internal bool) (*meta, error) {
+// forwarded again. With id, the meta of that ID is taken stale or not: a
+// node's request for a chunk is part of a client's request that was
+// already revalidated, and every origin answer is checked against the
+// validators the ID stands for.
+func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, internal bool, id string) (*meta, error) {
 	fwd := forwardHeader(hdr)
 	raw := u.String()
 	n.mu.Lock()
 	vkey := variantKey(raw, n.varyNames[raw], fwd)
 	m := n.metas[vkey]
+	if byID := n.byID[id]; id != "" && byID != nil && byID.URL == raw {
+		m = byID
+	}
 	n.mu.Unlock()
-	if m != nil && n.now().Before(m.FreshUntil) {
+	if m != nil && (n.now().Before(m.FreshUntil) || (id != "" && m.ID == id)) {
 		return m, nil
 	}
 	m, _, err := n.metaFlights.do(ctx, vkey, func() (*meta, error) {
 		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
 		defer cancel()
 		if owner := n.ring().Owner("meta " + raw); !internal && owner != n.self {
-			m, err := n.remoteMeta(fctx, owner, u, fwd)
+			m, err := n.remoteMeta(fctx, owner, u, fwd, id)
 			if err == nil {
 				return m, nil
 			}
