@@ -224,6 +224,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	nodes := slices.Clone(cfg.Nodes)
 	if !slices.Contains(nodes, n.self) {
+		if len(nodes) > 0 {
+			n.log.Warn("this node is not on the node list: the others will not ask it for chunks", "self", n.self)
+		}
 		nodes = append(nodes, n.self)
 	}
 	if cfg.Key != nil {

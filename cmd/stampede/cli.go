@@ -95,6 +95,7 @@ func init() {
 		{"daemon", "[flags]", "one process for many swarms: downloads and seeds through a control API, the gateway", runDaemon},
 		{"push", "FILE --cluster FILE --dest PATH --key KEY", "push a file to every host of a cluster, topology-aware, then run a command", runPush},
 		{"gateway", "[--listen HOST:PORT]", "a local proxy for browsers, curl, apt and pip that fetches through the swarm", runGateway},
+		{"cdn", "--listen HOST:PORT --nodes HOST:PORT,... --cache-dir DIR", "a cache node of a cooperating CDN: each file fetched from its origin about once", runCDN},
 		{"demo", "[flags]", "show a flash crowd absorbed, side by side with plain HTTP", runDemo},
 		{"bench", "SCENARIO...", "run benchmark scenarios and write reports", runBench},
 		{"sim", "SCENARIO", "simulate a scenario's swarm at scale: the real scheduler and tracker on a simulated network", runSim},
