@@ -33,7 +33,9 @@ type Request struct {
 	Root string `json:"root"` // the file's manifest root, hex
 	Size int64  `json:"size"`
 	// URL is the file on the pusher's origin (its manifest and pieces).
-	URL  string `json:"url"`
+	URL string `json:"url"`
+	// Dest is the path to install the file at; "{host}" in it stands for
+	// each host's name.
 	Dest string `json:"dest"`
 	// Then is run with /bin/sh -c on each host after the install ("":
 	// nothing).

@@ -293,7 +293,7 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 			return &pushError{http.StatusBadRequest, fmt.Errorf("the push names host %q, which this host's cluster file does not", h)}
 		}
 	}
-	dest, err := p.confineDest(req.Dest)
+	dest, err := p.confineDest(p.expand(req.Dest))
 	if err != nil {
 		return &pushError{http.StatusForbidden, err}
 	}
@@ -313,7 +313,7 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 	}
 	for _, o := range p.pushes {
 		if o.status.State == PushFetching || o.status.State == PushInstalling || o.status.State == PushThen {
-			if d, _ := p.confineDest(o.req.Dest); d == dest {
+			if d, _ := p.confineDest(p.expand(o.req.Dest)); d == dest {
 				return &pushError{http.StatusConflict, fmt.Errorf("push %s is installing %s already", o.req.ID(), dest)}
 			}
 		}
@@ -324,6 +324,12 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 	s.savePushLocked(ps)
 	s.runPush(ps, dest)
 	return nil
+}
+
+// expand replaces "{host}" in a destination with this host's name, so
+// one push can name a path per host.
+func (p *pushSvc) expand(dest string) string {
+	return strings.ReplaceAll(dest, "{host}", p.self.Name)
 }
 
 // confineDest returns dest, absolute with its directory's links
@@ -455,7 +461,7 @@ func (s *Server) resumePushes() {
 		}
 		req := rec.Request
 		p.nonces.Use(req.Nonce, req.Expires, now)
-		dest, err := p.confineDest(req.Dest)
+		dest, err := p.confineDest(p.expand(req.Dest))
 		if err != nil {
 			continue
 		}

@@ -90,11 +90,13 @@ func (e *pushEnv) throttle(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	last := e.ps.ctr.received()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		l, err := cfg.LoadSource.Load()
 		if err != nil {
