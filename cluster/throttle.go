@@ -112,7 +112,8 @@ func cpuTimes(data []byte) (iowait, total uint64, ok bool) {
 // Throttle decides an agent's rate from the host's load: past MaxLoad or
 // MaxIOWait it cuts the rate in proportion to how far past (at least to
 // a tenth: a push must still end); once the load is back under, it
-// doubles the rate each step back to the budget. Pure: the caller reads
+// doubles the rate each step back to the budget (without a budget, it
+// lifts the limit at once). Pure: the caller reads
 // the load, measures its rate and applies the limit Step returns.
 type Throttle struct {
 	// MaxLoad (load per CPU) and MaxIOWait (a share) are the thresholds;
@@ -152,7 +153,9 @@ func (t *Throttle) Step(l HostLoad, measured, budget float64) (rate float64, thr
 		return budget, false
 	}
 	t.limit *= 2
-	if budget > 0 && t.limit >= budget || budget == 0 && t.limit > 1<<40 {
+	// Without a budget there is no rate to climb back to: unlimited at
+	// once.
+	if budget == 0 || t.limit >= budget {
 		t.limit = 0
 		return budget, false
 	}

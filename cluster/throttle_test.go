@@ -88,4 +88,7 @@ func TestThrottle(t *testing.T) {
 	if got, _ := nb.Step(HostLoad{CPU: 2}, 6e6, 0); got != 3e6 {
 		t.Errorf("no budget, loaded: %v", got)
 	}
+	if got, thr := nb.Step(HostLoad{}, 3e6, 0); got != 0 || thr {
+		t.Errorf("no budget, unloaded again: %v, %v", got, thr)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,4 +378,120 @@ func TestPushVersions(t *testing.T) {
 	if st.FromOrigin == 0 || st.FromOrigin > 400*KiB || st.Reused < int64(len(v2))-400*KiB {
 		t.Errorf("a new version: %d bytes from the origin, %d reused; want only the changed pieces", st.FromOrigin, st.Reused)
 	}
+}
+
+// waitDonePush polls push id on a until it has at least n bytes.
+func waitDonePush(t *testing.T, a *pushAgent, id string, n int64) daemon.PushStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := status(t, a, id)
+		if err == nil && st.Done >= n {
+			return st
+		}
+		if err == nil && st.State == daemon.PushFailed {
+			t.Fatalf("%s failed: %s", a.name, st.Error)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %+v %v after 30s, want %d bytes done", a.name, st, err, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPushRestartResumes: an agent stopped mid-push resumes it when it
+// starts again, from its part file (its pieces verified again), and the
+// request cannot be replayed to it after the restart.
+func TestPushRestartResumes(t *testing.T) {
+	data := randomBytes(3*MiB, 35)
+	o := startOrigin(t, 2*MiB, map[string][]byte{"app.bin": data})
+	tc := startCluster(t, 1, 1, "", nil)
+	a := tc.agents["r0h0"]
+	req := tc.forAgent(a, tc.request(o, "app.bin", tc.hosts, "echo ok"))
+	if code, body := send(t, a, req); code != 202 {
+		t.Fatalf("%d %s", code, body)
+	}
+	waitDonePush(t, a, req.ID(), MiB)
+	a.restart(t)
+	sentBefore := o.sent.Load()
+	st := waitPushes(t, tc, map[string]string{"r0h0": req.ID()}, 30*time.Second)["r0h0"]
+	if st.State != daemon.PushDone || st.Resumed != 1 || st.Then == nil || st.Then.Exit != 0 {
+		t.Fatalf("after the restart: %+v", st)
+	}
+	checkFile(t, filepath.Join(a.prefix, "app.bin"), data)
+	if again := o.sent.Load() - sentBefore; again > int64(len(data))-MiB/2 {
+		t.Errorf("after the restart the origin sent %d of %d bytes: not resumed", again, len(data))
+	}
+	if code, body := send(t, a, req); code != http.StatusConflict {
+		t.Errorf("replayed after the restart: %d %s", code, body)
+	}
+}
+
+// TestPushHostDiesMidPush: a host stopped mid-push does not stop the
+// others of its rack, which finish from the rest.
+func TestPushHostDiesMidPush(t *testing.T) {
+	data := randomBytes(4*MiB, 36)
+	o := startOrigin(t, 4*MiB, map[string][]byte{"app.bin": data})
+	tc := startCluster(t, 1, 4, "", nil)
+	req := tc.request(o, "app.bin", tc.hosts, "")
+	ids := pushAll(t, tc, req)
+	// One of the representatives: the one the others lean on most.
+	var victim string
+	for _, h := range tc.hosts {
+		if st, err := status(t, tc.agents[h], ids[h]); err == nil && strings.Contains(st.Role, "representative") {
+			victim = h
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatal("no representative")
+	}
+	waitDonePush(t, tc.agents[victim], ids[victim], MiB/2)
+	tc.agents[victim].stop(t)
+	delete(ids, victim)
+	sts := waitPushes(t, tc, ids, 60*time.Second)
+	for h, st := range sts {
+		if st.State != daemon.PushDone {
+			t.Errorf("%s: %+v", h, st)
+		}
+		checkFile(t, filepath.Join(tc.agents[h].prefix, "app.bin"), data)
+	}
+}
+
+// loadKnob is a load source a test turns.
+type loadKnob struct{ cpu atomic.Int64 } // load per CPU, in hundredths
+
+func (k *loadKnob) Load() (cluster.HostLoad, error) {
+	return cluster.HostLoad{CPU: float64(k.cpu.Load()) / 100}, nil
+}
+
+// TestPushThrottled: while the host's load is past --max-load the push
+// crawls at the throttle's floor and says so; once the load falls it
+// finishes.
+func TestPushThrottled(t *testing.T) {
+	data := randomBytes(4*MiB, 37)
+	o := startOrigin(t, 0, map[string][]byte{"app.bin": data})
+	knob := &loadKnob{}
+	knob.cpu.Store(500)
+	tc := startCluster(t, 1, 1, "", func(p *daemon.PushConfig) { p.MaxLoad, p.LoadSource = 2, knob })
+	a := tc.agents["r0h0"]
+	req := tc.forAgent(a, tc.request(o, "app.bin", tc.hosts, ""))
+	if code, body := send(t, a, req); code != 202 {
+		t.Fatalf("%d %s", code, body)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	st, err := status(t, a, req.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("loaded: %d bytes in 1.5 s, throttled %v", st.Done, st.Throttled)
+	if !st.Throttled || st.Done > int64(len(data))/2 || st.State != daemon.PushFetching {
+		t.Errorf("under load: %+v", st)
+	}
+	knob.cpu.Store(10)
+	st = waitPushes(t, tc, map[string]string{"r0h0": req.ID()}, 30*time.Second)["r0h0"]
+	if st.State != daemon.PushDone || st.Throttled {
+		t.Errorf("load gone: %+v", st)
+	}
+	checkFile(t, filepath.Join(a.prefix, "app.bin"), data)
 }
