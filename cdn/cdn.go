@@ -92,8 +92,10 @@ type Config struct {
 	// wait on together (default 60s).
 	FetchTimeout time.Duration
 	// BeatInterval is the time between heartbeats to each node (default
-	// 1s); a beat not answered within it failed.
-	BeatInterval time.Duration
+	// 1s); a beat not answered within BeatTimeout (default 1s) failed.
+	// A refused connection fails at once: a dead node leaves in about
+	// Members.DownBeats intervals, a hung one in Members.DownAfter.
+	BeatInterval, BeatTimeout time.Duration
 	// Members tunes when nodes leave and return, and peer choice.
 	Members MembersConfig
 	// RTT, if set, replaces the measured round-trip time of a beat to a
@@ -187,6 +189,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.BeatInterval <= 0 {
 		cfg.BeatInterval = time.Second
 	}
+	if cfg.BeatTimeout <= 0 {
+		cfg.BeatTimeout = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -237,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	ntr := http.DefaultTransport.(*http.Transport).Clone()
 	ntr.Proxy = nil
 	ntr.MaxIdleConnsPerHost = 64
-	ntr.DialContext = (&net.Dialer{Timeout: cfg.BeatInterval * 2}).DialContext
+	ntr.DialContext = (&net.Dialer{Timeout: 2 * cfg.BeatTimeout}).DialContext
 	n.nodeClient = &http.Client{Transport: ntr}
 	n.oc = originclient.New(originclient.Config{Client: client, Logger: cfg.Logger, Retries: 1})
 	if n.store, err = openStore(cfg.CacheDir, cfg.CacheSize, cfg.Logger); err != nil {

@@ -186,7 +186,7 @@ func startCluster(t testing.TB, n int, o *testOrigin, tune func(i int, c *Config
 		if o != nil {
 			cfg.AllowOrigins = []string{strings.TrimPrefix(o.URL, "http://")}
 		}
-		cfg.Members.DownAfter = 600 * time.Millisecond
+		cfg.Members.DownAfter = 2 * time.Second
 		if tune != nil {
 			tune(i, &cfg)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // Heartbeats: every BeatInterval the node asks each other node for
-// /.cdn/beat, within the interval, and hands the outcome, the round-trip
+// /.cdn/beat, within BeatTimeout, and hands the outcome, the round-trip
 // time and the load the answer reports to Members, which decides who is
 // on the ring.
 
@@ -71,7 +71,7 @@ func (n *Node) beatAll(ctx context.Context) {
 }
 
 func (n *Node) beatOne(ctx context.Context, node string) (ok bool, rtt time.Duration, load int) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.BeatInterval)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.BeatTimeout)
 	defer cancel()
 	start := time.Now()
 	resp, err := n.nodeRequest(ctx, node, pathBeat, url.Values{}, nil)
