@@ -176,8 +176,9 @@ type Node struct {
 	sched  *swarm.Scheduler
 	// The loop's measure of our upload rate (measureUpload).
 	upRate float64
-	// upRateBits is upRate for the other goroutines (math.Float64bits).
-	upRateBits atomic.Uint64
+	// upRateBits is upRate for the other goroutines (math.Float64bits);
+	// upPeakBits the most capacity measureCapacity read (uploadPeak).
+	upRateBits, upPeakBits atomic.Uint64
 	upAt       time.Time
 	upLast     int64
 	// Our upload capacity (measureCapacity): the bytes delivered to

@@ -42,6 +42,14 @@ import (
 // A turn whose holder makes no progress for turnStall (a neighbour that
 // stopped reading, or acknowledging) is given back and the piece goes on
 // without it: one stalled neighbour never holds the others' pieces back.
+// So is one held past turnSlow times the time its piece takes at its
+// share of our uplink (the turns' count times the piece over the most
+// upload we have measured, slowAfter): a neighbour whose downlink is
+// slower than that share. Without it, in a crowd of 20 peers with 20 Mbit/s
+// uplinks and 20 with 1/10 Mbit/s links, the fast peers' turns went to
+// pieces for slow peers, each moving at what the slow downlink had left,
+// and the fast uplinks sent 7 Mbit/s of their 20 (issue 30's mixed crowd).
+// With equal links a piece takes its share's time and keeps its turn.
 //
 // A turn that comes free goes to the waiting piece of the lowest rank
 // (Node.uploadRank: 0 when no neighbour of ours has the piece, 1 when one
@@ -68,6 +76,8 @@ import (
 const (
 	defaultUploadTurns = 3
 	turnStall          = 500 * time.Millisecond
+	turnSlow           = 2
+	turnSlowMin        = 50 * time.Millisecond
 	turnLowat          = 16 << 10
 	// The holder looks at what is still unacknowledged again after the
 	// time the uplink takes to send it (at our upload rate), within these.
@@ -80,6 +90,8 @@ const (
 // served: a node's own, or one set shared by the nodes of a host (Host).
 // A nil *Turns means uploads do not take turns.
 type Turns struct {
+	n int // turns in all
+
 	mu      sync.Mutex // guards the following
 	free    int
 	waiting []waiter // in the order they came
@@ -105,7 +117,7 @@ func NewTurns(n int) *Turns {
 	if n <= 0 {
 		n = defaultUploadTurns
 	}
-	return &Turns{free: n}
+	return &Turns{n: n, free: n}
 }
 
 // enter joins the queue for a turn for a piece of the given rank; the
@@ -168,6 +180,7 @@ type turn struct {
 	ts    *Turns
 	p     *peerConn
 	stall *time.Timer
+	slow  *time.Timer // nil: no upload measured yet
 	mu    sync.Mutex // held while the turn is given back
 	given atomic.Bool
 }
@@ -189,6 +202,9 @@ func (t *turn) done() {
 		return
 	}
 	t.stall.Stop()
+	if t.slow != nil {
+		t.slow.Stop()
+	}
 	t.giveBack()
 }
 
@@ -249,12 +265,27 @@ func (t *turn) drained(ctx context.Context, drain func() (done bool, err error))
 
 // newTurn makes the turn p was given: its connection's unsent data is
 // held to turnLowat, and the turn goes back after turnStall without
-// progress.
+// progress, or after slowAfter.
 func newTurn(ts *Turns, p *peerConn) *turn {
 	t := &turn{ts: ts, p: p}
 	sockopt.NotSentLowat(p.c, turnLowat)
 	t.stall = time.AfterFunc(turnStall, t.giveBack)
+	if d := slowAfter(ts.n, p.n.m.PieceSize, p.n.uploadPeak()); d > 0 {
+		t.slow = time.AfterFunc(d, t.giveBack)
+	}
 	return t
+}
+
+// slowAfter is how long a turn is held at most, for turns turns, pieces of
+// pieceSize bytes and an uplink that has sent peak bytes/s: turnSlow times
+// a piece's time at its share of the uplink, at least turnSlowMin; 0 (no
+// limit) before any upload was measured.
+func slowAfter(turns int, pieceSize int64, peak float64) time.Duration {
+	if peak <= 0 {
+		return 0
+	}
+	share := float64(turns) * float64(pieceSize) / peak
+	return max(time.Duration(turnSlow*share*float64(time.Second)), turnSlowMin)
 }
 
 // takeTurn waits for an upload turn for a piece of the given rank, writing
@@ -291,6 +322,10 @@ func (p *peerConn) takeTurn(ctx context.Context, rank int, control func(wire.Mes
 		}
 	}
 }
+
+// uploadPeak is the most upload capacity measureCapacity has read (bytes/s;
+// 0 before it has).
+func (n *Node) uploadPeak() float64 { return math.Float64frombits(n.upPeakBits.Load()) }
 
 // uploadRate is our upload rate to peers as the loop last measured it
 // (bytes/s; 0 before it has).

@@ -83,3 +83,4 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 		}
 	})
 }
+

@@ -252,6 +252,9 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 	if !n.capAt.IsZero() {
 		rate := float64(delivered-n.capDelivered) / now.Sub(n.capAt).Seconds()
 		n.capacity = max(rate, n.capacity*capacityDecay)
+		if rate > n.uploadPeak() {
+			n.upPeakBits.Store(math.Float64bits(rate))
+		}
 	}
 	n.capAt, n.capDelivered = now, max(delivered, n.capDelivered)
 	if n.capacity < minCapacity || math.Abs(n.capacity-n.capSent) < capacityChange*n.capSent {
