@@ -179,8 +179,8 @@ type Node struct {
 	// upRateBits is upRate for the other goroutines (math.Float64bits);
 	// upPeakBits the most capacity measureCapacity read (uploadPeak).
 	upRateBits, upPeakBits atomic.Uint64
-	upAt       time.Time
-	upLast     int64
+	upAt                   time.Time
+	upLast                 int64
 	// Our upload capacity (measureCapacity): the bytes delivered to
 	// peers at the last reading, when, the estimate, and the estimate
 	// last told to the scheduler and the neighbours (RATE).

@@ -181,7 +181,7 @@ type turn struct {
 	p     *peerConn
 	stall *time.Timer
 	slow  *time.Timer // nil: no upload measured yet
-	mu    sync.Mutex // held while the turn is given back
+	mu    sync.Mutex  // held while the turn is given back
 	given atomic.Bool
 }
 

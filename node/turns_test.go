@@ -83,4 +83,3 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 		}
 	})
 }
-
