@@ -20,6 +20,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/stampede-dev/stampede/contract"
 	"github.com/stampede-dev/stampede/origin"
 	"github.com/stampede-dev/stampede/tracker"
 	"github.com/stampede-dev/stampede/webpeer"
@@ -119,8 +120,12 @@ func startOrigin(t *testing.T) *testOrigin {
 	h := srv.Handler()
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/obj.bin" {
-			if o.blocked.Load() {
-				http.Error(w, "blocked by the test", http.StatusForbidden)
+			// Bodies only: a native download's probe (HEAD) still passes.
+			if o.blocked.Load() && r.Method == http.MethodGet {
+				// As an origin past its budget answers a swarm client.
+				w.Header().Set("Retry-After", "60")
+				w.Header().Set(contract.BudgetHeader, "spent, left=0, reset=60")
+				http.Error(w, "blocked by the test", http.StatusServiceUnavailable)
 				return
 			}
 			cw := &countingWriter{ResponseWriter: w, n: &o.bodies}

@@ -1,0 +1,215 @@
+// Package rtcpeer carries native peers' connections over WebRTC data
+// channels (pion/webrtc), so that stampede get and the daemon share a
+// swarm with visitors' browsers (package webpeer, docs/browser.md): a
+// native seed serves a crowd of browsers, and a native peer downloads from
+// them.
+//
+// Transport is a host.Transport of scheme "webrtc". It has no address to
+// dial: WebRTC peers meet through the tracker's WebSocket signalling
+// (tracker/ws.go), which Host starts for every swarm attached to it. Every
+// data channel that opens, whichever side offered it, comes out of
+// Accept, and the host routes it by the handshake the browser sends first
+// (docs/protocol.md, section 3: both sides send theirs at once; the
+// host reads the other's first). Two native peers never pair over WebRTC
+// (they have TCP): a native peer's offers are marked (offer_id "n-...")
+// and other native peers leave them unanswered, since both would wait for
+// the other's handshake.
+package rtcpeer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/pion/datachannel"
+	"github.com/pion/webrtc/v4"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxPeers = 16
+	// chunk is the most bytes one data channel message carries: browsers
+	// take 256 KiB, but small messages keep one piece from holding the
+	// channel, and frames need not match messages (docs/protocol.md).
+	chunk = 16 << 10
+	// acceptQueue bounds the channels opened and not yet accepted.
+	acceptQueue = 64
+)
+
+// Config configures a Transport.
+type Config struct {
+	// ICEServers are STUN (and TURN) URLs, e.g. "stun:example.org:3478".
+	// Empty: host candidates only.
+	ICEServers []string
+	// MaxPeers bounds the data channels of each swarm joined. Default
+	// DefaultMaxPeers.
+	MaxPeers int
+	// Logger receives the transport's log. Default: discard.
+	Logger *slog.Logger
+}
+
+// Transport is the WebRTC transport. Create it with New.
+type Transport struct {
+	cfg    Config
+	log    *slog.Logger
+	api    *webrtc.API
+	accept chan net.Conn
+	done   chan struct{}
+	once   sync.Once
+}
+
+// New returns a Transport for cfg.
+func New(cfg Config) *Transport {
+	if cfg.MaxPeers <= 0 {
+		cfg.MaxPeers = DefaultMaxPeers
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	var se webrtc.SettingEngine
+	se.DetachDataChannels()
+	// Writes wait for room in the channel's buffer, as a socket's do, so
+	// that a slow browser holds back its own connection only.
+	se.EnableDataChannelBlockWrite(true)
+	return &Transport{cfg: cfg, log: cfg.Logger, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)),
+		accept: make(chan net.Conn, acceptQueue), done: make(chan struct{})}
+}
+
+// Scheme is "webrtc".
+func (*Transport) Scheme() string { return "webrtc" }
+
+// Addr is no address: WebRTC peers are not dialed.
+func (*Transport) Addr() net.Addr { return Addr("signalled") }
+
+// Dial fails: WebRTC peers meet through the tracker, not by address.
+func (*Transport) Dial(context.Context, string) (net.Conn, error) {
+	return nil, errors.New("rtcpeer: WebRTC peers are reached through the tracker's signalling, not dialed")
+}
+
+// Accept returns the next data channel opened, in either direction.
+func (t *Transport) Accept() (net.Conn, error) {
+	select {
+	case c := <-t.accept:
+		return c, nil
+	case <-t.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops Accept; connections already accepted are their owners'.
+func (t *Transport) Close() error {
+	t.once.Do(func() { close(t.done) })
+	return nil
+}
+
+// deliver hands an open channel to Accept, or closes it when no one takes
+// it.
+func (t *Transport) deliver(c net.Conn) {
+	select {
+	case t.accept <- c:
+	case <-t.done:
+		c.Close()
+	default:
+		t.log.Debug("webrtc: accept queue full: channel closed")
+		c.Close()
+	}
+}
+
+func (t *Transport) newPC() (*webrtc.PeerConnection, error) {
+	var ice []webrtc.ICEServer
+	for _, u := range t.cfg.ICEServers {
+		ice = append(ice, webrtc.ICEServer{URLs: []string{u}})
+	}
+	return t.api.NewPeerConnection(webrtc.Configuration{ICEServers: ice})
+}
+
+// Addr is a WebRTC peer's address as a net.Addr.
+type Addr string
+
+func (Addr) Network() string  { return "webrtc" }
+func (a Addr) String() string { return string(a) }
+
+// conn is a detached data channel as a net.Conn: reads are buffered (a
+// message may be larger than the caller's buffer), writes are cut into
+// messages of at most chunk bytes.
+type conn struct {
+	pc     *webrtc.PeerConnection
+	dc     datachannel.ReadWriteCloserDeadliner
+	remote net.Addr
+	buf    []byte // message bytes not read yet
+	rbuf   []byte
+	once   sync.Once
+	onEnd  func()
+}
+
+func newConn(pc *webrtc.PeerConnection, dc *webrtc.DataChannel, onEnd func()) (*conn, error) {
+	raw, err := dc.DetachWithDeadline()
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{pc: pc, dc: raw, remote: Addr("webrtc"), rbuf: make([]byte, 256<<10+64), onEnd: onEnd}
+	if sctp := pc.SCTP(); sctp != nil {
+		if pair, err := sctp.Transport().ICETransport().GetSelectedCandidatePair(); err == nil && pair != nil {
+			c.remote = &net.UDPAddr{IP: net.ParseIP(pair.Remote.Address), Port: int(pair.Remote.Port)}
+		}
+	}
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed || s == webrtc.PeerConnectionStateDisconnected {
+			c.Close()
+		}
+	})
+	return c, nil
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 {
+		n, err := c.dc.Read(c.rbuf)
+		if err != nil {
+			if errors.Is(err, io.ErrShortBuffer) {
+				return 0, fmt.Errorf("rtcpeer: a message larger than %d bytes", len(c.rbuf))
+			}
+			return 0, err
+		}
+		c.buf = c.rbuf[:n]
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n := min(chunk, len(p)-done)
+		if _, err := c.dc.Write(p[done : done+n]); err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return done, nil
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.dc.Close()
+		c.pc.Close()
+		if c.onEnd != nil {
+			c.onEnd()
+		}
+	})
+	return nil
+}
+
+func (c *conn) LocalAddr() net.Addr  { return Addr("webrtc") }
+func (c *conn) RemoteAddr() net.Addr { return c.remote }
+func (c *conn) SetDeadline(t time.Time) error {
+	c.dc.SetReadDeadline(t)
+	return c.dc.SetWriteDeadline(t)
+}
+func (c *conn) SetReadDeadline(t time.Time) error  { return c.dc.SetReadDeadline(t) }
+func (c *conn) SetWriteDeadline(t time.Time) error { return c.dc.SetWriteDeadline(t) }
