@@ -26,14 +26,17 @@ package cdn
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,7 +137,7 @@ type Node struct {
 	metaFlights    flights[*meta]
 	chunkFlights   flights[[]byte]
 	served         atomic.Int64 // node requests for chunks in progress
-	lie            atomic.Bool  // tests: corrupt every chunk served to nodes
+	lie            atomic.Bool  // tests: corrupt every chunk and manifest served to nodes
 
 	mu        sync.Mutex // guards the following
 	members   *Members
@@ -384,4 +387,28 @@ func (n *Node) corrupt(data []byte) []byte {
 	out := slices.Clone(data)
 	out[len(out)/2] ^= 0xff
 	return out
+}
+
+// forge is m as served to nodes: itself, or, in tests of a lying node, a
+// copy whose manifest is of other bytes (zeros) of the same size.
+func (n *Node) forge(m *meta) *meta {
+	if !n.lie.Load() || m.m == nil {
+		return m
+	}
+	fake, err := manifest.FromReader(io.LimitReader(zeros{}, m.Size), m.Size, m.m.Name)
+	if err != nil {
+		return m
+	}
+	out := *m
+	out.m = fake
+	out.Manifest, _ = fake.MarshalJSON()
+	out.ID = "m" + hex.EncodeToString(fake.Root[:]) + "-" + strconv.FormatInt(fake.Size, 10)
+	return &out
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -333,7 +333,7 @@ func (n *Node) serveNodeMeta(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(m)
+	json.NewEncoder(w).Encode(n.forge(m))
 }
 
 // serveNodeChunk answers another node's request for a chunk.

@@ -135,6 +135,32 @@ func TestLyingNode(t *testing.T) {
 			t.Error("no node caught the lying node's chunks")
 		}
 	})
+	t.Run("forged manifest", func(t *testing.T) {
+		o := newTestOrigin(t)
+		nodes := startCluster(t, 4, o, nil)
+		// A file whose meta the lying node owns: the others ask it first.
+		name := ""
+		for i := 0; name == ""; i++ {
+			if n := fmt.Sprintf("f%d", i); nodes[0].ring().Owner("meta "+o.URL+"/"+n) == nodes[3].addr {
+				name = n
+			}
+		}
+		data := randomBytes(256<<10, 13)
+		o.add(name, data, true, nil)
+		nodes[3].lie.Store(true)
+		for c, err := range downloadAll(t, nodes[:3], o.URL+"/"+name, 3, data) {
+			if err != nil {
+				t.Errorf("client %d: %v", c, err)
+			}
+		}
+		rejected := 0.0
+		for _, n := range nodes[:3] {
+			rejected += counterValue(n.met.rejected[fromNode])
+		}
+		if rejected == 0 {
+			t.Error("no node caught the forged manifest")
+		}
+	})
 	t.Run("repr-digest", func(t *testing.T) {
 		o := newTestOrigin(t)
 		data := randomBytes(1<<20, 4)

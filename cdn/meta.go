@@ -269,7 +269,7 @@ func (n *Node) originMeta(ctx context.Context, u *url.URL, fwd http.Header) (*me
 		m.ReprDigest = d
 	}
 	if link := httphdr.LinkTarget(h.Values("Link"), contract.ManifestRel); link != "" && m.Size > 0 {
-		if err := n.attachManifest(ctx, m, u, link, h); err != nil {
+		if err := n.attachManifest(ctx, m, u, link); err != nil {
 			n.log.Warn("the origin's manifest is unusable: chunking by byte ranges", "url", u.Redacted(), "err", err)
 		}
 	}
@@ -294,7 +294,7 @@ func (n *Node) originMeta(ctx context.Context, u *url.URL, fwd http.Header) (*me
 // attachManifest fetches and checks the manifest at link (relative to u)
 // and makes its pieces m's chunks. The manifest of the same URL and
 // validators is asked once.
-func (n *Node) attachManifest(ctx context.Context, m *meta, u *url.URL, link string, h http.Header) error {
+func (n *Node) attachManifest(ctx context.Context, m *meta, u *url.URL, link string) error {
 	mu, err := u.Parse(link)
 	if err != nil {
 		return fmt.Errorf("manifest link: %w", err)
@@ -313,6 +313,9 @@ func (n *Node) attachManifest(ctx context.Context, m *meta, u *url.URL, link str
 		}
 		n.met.originRequests.Add(1)
 		n.mu.Lock()
+		if len(n.manifests) >= maxMetas {
+			clear(n.manifests)
+		}
 		n.manifests[m.URL] = man
 		n.mu.Unlock()
 	}
@@ -377,6 +380,9 @@ func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, interna
 		defer cancel()
 		if owner := n.ring().Owner("meta " + raw); !internal && owner != n.self {
 			m, err := n.remoteMeta(fctx, owner, u, fwd, id)
+			if err == nil && m.m != nil {
+				err = n.checkNodeManifest(fctx, m, u)
+			}
 			if err == nil {
 				return m, nil
 			}
@@ -410,3 +416,24 @@ func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, interna
 
 // maxMetas bounds the metas a node holds in memory.
 const maxMetas = 10000
+
+// checkNodeManifest makes sure the manifest another node's meta carries is
+// the origin's: a node's word decides which chunks are whose, never what
+// their bytes are. The origin's manifest is asked once per version of the
+// file (a few bytes per piece), then kept.
+func (n *Node) checkNodeManifest(ctx context.Context, m *meta, u *url.URL) error {
+	link := httphdr.LinkTarget(m.Header.Values("Link"), contract.ManifestRel)
+	if link == "" {
+		return errors.New("a node's meta has a manifest the origin does not link")
+	}
+	own := &meta{URL: m.URL, Size: m.Size, ETag: m.ETag, LastModified: m.LastModified, ReprDigest: m.ReprDigest}
+	if err := n.attachManifest(ctx, own, u, link); err != nil {
+		return err
+	}
+	if own.ID != m.ID {
+		n.met.rejected[fromNode].Inc()
+		return fmt.Errorf("a node's manifest (%s) is not the origin's (%s)", m.ID, own.ID)
+	}
+	m.m, m.Manifest = own.m, own.Manifest
+	return nil
+}
