@@ -19,10 +19,13 @@ type Role struct {
 	// origin, or other datacenters' representatives. They alone go to the
 	// origin while their rack and datacenter have pieces to give.
 	DCRep bool
-	// Down and Up are the host's budgets in bytes/s (0: not limited):
-	// Down its share of every shared link its downloads cross, Up its
-	// own link's budget.
-	Down, Up int64
+	// The host's budgets in bytes/s (0: not limited). Down and Up are
+	// its own link's, for everything it receives and sends. Cross is its
+	// share of the rack uplink and datacenter link its downloads from
+	// outside the rack cross (from other racks and the origin), max-min
+	// fair among the hosts crossing them; 0 for a member, which fetches
+	// nothing from outside.
+	Down, Up, Cross int64
 }
 
 // Plan is who fetches from whom in one push. It is a pure function of
@@ -154,7 +157,7 @@ func (p *Plan) Representatives() []string {
 	return reps
 }
 
-// budgets splits every shared link's budget among the hosts whose
+// budgets splits every shared link's budget (Cross) among the hosts whose
 // downloads cross it, max-min fair (progressive filling): all rise
 // together, and a host held down by another of its links, its own one
 // say, leaves the rest of this one to the others. A slow host does not
@@ -178,7 +181,7 @@ func (p *Plan) budgets(c *Cluster) {
 		r := p.Roles[n]
 		h := c.Hosts[n]
 		add(h.Link, []string{n})
-		r.Up = h.Link.Budget()
+		r.Up, r.Down = h.Link.Budget(), h.Link.Budget()
 		if r.RackRep {
 			racks[r.Rack] = append(racks[r.Rack], n)
 		}
@@ -242,6 +245,8 @@ func (p *Plan) budgets(c *Cluster) {
 		}
 	}
 	for h, v := range rate {
-		p.Roles[h].Down = int64(v)
+		if r := p.Roles[h]; r.RackRep || r.DCRep {
+			r.Cross = int64(v)
+		}
 	}
 }

@@ -38,7 +38,8 @@ func testCluster(t *testing.T, dcs, racks, hosts int, slow ...string) *Cluster {
 }
 
 // roles sums a plan up: each rack's representatives (R), the
-// datacenters' (D) and each host's budgets in kB/s.
+// datacenters' (D) and each host's budgets in kB/s: across the uplinks,
+// and its own link's.
 func roles(p *Plan) string {
 	var out []string
 	for _, rack := range sortedKeys(p.Racks) {
@@ -52,7 +53,7 @@ func roles(p *Plan) string {
 			if r.DCRep {
 				tag += "D"
 			}
-			hs = append(hs, fmt.Sprintf("%s%s:%d/%d", n, tag, r.Down/1000, r.Up/1000))
+			hs = append(hs, fmt.Sprintf("%s%s:%d/%d", n, tag, r.Cross/1000, r.Down/1000))
 		}
 		out = append(out, rack+"["+strings.Join(hs, " ")+"]")
 	}
@@ -73,26 +74,26 @@ func TestPlan(t *testing.T) {
 			// uplink's 4 MB/s budget; all four fetch from the origin (fewer
 			// than 5); the others fetch inside the rack at their link's 10.
 			name: "2x3", dcs: 1, racks: 2, hosts: 3,
-			want: "r00[h000:10000/10000 h001RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:10000/10000]",
+			want: "r00[h000:0/10000 h001RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/10000]",
 		},
 		{
 			// A slow host is never a representative while a faster one is
 			// there, and its 1 MB/s takes nothing from the others.
 			name: "slow host", dcs: 1, racks: 2, hosts: 3, slow: []string{"h001", "h012"},
-			want: "r00[h000RD:2000/10000 h001:1000/1000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:1000/1000]",
+			want: "r00[h000RD:2000/10000 h001:0/1000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/1000]",
 		},
 		{
 			// A dead representative's place goes to the rack's other host;
 			// the other rack's keep theirs.
 			name: "dead representative", dcs: 1, racks: 2, hosts: 3, dead: []string{"h001"},
-			want: "r00[h000RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:10000/10000]",
+			want: "r00[h000RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/10000]",
 		},
 		{
 			// One representative per rack, three racks: five per
 			// datacenter would be more than there are, so all three are,
 			// and share the datacenter link's 8 MB/s.
 			name: "one per rack", dcs: 1, racks: 3, hosts: 2, rackReps: 1,
-			want: "r00[h000:10000/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:10000/10000] r02[h020:10000/10000 h021RD:2666/10000]",
+			want: "r00[h000:0/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:0/10000] r02[h020:0/10000 h021RD:2666/10000]",
 		},
 		{
 			// Two datacenters of three racks: six racks' representatives
@@ -145,7 +146,7 @@ func TestPlan(t *testing.T) {
 				var sum int64
 				for _, h := range hs {
 					if p.Roles[h].RackRep {
-						sum += p.Roles[h].Down
+						sum += p.Roles[h].Cross
 					}
 				}
 				if b := c.Racks[rk].Uplink.Budget(); sum > b {

@@ -39,12 +39,14 @@ func (c *pushCounters) received() int64 {
 	return c.fromRack.Load() + c.fromRacks.Load() + c.fromOrigin.Load()
 }
 
-// pushRates shape one push: Down every byte that comes in (from peers and
-// the origin), Up every byte sent to peers. Their limits are the plan's
-// budgets, lowered by the throttle while the host is loaded.
+// pushRates shape one push: down every byte that comes in (from peers and
+// the origin), up every byte sent to peers, cross what comes from outside
+// the rack (other racks' hosts, the origin) on top. Their limits are the
+// plan's budgets; the throttle lowers down and up while the host is
+// loaded.
 type pushRates struct {
-	down, up       *rate.Limiter
-	downMax, upMax float64 // the budgets (0: none)
+	down, up, cross *rate.Limiter
+	downMax, upMax  float64 // the budgets (0: none)
 }
 
 func newPushRates(r *cluster.Role) *pushRates {
@@ -54,7 +56,7 @@ func newPushRates(r *cluster.Role) *pushRates {
 		}
 		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/10)))
 	}
-	return &pushRates{down: lim(r.Down), up: lim(r.Up), downMax: float64(r.Down), upMax: float64(r.Up)}
+	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), downMax: float64(r.Down), upMax: float64(r.Up)}
 }
 
 // set applies a limit (0: none) to l, keeping its burst.
@@ -125,11 +127,10 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 		if h == nil || !e.plan.MayPeer(p.self.Name, h.Name) {
 			return nil
 		}
-		in := &e.ps.ctr.fromRacks
 		if h.Rack == p.self.Rack {
-			in = &e.ps.ctr.fromRack
+			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: e.rt.up}
 		}
-		return &shapedConn{Conn: c, ctx: ctx, in: in, rt: e.rt}
+		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, down: []*rate.Limiter{e.rt.cross, e.rt.down}, up: e.rt.up}
 	}
 }
 
@@ -137,20 +138,23 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 // syscall.Conn, which the node's socket options need.
 type shapedConn struct {
 	net.Conn
-	ctx context.Context
-	in  *atomic.Int64
-	rt  *pushRates
+	ctx  context.Context
+	in   *atomic.Int64
+	down []*rate.Limiter
+	up   *rate.Limiter
 }
 
 func (c *shapedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
-	wait(c.ctx, c.rt.down, n)
+	for _, l := range c.down {
+		wait(c.ctx, l, n)
+	}
 	return n, err
 }
 
 func (c *shapedConn) Write(p []byte) (int, error) {
-	wait(c.ctx, c.rt.up, len(p))
+	wait(c.ctx, c.up, len(p))
 	return c.Conn.Write(p)
 }
 
@@ -228,7 +232,7 @@ func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode != http.StatusPartialContent {
 		return resp, err
 	}
-	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: g.e.rt.down}
+	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: []*rate.Limiter{g.e.rt.cross, g.e.rt.down}}
 	return resp, nil
 }
 
@@ -237,12 +241,14 @@ type shapedBody struct {
 	io.ReadCloser
 	ctx context.Context
 	n   *atomic.Int64
-	l   *rate.Limiter
+	l   []*rate.Limiter
 }
 
 func (b *shapedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
-	wait(b.ctx, b.l, n)
+	for _, l := range b.l {
+		wait(b.ctx, l, n)
+	}
 	return n, err
 }

@@ -83,6 +83,9 @@ func serveDaemon(ctx context.Context, e *env, cfg daemon.Config) error {
 	if a := s.APIAddr(); a != nil {
 		fmt.Fprintf(e.stderr, "daemon: API on %s, peers on %s\n", a, s.PeerAddr())
 	}
+	if a := s.PushAddr(); a != nil {
+		fmt.Fprintf(e.stderr, "daemon: push service on %s\n", a)
+	}
 	if a := s.GatewayAddr(); a != nil {
 		addr := a.String()
 		fmt.Fprintf(e.stderr, "gateway on http://%s/ (curl -x http://%s URL, or http://%s/URL)\n", addr, addr, addr)

@@ -498,4 +498,4 @@ func (p *pusher) failRest(cause string) {
 }
 
 // ErrPushIncomplete is push's error when not every host got the file.
-var ErrPushIncomplete = errors.New("push: not every host got the file")
+var ErrPushIncomplete = errors.New("not every host got the file")
