@@ -19,6 +19,7 @@ package webpeer
 
 import (
 	"bytes"
+	"compress/gzip"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -162,8 +163,8 @@ func Handler(cfg Config) http.Handler {
 			return
 		}
 		name = strings.TrimPrefix(name, "peer/")
-		b, err := fs.ReadFile(files, "js/"+name)
-		if err != nil || strings.Contains(name, "/") {
+		f, ok := modules[name]
+		if !ok {
 			http.NotFound(w, r)
 			return
 		}
@@ -171,8 +172,56 @@ func Handler(cfg Config) http.Handler {
 			h.Set("Service-Worker-Allowed", "/")
 		}
 		h.Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Write(b)
+		h.Set("Vary", "Accept-Encoding")
+		if acceptsGzip(r) {
+			h.Set("Content-Encoding", "gzip")
+			w.Write(f.gz)
+			return
+		}
+		w.Write(f.plain)
 	})
+}
+
+// module is one embedded file, as is and gzipped once at start: every
+// visitor of a site that opts in loads them.
+type module struct{ plain, gz []byte }
+
+var modules = func() map[string]module {
+	m := map[string]module{}
+	entries, _ := fs.ReadDir(files, "js")
+	for _, e := range entries {
+		b, _ := fs.ReadFile(files, "js/"+e.Name())
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		m[e.Name()] = module{b, gz.Bytes()}
+	}
+	return m
+}()
+
+// acceptsGzip reports whether r's Accept-Encoding takes gzip.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, q, _ := strings.Cut(strings.TrimSpace(v), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.ReplaceAll(strings.TrimSpace(q), " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
+}
+
+// Weight returns the bytes of the peer's modules a page loads and of its
+// worker, gzipped as served.
+func Weight() (page, worker int) {
+	for name, f := range modules {
+		if name == "sw.js" {
+			worker += len(f.gz)
+		} else {
+			page += len(f.gz)
+		}
+	}
+	return page, worker
 }
 
 // withHost puts the request's host name for "{host}" in peer.json (a JSON

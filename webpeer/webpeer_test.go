@@ -2,6 +2,7 @@ package webpeer_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"flag"
 	"io"
@@ -152,5 +153,28 @@ func TestICEHost(t *testing.T) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || len(doc.ICE) != 1 || doc.ICE[0] != want {
 			t.Errorf("Host %q: %s (%v), want %s", host, rec.Body.Bytes(), err, want)
 		}
+	}
+}
+
+// TestGzip: a client that takes gzip gets the modules gzipped, and what
+// they weigh stays within the budget of docs/browser.md.
+func TestGzip(t *testing.T) {
+	h := webpeer.Handler(webpeer.Config{})
+	req := httptest.NewRequest("GET", webpeer.PeerPath, nil)
+	req.Header.Set("Accept-Encoding", "br, gzip")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	zr, err := gzip.NewReader(rec.Body)
+	if err != nil || rec.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("gzip: %v, %v", err, rec.Header())
+	}
+	b, _ := io.ReadAll(zr)
+	if !bytes.Contains(b, []byte("serviceWorker.register")) {
+		t.Error("peer.js does not unzip to itself")
+	}
+	page, worker := webpeer.Weight()
+	t.Logf("gzipped: %d bytes for the page, %d for the worker", page, worker)
+	if page > 20<<10 || worker > 4<<10 {
+		t.Errorf("the page's modules weigh %d bytes gzipped (budget 20 KiB), the worker %d (4 KiB)", page, worker)
 	}
 }
