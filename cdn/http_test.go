@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -114,6 +117,23 @@ func TestRangeAndConditional(t *testing.T) {
 	_, body = mustGet(t, u, 200, "Range", "bytes=0-9", "If-Range", `"other"`)
 	if len(body) != len(data) {
 		t.Fatal("a stale If-Range did not get the whole file")
+	}
+	mustGet(t, u, http.StatusPreconditionFailed, "If-Match", `"other"`)
+	resp, body = mustGet(t, u, http.StatusPartialContent, "Range", "bytes=0-9,500000-500009")
+	_, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil {
+		t.Fatalf("multiple ranges: Content-Type %q", resp.Header.Get("Content-Type"))
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for _, want := range [][]byte{data[:10], data[500000:500010]} {
+		p, err := mr.NextPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(p)
+		if !bytes.Equal(got, want) {
+			t.Fatal("multiple ranges: a part's bytes are wrong")
+		}
 	}
 	req, _ := http.NewRequest(http.MethodHead, u, nil)
 	hr, err := http.DefaultClient.Do(req)
