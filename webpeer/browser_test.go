@@ -92,6 +92,7 @@ type testOrigin struct {
 	obj     []byte
 	sha     string
 	blocked atomic.Bool
+	off     atomic.Bool // the kill switch: the peer is served off
 	bodies  atomic.Int64 // bytes of /obj.bin sent
 }
 
@@ -107,8 +108,16 @@ func startOrigin(t *testing.T) *testOrigin {
 <script type="module" src="/.well-known/stampede/peer.js"></script><p>hello</p>`), 0o644)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tr := tracker.New(tracker.Config{Logger: log, OnlyAdmitted: true})
+	on := webpeer.Handler(webpeer.Config{Deadline: 3 * time.Second, CheckEvery: time.Second})
+	off := webpeer.Handler(webpeer.Config{Off: true})
 	srv, err := origin.New(origin.Config{Dir: www, CacheDir: t.TempDir(), Tracker: tr, Logger: log,
-		WebPeer: webpeer.Handler(webpeer.Config{Deadline: 3 * time.Second})})
+		WebPeer: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if o.off.Load() {
+				off.ServeHTTP(w, r)
+				return
+			}
+			on.ServeHTTP(w, r)
+		})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,4 +363,34 @@ func TestBrowserPeers(t *testing.T) {
 		t.Errorf("E, its peer gone midway: %+v, want bytes from both", f.Stats)
 	}
 	t.Logf("E: %+v", f.Stats)
+}
+
+// TestBrowserKillSwitch: once the origin turns the peer off, an installed
+// worker unregisters itself at its next check, and the page gets its
+// objects from the origin as before.
+func TestBrowserKillSwitch(t *testing.T) {
+	needBrowser(t)
+	nss := setupNet(t, 1)
+	o := startOrigin(t)
+	a := openBrowser(t, nss[0], "A", o)
+	a.fetch(o)
+	o.off.Store(true)
+	time.Sleep(1100 * time.Millisecond) // past the worker's CheckEvery: what is tested is that period
+	var f fetched
+	a.eval(fetchJS, &f)
+	if f.SHA != o.sha || f.Via != "" {
+		t.Errorf("after the kill switch: %d bytes of SHA-256 %s via %q; want the object from the origin", f.Len, f.SHA, f.Via)
+	}
+	var regs int
+	a.eval(`navigator.serviceWorker.getRegistrations().then((r) => r.length)`, &regs)
+	if regs != 0 {
+		t.Errorf("%d service workers still registered after the kill switch", regs)
+	}
+	// A page loaded now does not start the peer.
+	var ready string
+	a.do(chromedp.Navigate(o.url + "/index.html"))
+	a.eval(`stampede.ready`, &ready)
+	if ready != "off" {
+		t.Errorf("peer.js with the switch off: %q, want off", ready)
+	}
 }
