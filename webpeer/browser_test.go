@@ -92,7 +92,7 @@ type testOrigin struct {
 	obj     []byte
 	sha     string
 	blocked atomic.Bool
-	off     atomic.Bool // the kill switch: the peer is served off
+	off     atomic.Bool  // the kill switch: the peer is served off
 	bodies  atomic.Int64 // bytes of /obj.bin sent
 }
 
