@@ -9,6 +9,7 @@ require (
 	github.com/coder/websocket v1.8.14
 	github.com/jdx/go-netrc v1.0.0
 	github.com/mattn/go-runewidth v0.0.31
+	github.com/miekg/dns v1.1.73
 	github.com/pion/datachannel v1.6.3
 	github.com/pion/stun/v3 v3.1.7
 	github.com/pion/webrtc/v4 v4.2.26

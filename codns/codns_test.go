@@ -1,0 +1,414 @@
+package codns
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stampede-dev/stampede/internal/metrics/metricstest"
+)
+
+// fakeDNS is a test resolver on loopback, UDP and TCP on one port, whose
+// answers its handler makes.
+type fakeDNS struct {
+	addr    string
+	queries atomic.Int64
+}
+
+func startFake(t *testing.T, ip string, h func(w dns.ResponseWriter, r *dns.Msg)) *fakeDNS {
+	t.Helper()
+	pc, ln, err := Listen(net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeDNS{addr: pc.LocalAddr().String()}
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		f.queries.Add(1)
+		h(w, r)
+	})
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		started := make(chan struct{})
+		s.NotifyStartedFunc = func() { close(started) }
+		go s.ActivateAndServe()
+		<-started
+		t.Cleanup(func() { s.Shutdown() })
+	}
+	return f
+}
+
+// answerA answers every A query with 192.0.2.1 for 60 s.
+func answerA(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)})
+	w.WriteMsg(m)
+}
+
+func servfail(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetRcode(r, dns.RcodeServerFailure)
+	w.WriteMsg(m)
+}
+
+// stall never answers until the test ends.
+func stall(t *testing.T) func(w dns.ResponseWriter, r *dns.Msg) {
+	return func(w dns.ResponseWriter, r *dns.Msg) { <-t.Context().Done() }
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// node is a running forwarder.
+type node struct {
+	f    *Forwarder
+	addr string
+}
+
+// startNode runs a forwarder for cfg on ip until the test ends.
+func startNode(t *testing.T, ip string, cfg Config) *node {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, ln, err := Listen(net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(ctx, pc, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	waitServing(t, pc.LocalAddr().String())
+	return &node{f: f, addr: pc.LocalAddr().String()}
+}
+
+// waitServing waits until addr answers over TCP, which Serve starts
+// after UDP... or in any order: a refused query is enough.
+func waitServing(t *testing.T, addr string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if i == 100 {
+			t.Fatalf("%s does not listen: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ask sends a query for name over network, from src if not empty.
+func ask(t *testing.T, network, addr, src, name string, edit ...func(*dns.Msg)) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	for _, e := range edit {
+		e(m)
+	}
+	d := &net.Dialer{}
+	if src != "" {
+		if network == "udp" {
+			d.LocalAddr = &net.UDPAddr{IP: net.ParseIP(src)}
+		} else {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+		}
+	}
+	c := &dns.Client{Net: network, Dialer: d, Timeout: 10 * time.Second}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("%s %s: %v", network, name, err)
+	}
+	return r
+}
+
+func counter(t *testing.T, f *Forwarder, name, label string) float64 {
+	t.Helper()
+	switch name {
+	case "lookups":
+		return testutil.ToFloat64(f.m.clientLookups[index(t, answeredByNames[:], label)])
+	case "peer_requests":
+		return testutil.ToFloat64(f.m.peerRequests[index(t, answeredByNames[:], label)])
+	case "peer_queries":
+		return testutil.ToFloat64(f.m.peerQueries[index(t, peerQueryNames[:], label)])
+	case "upstream_failures":
+		return testutil.ToFloat64(f.m.upstreamFailures[index(t, upstreamFailNames[:], label)])
+	case "refused":
+		return testutil.ToFloat64(f.m.refused[index(t, refusedNames[:], label)])
+	case "sent_to_peers":
+		return testutil.ToFloat64(f.m.sentToPeers)
+	case "tcp_retries":
+		return testutil.ToFloat64(f.m.tcpRetries)
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+func index(t *testing.T, names []string, s string) int {
+	for i, n := range names {
+		if n == s {
+			return i
+		}
+	}
+	t.Fatalf("no label %q in %v", s, names)
+	return 0
+}
+
+func TestForwarderAnswersAndCaches(t *testing.T) {
+	up := startFake(t, "127.0.0.1", answerA)
+	var mu sync.Mutex
+	now := time.Now()
+	n := startNode(t, "127.0.0.1", Config{Upstream: up.addr, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	for _, network := range []string{"udp", "tcp"} {
+		r := ask(t, network, n.addr, "", "WWW.example.", func(m *dns.Msg) { m.SetEdns0(4096, false) })
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.1" {
+			t.Fatalf("%s: answer %v", network, r)
+		}
+		if r.Question[0].Name != "WWW.example." || !r.RecursionAvailable || r.IsEdns0() == nil {
+			t.Errorf("%s: question %v, RA %v, OPT %v: want the client's case, RA, an OPT", network, r.Question, r.RecursionAvailable, r.IsEdns0())
+		}
+	}
+	if got := up.queries.Load(); got != 1 {
+		t.Errorf("upstream asked %d times, want once (the second from the cache)", got)
+	}
+	mu.Lock()
+	now = now.Add(45 * time.Second)
+	mu.Unlock()
+	r := ask(t, "udp", n.addr, "", "www.example.")
+	if ttl := r.Answer[0].Header().Ttl; ttl != 15 || r.IsEdns0() != nil {
+		t.Errorf("after 45 s: TTL %d, OPT %v; want 15 and no OPT for a query without", ttl, r.IsEdns0())
+	}
+	if got := counter(t, n.f, "lookups", "cache"); got != 2 {
+		t.Errorf("lookups from the cache %v, want 2", got)
+	}
+	if got := counter(t, n.f, "lookups", "local"); got != 1 {
+		t.Errorf("lookups answered by the upstream %v, want 1", got)
+	}
+	mu.Lock()
+	now = now.Add(15 * time.Second)
+	mu.Unlock()
+	ask(t, "udp", n.addr, "", "www.example.")
+	if got := up.queries.Load(); got != 2 {
+		t.Errorf("upstream asked %d times, want twice (the answer expired)", got)
+	}
+
+	// The metrics page: parses, passes the linter, has the series.
+	srv := httptest.NewServer(n.f.Handler())
+	defer srv.Close()
+	res, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	names := metricstest.Check(t, page)
+	for _, want := range []string{"stampede_dns_lookups_total", "stampede_dns_lookups_sent_to_peers_total", "stampede_dns_peer_queries_total",
+		"stampede_dns_upstream_failures_total", "stampede_dns_lookup_duration_seconds", "stampede_dns_peer_delay_seconds", "stampede_dns_cache_entries"} {
+		if !names[want] {
+			t.Errorf("no %s on /metrics", want)
+		}
+	}
+	if !bytes.Contains(page, []byte(`stampede_dns_lookups_total{by="cache"} 2`)) {
+		t.Errorf("/metrics does not count 2 lookups from the cache:\n%s", page)
+	}
+}
+
+// A lookup the upstream does not answer within the delay goes to the peer
+// the name's weight picks, whose answer wins.
+func TestForwarderSlowUpstreamAsksPeer(t *testing.T) {
+	sick := startFake(t, "127.0.0.1", stall(t))
+	healthy := startFake(t, "127.0.0.1", answerA)
+	peer := startNode(t, "127.0.0.2", Config{Upstream: healthy.addr})
+	n := startNode(t, "127.0.0.3", Config{
+		Upstream: sick.addr,
+		Peers:    []netip.AddrPort{netip.MustParseAddrPort(peer.addr)},
+		Delay:    DelayConfig{Initial: 20 * time.Millisecond},
+	})
+	r := ask(t, "udp", n.addr, "", "slow.example.")
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("answer %v", r)
+	}
+	if got := counter(t, n.f, "lookups", "peer"); got != 1 {
+		t.Errorf("lookups won by peers %v, want 1", got)
+	}
+	if got := counter(t, n.f, "sent_to_peers", ""); got != 1 {
+		t.Errorf("lookups sent to peers %v, want 1", got)
+	}
+	if got := counter(t, n.f, "peer_queries", "won"); got != 1 {
+		t.Errorf("peer queries won %v, want 1", got)
+	}
+	// The peer answered it as a peer's query, from its upstream, and
+	// counted it apart from its clients' lookups.
+	if got := counter(t, peer.f, "peer_requests", "local"); got != 1 {
+		t.Errorf("the peer's answered peer requests %v, want 1", got)
+	}
+	if got := counter(t, peer.f, "lookups", "local"); got != 0 {
+		t.Errorf("the peer counted %v client lookups, want 0", got)
+	}
+	// The answer is cached: the next lookup asks nobody.
+	ask(t, "udp", n.addr, "", "slow.example.")
+	if got := counter(t, n.f, "lookups", "cache"); got != 1 {
+		t.Errorf("lookups from the cache %v, want 1", got)
+	}
+}
+
+// An upstream that answers SERVFAIL sends the lookup to a peer at once,
+// long before the delay.
+func TestForwarderServfailAsksPeerAtOnce(t *testing.T) {
+	failing := startFake(t, "127.0.0.1", servfail)
+	healthy := startFake(t, "127.0.0.1", answerA)
+	peer := startNode(t, "127.0.0.2", Config{Upstream: healthy.addr})
+	n := startNode(t, "127.0.0.3", Config{
+		Upstream: failing.addr,
+		Peers:    []netip.AddrPort{netip.MustParseAddrPort(peer.addr)},
+		Timeout:  time.Minute,
+		Delay:    DelayConfig{Initial: time.Minute, Min: time.Minute, Max: time.Minute},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c := new(dns.Client)
+	m := new(dns.Msg).SetQuestion("fail.example.", dns.TypeA)
+	r, _, err := c.ExchangeContext(ctx, m, n.addr)
+	if err != nil {
+		t.Fatalf("no answer well before the 1-minute delay: %v", err)
+	}
+	if r.Rcode != dns.RcodeSuccess || counter(t, n.f, "lookups", "peer") != 1 {
+		t.Errorf("answer %v, by peers %v; want the peer's", r, counter(t, n.f, "lookups", "peer"))
+	}
+	if got := counter(t, n.f, "upstream_failures", "rcode"); got != 1 {
+		t.Errorf("upstream failures (rcode) %v, want 1", got)
+	}
+}
+
+// With the upstream and every peer failing, the client gets SERVFAIL, and
+// the failure is not cached.
+func TestForwarderAllFail(t *testing.T) {
+	failing := startFake(t, "127.0.0.1", servfail)
+	peer := startNode(t, "127.0.0.2", Config{Upstream: failing.addr})
+	n := startNode(t, "127.0.0.3", Config{Upstream: failing.addr, Peers: []netip.AddrPort{netip.MustParseAddrPort(peer.addr)}})
+	for range 2 {
+		if r := ask(t, "udp", n.addr, "", "x.example."); r.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("rcode %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+		}
+	}
+	if got := counter(t, n.f, "lookups", "none"); got != 2 {
+		t.Errorf("failed lookups %v, want 2", got)
+	}
+	if got := counter(t, n.f, "peer_queries", "failed"); got != 2 {
+		t.Errorf("failed peer queries %v, want 2", got)
+	}
+}
+
+// A truncated answer over UDP is asked again over TCP; an answer too
+// large for the client's UDP size reaches it truncated, and whole over
+// TCP.
+func TestForwarderTruncation(t *testing.T) {
+	const n = 60 // A records: about 1 KB, past 512
+	up := startFake(t, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+			m.Truncated = true
+			w.WriteMsg(m)
+			return
+		}
+		for i := range n {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(i))})
+		}
+		w.WriteMsg(m)
+	})
+	node := startNode(t, "127.0.0.1", Config{Upstream: up.addr})
+	r := ask(t, "udp", node.addr, "", "big.example.", func(m *dns.Msg) { m.SetEdns0(4096, false) })
+	if r.Truncated || len(r.Answer) != n {
+		t.Errorf("EDNS 4096 over UDP: TC %v, %d answers; want all %d", r.Truncated, len(r.Answer), n)
+	}
+	if got := counter(t, node.f, "tcp_retries", ""); got != 1 {
+		t.Errorf("TCP retries %v, want 1", got)
+	}
+	r = ask(t, "udp", node.addr, "", "big.example.")
+	r.Compress = true // as it came
+	if !r.Truncated || r.Len() > 512 || len(r.Answer) >= n {
+		t.Errorf("no EDNS over UDP: TC %v, %d bytes; want truncated within 512", r.Truncated, r.Len())
+	}
+	if r = ask(t, "tcp", node.addr, "", "big.example."); r.Truncated || len(r.Answer) != n {
+		t.Errorf("over TCP: TC %v, %d answers; want all %d", r.Truncated, len(r.Answer), n)
+	}
+}
+
+// Clients outside Allow are refused; so are peers past their rate; a
+// peer's query is never passed on to another peer.
+func TestForwarderAccess(t *testing.T) {
+	up := startFake(t, "127.0.0.1", answerA)
+	failing := startFake(t, "127.0.0.1", servfail)
+	third := startNode(t, "127.0.0.4", Config{Upstream: up.addr})
+	n := startNode(t, "127.0.0.3", Config{
+		Upstream:  failing.addr,
+		Allow:     []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Peers:     []netip.AddrPort{netip.MustParseAddrPort("127.0.0.2:53"), netip.MustParseAddrPort(third.addr)},
+		PeerRate:  0.001,
+		PeerBurst: 2,
+	})
+	if r := ask(t, "udp", n.addr, "127.0.0.5", "a.example."); r.Rcode != dns.RcodeRefused {
+		t.Errorf("from 127.0.0.5, not allowed: %s, want REFUSED", dns.RcodeToString[r.Rcode])
+	}
+	if r := ask(t, "tcp", n.addr, "127.0.0.5", "a.example."); r.Rcode != dns.RcodeRefused {
+		t.Errorf("from 127.0.0.5 over TCP: %s, want REFUSED", dns.RcodeToString[r.Rcode])
+	}
+	if got := counter(t, n.f, "refused", "not-allowed"); got != 2 {
+		t.Errorf("refused not-allowed %v, want 2", got)
+	}
+	// From the peer 127.0.0.2, marked: its upstream fails, and it does not
+	// turn to the third node, which would have answered.
+	peerQuery := func(m *dns.Msg) {
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_LOCAL{Code: PeerOption})
+	}
+	if r := ask(t, "udp", n.addr, "127.0.0.2", "b.example.", peerQuery); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("peer query, upstream failing: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if got := third.f.m.peerRequests; testutilSum(got[:]) != 0 {
+		t.Errorf("a peer's query was passed on to another peer (%v)", testutilSum(got[:]))
+	}
+	if got := counter(t, n.f, "peer_requests", "none"); got != 1 {
+		t.Errorf("peer requests failed %v, want 1", got)
+	}
+	// Its burst is 2: the third is refused.
+	ask(t, "udp", n.addr, "127.0.0.2", "c.example.", peerQuery)
+	if r := ask(t, "udp", n.addr, "127.0.0.2", "d.example.", peerQuery); r.Rcode != dns.RcodeRefused {
+		t.Errorf("third peer query of a burst of 2: %s, want REFUSED", dns.RcodeToString[r.Rcode])
+	}
+	if got := counter(t, n.f, "refused", "rate-limited"); got != 1 {
+		t.Errorf("refused rate-limited %v, want 1", got)
+	}
+}
+
+func testutilSum(cs []prometheus.Counter) float64 {
+	var sum float64
+	for _, c := range cs {
+		sum += testutil.ToFloat64(c)
+	}
+	return sum
+}
