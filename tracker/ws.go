@@ -34,6 +34,7 @@ package tracker
 // Everything is bounded: message size (MaxWSMessage), offers per announce,
 // offers awaiting an answer per connection, swarms per connection, peers
 // per swarm (Config.MaxPeersPerSwarm), connections (MaxWSConns), and the
+// connections from one source (MaxWSConnsPerSrc), and the
 // messages a connection may send (wsRate a second, wsBurst at once); a
 // connection past a bound is closed, and one whose send queue is full
 // (it does not read) is closed too, so that a slow peer never holds the
@@ -64,6 +65,7 @@ const (
 	MaxWSMessage     = 64 << 10 // bytes of one message: an SDP is a few KiB
 	MaxWSOffers      = 10       // offers in one announce
 	MaxWSConns       = 4096     // connections at once
+	MaxWSConnsPerSrc = 32       // connections at once from one source (source.go; loopback exempt)
 	maxWSPending     = 64       // offers relayed to a connection awaiting its answer
 	maxWSSwarms      = 64       // swarms one connection announces in
 	maxWSOfferID     = 40       // characters of an offer_id
@@ -84,6 +86,36 @@ type wsHub struct {
 	mu     sync.Mutex // guards the following
 	swarms map[swarmKey]map[PeerID]*wsConn
 	conns  int
+	bySrc  map[netip.Prefix]int // connections by source
+}
+
+// enter counts a connection from src (ok false: no source, as loopback),
+// and reports whether it is within the bounds.
+func (h *wsHub) enter(src netip.Prefix, ok bool) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns >= MaxWSConns || ok && h.bySrc[src] >= MaxWSConnsPerSrc {
+		return false
+	}
+	h.conns++
+	if ok {
+		if h.bySrc == nil {
+			h.bySrc = map[netip.Prefix]int{}
+		}
+		h.bySrc[src]++
+	}
+	return true
+}
+
+func (h *wsHub) exit(src netip.Prefix, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conns--
+	if ok {
+		if h.bySrc[src]--; h.bySrc[src] <= 0 {
+			delete(h.bySrc, src)
+		}
+	}
 }
 
 // wsConn is one WebSocket connection: the peer IDs it announced in each
@@ -154,22 +186,14 @@ func (t *Tracker) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := &t.ws
-	h.mu.Lock()
-	full := h.conns >= MaxWSConns
-	if !full {
-		h.conns++
-	}
-	h.mu.Unlock()
-	if full {
+	ip := from.Addr().Unmap().WithZone("")
+	src, hasSrc := Source(ip)
+	if !h.enter(src, hasSrc) {
 		w.Header().Set("Retry-After", "60")
 		t.refuse(w, r, http.StatusServiceUnavailable, errors.New("too many WebSocket peers: announce again later"))
 		return
 	}
-	defer func() {
-		h.mu.Lock()
-		h.conns--
-		h.mu.Unlock()
-	}()
+	defer h.exit(src, hasSrc)
 	// The connection outlives the request: no deadline of the server's
 	// (nor of an embedder's writer) may cut it.
 	rc := http.NewResponseController(w)
@@ -187,7 +211,6 @@ func (t *Tracker) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	conn := &wsConn{send: make(chan []byte, wsSendQueue), cancel: cancel,
 		peers: map[swarmKey]PeerID{}, pending: map[wsOffer]bool{}}
-	ip := from.Addr().Unmap().WithZone("")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

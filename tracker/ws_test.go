@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -209,4 +210,30 @@ func TestWSNotAdmitted(t *testing.T) {
 	}
 	tr.Admit(testRoot, testSize)
 	p.announce(0)
+}
+
+// TestWSConnsPerSource: one source holds at most MaxWSConnsPerSrc
+// connections; loopback is exempt.
+func TestWSConnsPerSource(t *testing.T) {
+	var h wsHub
+	src, ok := Source(netip.MustParseAddr("192.0.2.1"))
+	for i := range MaxWSConnsPerSrc {
+		if !h.enter(src, ok) {
+			t.Fatalf("connection %d refused", i)
+		}
+	}
+	if h.enter(src, ok) {
+		t.Error("one connection too many admitted")
+	}
+	other, _ := Source(netip.MustParseAddr("192.0.2.2"))
+	if !h.enter(other, true) {
+		t.Error("another source refused")
+	}
+	h.exit(src, ok)
+	if !h.enter(src, ok) {
+		t.Error("a connection refused after one left")
+	}
+	if _, ok := Source(netip.MustParseAddr("127.0.0.1")); ok {
+		t.Error("loopback has a source")
+	}
 }
