@@ -247,3 +247,26 @@ func TestStatusAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartKeepsCache: a node restarted on its cache directory serves
+// the chunks it had, asking the origin only for the meta.
+func TestRestartKeepsCache(t *testing.T) {
+	o := newTestOrigin(t)
+	data := randomBytes(300<<10, 14)
+	o.add("f", data, true, nil)
+	dir := t.TempDir()
+	cache := func(_ int, c *Config) { c.CacheDir = dir }
+	first := startCluster(t, 1, o, cache)
+	if _, body := mustGet(t, first[0].url(o.URL+"/f"), 200); !bytes.Equal(body, data) {
+		t.Fatal("first body differs")
+	}
+	first[0].kill()
+	sent := o.bodyBytes.Load()
+	second := startCluster(t, 1, o, cache)
+	if _, body := mustGet(t, second[0].url(o.URL+"/f"), 200); !bytes.Equal(body, data) {
+		t.Fatal("body after the restart differs")
+	}
+	if got := o.bodyBytes.Load(); got != sent {
+		t.Errorf("after the restart the origin sent %d more bytes, want none", got-sent)
+	}
+}

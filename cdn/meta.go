@@ -323,6 +323,9 @@ func (n *Node) attachManifest(ctx context.Context, m *meta, u *url.URL, link str
 	if err != nil {
 		return err
 	}
+	if man.PieceSize > maxChunkSize {
+		return fmt.Errorf("manifest pieces of %d bytes, more than a chunk may be", man.PieceSize)
+	}
 	m.m, m.Manifest = man, raw
 	m.ChunkSize = man.PieceSize
 	m.ID = "m" + hex.EncodeToString(man.Root[:]) + "-" + strconv.FormatInt(man.Size, 10)
@@ -349,8 +352,8 @@ func decodeMeta(data []byte) (*meta, error) {
 		m.m = man
 		m.ChunkSize = man.PieceSize
 	}
-	if m.ChunkSize <= 0 || m.Size < 0 {
-		return nil, errors.New("a node's meta has no chunk size")
+	if m.ChunkSize <= 0 || m.ChunkSize > maxChunkSize || m.Size < 0 {
+		return nil, fmt.Errorf("a node's meta has chunks of %d bytes, file of %d", m.ChunkSize, m.Size)
 	}
 	return m, nil
 }
@@ -416,6 +419,10 @@ func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, interna
 
 // maxMetas bounds the metas a node holds in memory.
 const maxMetas = 10000
+
+// maxChunkSize bounds a chunk, which a node holds in memory whole: a
+// manifest with larger pieces is chunked by byte ranges instead.
+const maxChunkSize = 64 << 20
 
 // checkNodeManifest makes sure the manifest another node's meta carries is
 // the origin's: a node's word decides which chunks are whose, never what
