@@ -34,6 +34,7 @@ import (
 	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/node"
+	"github.com/stampede-dev/stampede/rtcpeer"
 )
 
 // Defaults for the zero fields of Config.
@@ -58,6 +59,10 @@ type Config struct {
 	// DefaultPeerListen). PeerListener, when set, is used instead.
 	PeerListen   string
 	PeerListener net.Listener
+	// WebRTC also carries peers over WebRTC data channels (package
+	// rtcpeer): every swarm joins its trackers' signalling, so that
+	// visitors' browsers reach the daemon's seeds (docs/browser.md).
+	WebRTC bool
 	// MaxUploadRate caps what all swarms send to peers together, bytes/s
 	// (0: unlimited).
 	MaxUploadRate int64
@@ -214,7 +219,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	s.peerAddr = pl.Addr()
-	s.host, err = host.New(host.Config{Transports: []host.Transport{host.TCP(pl)}, UploadRate: cfg.MaxUploadRate, Logger: s.log})
+	hc := host.Config{Transports: []host.Transport{host.TCP(pl)}, UploadRate: cfg.MaxUploadRate, Logger: s.log}
+	if cfg.WebRTC {
+		rt := rtcpeer.New(rtcpeer.Config{Logger: s.log})
+		hc.Transports, hc.OnAttach = append(hc.Transports, rt), rt.JoinNode
+	}
+	s.host, err = host.New(hc)
 	if err != nil {
 		pl.Close()
 		return nil, err

@@ -85,7 +85,12 @@ type Config struct {
 	// cannot hold every slot of MaxPending and keep the peers of every
 	// swarm out.
 	MaxPendingPerIP int
-	Logger          *slog.Logger
+	// OnAttach, if set, is called for every node attached, and the
+	// function it returns when the node is detached: a transport that
+	// must announce each swarm to be reached (rtcpeer.Transport.JoinNode)
+	// starts and stops there.
+	OnAttach func(n *node.Node) (detach func())
+	Logger   *slog.Logger
 }
 
 // Defaults of Config.MaxPending and Config.MaxPendingPerIP.
@@ -354,7 +359,12 @@ func (h *Host) Attach(n *node.Node) (detach func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.swarms[k] = append(h.swarms[k], n)
+	leave := func() {}
+	if h.cfg.OnAttach != nil {
+		leave = h.cfg.OnAttach(n)
+	}
 	return func() {
+		leave()
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		ns := slices.DeleteFunc(h.swarms[k], func(x *node.Node) bool { return x == n })

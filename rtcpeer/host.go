@@ -23,12 +23,21 @@ func (h Host) Attach(n *node.Node) (detach func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	leave := h.T.JoinNode(n)
+	return func() { leave(); d() }, nil
+}
+
+// JoinNode joins the signalling of n's swarm on every tracker of its
+// manifest, announcing what n still lacks, until leave is called. It is
+// host.Config.OnAttach's shape, so that a host.Host carrying this
+// Transport has its swarms join.
+func (t *Transport) JoinNode(n *node.Node) (leave func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	root, size := n.Swarm()
 	for _, tr := range n.Manifest().Trackers {
-		h.T.Join(ctx, tr, root, size, n.Left)
+		t.Join(ctx, tr, root, size, n.Left)
 	}
-	return func() { cancel(); d() }, nil
+	return cancel
 }
 
 // NewHost returns a Host carrying peers over TCP, accepted on ln, and over
