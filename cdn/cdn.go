@@ -295,6 +295,7 @@ func (n *Node) Close() error {
 		<-n.stopped
 	}
 	n.nodeClient.CloseIdleConnections()
+	n.client.CloseIdleConnections()
 	return nil
 }
 
