@@ -96,6 +96,7 @@ func init() {
 		{"push", "FILE --cluster FILE --dest PATH --key KEY", "push a file to every host of a cluster, topology-aware, then run a command", runPush},
 		{"gateway", "[--listen HOST:PORT]", "a local proxy for browsers, curl, apt and pip that fetches through the swarm", runGateway},
 		{"cdn", "--listen HOST:PORT --nodes HOST:PORT,... --cache-dir DIR", "a cache node of a cooperating CDN: each file fetched from its origin about once", runCDN},
+		{"dns", "[--listen HOST:PORT] [--upstream HOST:PORT] [--peers HOST:PORT,...]", "a cooperative DNS forwarder: slow lookups also go to peer nodes (CoDNS)", runDNS},
 		{"demo", "[flags]", "show a flash crowd absorbed, side by side with plain HTTP", runDemo},
 		{"bench", "SCENARIO...", "run benchmark scenarios and write reports", runBench},
 		{"sim", "SCENARIO", "simulate a scenario's swarm at scale: the real scheduler and tracker on a simulated network", runSim},
