@@ -412,3 +412,76 @@ func testutilSum(cs []prometheus.Counter) float64 {
 	}
 	return sum
 }
+
+// Every node may be given the same peer list: a forwarder ignores its own
+// address on it, and does not ask itself.
+func TestForwarderIgnoresItself(t *testing.T) {
+	up := startFake(t, "127.0.0.1", servfail)
+	pc, ln, err := Listen("127.0.0.3:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := netip.MustParseAddrPort(pc.LocalAddr().String())
+	other := netip.MustParseAddrPort("127.0.0.9:53")
+	f, err := New(Config{Upstream: up.addr, Peers: []netip.AddrPort{self, other}, PeerTimeout: 100 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Serve(ctx, pc, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	waitServing(t, self.String())
+	if r := ask(t, "udp", self.String(), "", "x.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("rcode %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if got := counter(t, f, "peer_requests", "none"); got != 0 {
+		t.Errorf("asked itself: %v peer requests", got)
+	}
+	f.mu.Lock()
+	order := f.peers.Order("x.example.", f.now())
+	f.mu.Unlock()
+	if len(order) != 1 || order[0] != other {
+		t.Errorf("peers %v, want only %v", order, other)
+	}
+}
+
+// Malformed queries get FORMERR or nothing, and do not stop the
+// forwarder.
+func TestForwarderMalformed(t *testing.T) {
+	up := startFake(t, "127.0.0.1", answerA)
+	n := startNode(t, "127.0.0.1", Config{Upstream: up.addr})
+	c, err := net.Dial("udp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, junk := range [][]byte{{1, 2, 3}, bytes.Repeat([]byte{0xff}, 100), make([]byte, 12)} {
+		c.Write(junk)
+	}
+	// Two questions: FORMERR.
+	m := new(dns.Msg).SetQuestion("a.example.", dns.TypeA)
+	m.Question = append(m.Question, dns.Question{Name: "b.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
+	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, n.addr)
+	if err != nil || r.Rcode != dns.RcodeFormatError {
+		t.Errorf("two questions: %v %v, want FORMERR", r, err)
+	}
+	// A question whose name runs past the packet, over TCP.
+	tc, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Write([]byte{0, 14, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 63, 'a'})
+	tc.Close()
+	if r := ask(t, "udp", n.addr, "", "ok.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Errorf("after junk: %v", r)
+	}
+	if r := ask(t, "tcp", n.addr, "", "ok.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Errorf("after junk, over TCP: %v", r)
+	}
+}
