@@ -12,6 +12,7 @@ require (
 	github.com/miekg/dns v1.1.73
 	github.com/pion/datachannel v1.6.3
 	github.com/pion/stun/v3 v3.1.7
+	github.com/pion/turn/v5 v5.1.3
 	github.com/pion/webrtc/v4 v4.2.26
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -48,7 +49,6 @@ require (
 	github.com/pion/stun/v4 v4.0.1 // indirect
 	github.com/pion/transport/v4 v4.1.0 // indirect
 	github.com/pion/transport/v5 v5.1.4 // indirect
-	github.com/pion/turn/v5 v5.1.3 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/wlynxg/anet v0.0.5 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect

@@ -20,12 +20,17 @@ package webpeer
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/hmac"
+	"crypto/sha1"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -85,6 +90,30 @@ type Config struct {
 	// the visitor reached the site by ("stun:{host}:3478": the origin's
 	// own STUN server, origin.ServeSTUN). Empty: host candidates only.
 	ICEServers []string
+	// TURN, if set, is a TURN server named to the browsers with
+	// credentials of its secret, made for each request of peer.json
+	// and valid for a day (origin.ServeTURN checks them).
+	TURN *TURN
+}
+
+// TURN is a TURN server for Config.TURN.
+type TURN struct {
+	// URL is the server's, e.g. "turn:{host}:3479" ("{host}" as in
+	// ICEServers).
+	URL string
+	// Secret is the shared secret of its time-limited credentials.
+	Secret string
+}
+
+// turnCredentials are time-limited TURN credentials for secret, as TURN
+// servers check them (the TURN REST API draft, draft-uberti-behave-turn-rest):
+// the username is the expiry in Unix seconds and a name, the credential
+// the base64 HMAC-SHA1 of the username under the secret.
+func turnCredentials(secret string, now time.Time) (user, credential string) {
+	user = strconv.FormatInt(now.Add(24*time.Hour).Unix(), 10) + ":visitor"
+	mac := hmac.New(sha1.New, []byte(secret))
+	mac.Write([]byte(user))
+	return user, base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 func (c Config) withDefaults() Config {
@@ -112,15 +141,21 @@ func (c Config) withDefaults() Config {
 
 // document is peer.json.
 type document struct {
-	Enabled      bool     `json:"enabled"`
-	UploadRate   int64    `json:"upload_rate,omitempty"`
-	UploadTotal  int64    `json:"upload_total,omitempty"`
-	MinSize      int64    `json:"min_size,omitempty"`
-	DeadlineMS   int64    `json:"deadline_ms,omitempty"`
-	HiddenStopMS int64    `json:"hidden_stop_ms,omitempty"`
-	CheckEveryMS int64    `json:"check_every_ms,omitempty"`
-	MaxPeers     int      `json:"max_peers,omitempty"`
-	ICEServers   []string `json:"ice_servers,omitempty"`
+	Enabled      bool  `json:"enabled"`
+	UploadRate   int64 `json:"upload_rate,omitempty"`
+	UploadTotal  int64 `json:"upload_total,omitempty"`
+	MinSize      int64 `json:"min_size,omitempty"`
+	DeadlineMS   int64 `json:"deadline_ms,omitempty"`
+	HiddenStopMS int64 `json:"hidden_stop_ms,omitempty"`
+	CheckEveryMS int64 `json:"check_every_ms,omitempty"`
+	MaxPeers     int   `json:"max_peers,omitempty"`
+	ICEServers   []any `json:"ice_servers,omitempty"` // URLs, and a TURN server as {urls, username, credential}
+}
+
+type iceServer struct {
+	URLs       string `json:"urls"`
+	Username   string `json:"username"`
+	Credential string `json:"credential"`
 }
 
 // Paths are the patterns (GET) Handler answers, for a ServeMux.
@@ -134,12 +169,28 @@ func Handler(cfg Config) http.Handler {
 		doc = document{
 			Enabled: true, UploadRate: cfg.UploadRate, UploadTotal: cfg.UploadTotal, MinSize: cfg.MinSize,
 			DeadlineMS: cfg.Deadline.Milliseconds(), HiddenStopMS: cfg.HiddenStop.Milliseconds(),
-			CheckEveryMS: cfg.CheckEvery.Milliseconds(), MaxPeers: cfg.MaxPeers, ICEServers: cfg.ICEServers,
+			CheckEveryMS: cfg.CheckEvery.Milliseconds(), MaxPeers: cfg.MaxPeers,
+		}
+		for _, u := range cfg.ICEServers {
+			doc.ICEServers = append(doc.ICEServers, u)
 		}
 	}
-	config, err := json.Marshal(doc)
-	if err != nil {
-		panic(fmt.Sprintf("webpeer: %v", err)) // unreachable: plain fields
+	marshal := func(doc document) []byte {
+		b, err := json.Marshal(doc)
+		if err != nil {
+			panic(fmt.Sprintf("webpeer: %v", err)) // unreachable: plain fields
+		}
+		return b
+	}
+	config := marshal(doc)
+	configFor := func(*http.Request) []byte { return config }
+	if cfg.TURN != nil && !cfg.Off {
+		configFor = func(*http.Request) []byte {
+			d := doc
+			user, cred := turnCredentials(cfg.TURN.Secret, time.Now())
+			d.ICEServers = append(slices.Clip(d.ICEServers), iceServer{URLs: cfg.TURN.URL, Username: user, Credential: cred})
+			return marshal(d)
+		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -154,7 +205,8 @@ func Handler(cfg Config) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path == ConfigPath {
 			h.Set("Content-Type", "application/json")
-			w.Write(withHost(config, r))
+			h.Set("Cache-Control", "no-store") // TURN credentials are made for each
+			w.Write(withHost(configFor(r), r))
 			return
 		}
 		name, ok := strings.CutPrefix(r.URL.Path, Prefix)

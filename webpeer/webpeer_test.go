@@ -3,17 +3,22 @@ package webpeer_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"flag"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pion/turn/v5"
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/origin"
 	"github.com/stampede-dev/stampede/webpeer"
 )
 
@@ -177,4 +182,56 @@ func TestGzip(t *testing.T) {
 	if page > 20<<10 || worker > 4<<10 {
 		t.Errorf("the page's modules weigh %d bytes gzipped (budget 20 KiB), the worker %d (4 KiB)", page, worker)
 	}
+}
+
+// TestTURNCredentials: peer.json names the TURN server with credentials
+// that the origin's TURN server accepts.
+func TestTURNCredentials(t *testing.T) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- origin.ServeTURN(ctx, pc, origin.TURNConfig{RelayIP: net.IPv4(127, 0, 0, 1), Secret: "s3cret"}, nil)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	h := webpeer.Handler(webpeer.Config{TURN: &webpeer.TURN{URL: "turn:{host}:3479", Secret: "s3cret"}})
+	var doc struct {
+		ICE []struct {
+			URLs       string `json:"urls"`
+			Username   string `json:"username"`
+			Credential string `json:"credential"`
+		} `json:"ice_servers"`
+	}
+	req := httptest.NewRequest("GET", webpeer.ConfigPath, nil)
+	req.Host = "example.org"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || len(doc.ICE) != 1 || doc.ICE[0].URLs != "turn:example.org:3479" {
+		t.Fatalf("peer.json: %s, %v", rec.Body.Bytes(), err)
+	}
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c, err := turn.NewClient(&turn.ClientConfig{TURNServerAddr: pc.LocalAddr().String(), STUNServerAddr: pc.LocalAddr().String(),
+		Username: doc.ICE[0].Username, Password: doc.ICE[0].Credential, Realm: "stampede", Conn: conn, RTO: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	relay, err := c.Allocate()
+	if err != nil {
+		t.Fatalf("the TURN server refused peer.json's credentials: %v", err)
+	}
+	relay.Close()
 }

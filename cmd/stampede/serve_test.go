@@ -57,6 +57,10 @@ func TestServeFlagErrors(t *testing.T) {
 		{dir, "--no-such-flag"},
 		{dir, "--web-peers", "maybe"},
 		{dir, "--stun", "3478"},
+		{dir, "--turn", ":3479"},
+		{dir, "--turn", "192.0.2.1:3479"},
+		{dir, "--turn", "192.0.2.1:3479", "--turn-secret-file", filepath.Join(dir, "missing")},
+		{dir, "--turn-secret-file", file},
 		{dir, "--cache-dir", filepath.Join(dir, "cache")}, // never write into DIR
 		{dir, "--tracker", "udp://tracker.example:6969"},
 		{dir, "--tracker", "tracker.example/announce"},

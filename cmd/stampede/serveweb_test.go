@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +72,21 @@ func TestServeWebPeer(t *testing.T) {
 		t.Errorf("announce over WebSocket: %s, %v", b, err)
 	}
 
+	secret := filepath.Join(t.TempDir(), "turn-secret")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+	turn := startServe(t, www, "--turn", "127.0.0.1:0", "--turn-secret-file", secret)
+	res, err := http.Get(turn + webpeer.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), `"urls":"turn:127.0.0.1:0"`) || !strings.Contains(string(b), `"credential":`) {
+		t.Errorf("peer.json with --turn: %s", b)
+	}
+
 	off := startServe(t, www, "--web-peers", "off")
-	res, err := http.Get(off + webpeer.ConfigPath)
+	res, err = http.Get(off + webpeer.ConfigPath)
 	if err != nil {
 		t.Fatal(err)
 	}

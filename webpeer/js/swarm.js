@@ -281,7 +281,7 @@ export class Swarm {
   }
   left() { let l = 0; for (let i = 0; i < this.m.n; i++) if (!this.have.has(i)) l += this.m.pieceLen(i); return l; }
 
-  newPC() { return new RTCPeerConnection({ iceServers: (this.cfg.ice_servers || []).map((u) => ({ urls: u })) }); }
+  newPC() { return new RTCPeerConnection({ iceServers: (this.cfg.ice_servers || []).map((u) => (typeof u === 'string' ? { urls: u } : u)) }); }
   async gathered(pc) {
     if (pc.iceGatheringState === 'complete') return;
     await Promise.race([sleep(ICE_WAIT_MS), new Promise((r) => { pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); }; })]);
