@@ -11,7 +11,8 @@ import (
 // starting together agrees at once on the full set), leaves after
 // DownBeats failed beats in a row or no good beat for DownAfter, and comes
 // back only after UpBeats good beats in a row (hysteresis: a flapping node
-// does not move chunks back and forth).
+// does not move chunks back and forth); a node that was down before it
+// ever answered (one starting after this one) joins at its first answer.
 //
 // Each node also picks its peers unilaterally, as CoDeeN's did: the
 // MaxPeers healthy nodes of lowest smoothed RTT, a peer already picked
@@ -57,7 +58,8 @@ func (c *MembersConfig) setDefaults() {
 
 type member struct {
 	up        bool
-	good, bad int // in a row
+	seen      bool // has answered a beat
+	good, bad int  // in a row
 	lastGood  time.Time
 	rtt       time.Duration // smoothed; 0 until measured
 	load      int           // as its last beat said
@@ -100,6 +102,7 @@ func (m *Members) Beat(node string, ok bool, rtt time.Duration, load int, now ti
 	was := p.up
 	p.beats++
 	if ok {
+		defer func() { p.seen = true }()
 		p.good++
 		p.bad = 0
 		p.lastGood = now
@@ -109,7 +112,9 @@ func (m *Members) Beat(node string, ok bool, rtt time.Duration, load int, now ti
 		} else {
 			p.rtt = (7*p.rtt + rtt) / 8
 		}
-		if !p.up && p.good >= m.cfg.UpBeats {
+		// A node never heard from yet (starting after this one) joins at
+		// its first good beat: hysteresis is for nodes that failed.
+		if !p.up && (p.good >= m.cfg.UpBeats || !p.seen) {
 			p.up = true
 		}
 	} else {

@@ -23,6 +23,7 @@ func TestMembersLeaveAndReturn(t *testing.T) {
 		}
 		m.Tick(now)
 	}
+	beat(true) // seen once: hysteresis applies from now on
 	beat(false)
 	if !m.Up(dead) {
 		t.Fatal("one failed beat took the node off the ring")
@@ -133,5 +134,27 @@ func TestWindowAIMD(t *testing.T) {
 	}
 	if got := d.get(); got < 3*time.Second || got > 4*time.Second {
 		t.Fatalf("deadline %v for 1 s chunks, want about 4 s", got)
+	}
+}
+
+func TestMembersLateStarterJoinsAtOnce(t *testing.T) {
+	ns := nodes(3)
+	m := NewMembers(MembersConfig{}, ns[0], ns, t0)
+	m.Beat(ns[1], true, time.Millisecond, 0, t0)
+	// ns[2] is not listening yet: refused twice, off the ring.
+	m.Beat(ns[2], false, 0, 0, t0)
+	m.Beat(ns[2], false, 0, 0, t0)
+	if m.Up(ns[2]) {
+		t.Fatal("a node that never answered stayed on the ring")
+	}
+	if !m.Beat(ns[2], true, time.Millisecond, 0, t0.Add(time.Second)) || !m.Up(ns[2]) {
+		t.Fatal("a late starter's first answer did not bring it in")
+	}
+	// Once seen, it needs three again.
+	m.Beat(ns[2], false, 0, 0, t0)
+	m.Beat(ns[2], false, 0, 0, t0)
+	m.Beat(ns[2], true, time.Millisecond, 0, t0)
+	if m.Up(ns[2]) {
+		t.Fatal("a node that failed came back at its first good beat")
 	}
 }
