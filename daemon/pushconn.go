@@ -54,7 +54,7 @@ func newPushRates(r *cluster.Role) *pushRates {
 		if b <= 0 {
 			return rate.NewLimiter(rate.Inf, 1<<20)
 		}
-		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/10)))
+		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/20)))
 	}
 	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), downMax: float64(r.Down), upMax: float64(r.Up)}
 }
@@ -66,11 +66,24 @@ func set(l *rate.Limiter, bps float64) {
 		return
 	}
 	l.SetLimit(rate.Limit(bps))
-	l.SetBurst(max(16<<10, int(bps/10)))
+	l.SetBurst(max(16<<10, int(bps/20)))
 }
 
-// wait lets n bytes through l, in steps of its burst.
+// crossReadBuffer is the receive buffer of a connection across an uplink.
+const crossReadBuffer = 128 << 10
+
+// wireOverhead turns payload bytes into bytes on the wire, as the links'
+// budgets count them (and tc does): a full Ethernet frame of 1514 bytes
+// carries 1448 of TCP payload (4.6% more); the same link carries the ACKs
+// of the flows going the other way (about 2.3% of their bytes), which no
+// receiver's limiter sees; and the rest is margin for the bursts of the
+// token buckets and of the peers' messages. In hundredths.
+const wireOverhead = 110
+
+// wait lets n payload bytes through l, counted on the wire, in steps of
+// its burst.
 func wait(ctx context.Context, l *rate.Limiter, n int) {
+	n = n * wireOverhead / 100
 	for n > 0 {
 		k := min(n, l.Burst())
 		if l.WaitN(ctx, k) != nil {
@@ -130,6 +143,13 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 		if h.Rack == p.self.Rack {
 			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: e.rt.up}
 		}
+		if tc, ok := c.(*net.TCPConn); ok && e.role.Cross > 0 {
+			// A receive buffer the kernel grows to megabytes fills at the
+			// link's speed before flow control follows our reads: a burst
+			// past the uplink's budget at each connection's start. A
+			// small fixed one keeps the sender to our pace.
+			tc.SetReadBuffer(crossReadBuffer)
+		}
 		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, down: []*rate.Limiter{e.rt.cross, e.rt.down}, up: e.rt.up}
 	}
 }
@@ -187,6 +207,23 @@ func (e *pushEnv) gate(fileURL string, share *pieceRange) http.RoundTripper {
 	next := e.s.client.Transport
 	if next == nil {
 		next = http.DefaultTransport
+	}
+	if t, ok := next.(*http.Transport); ok && e.role.Cross > 0 {
+		// The origin's answers cross the uplinks too: the same small
+		// receive buffer as a peer's from another rack.
+		t = t.Clone()
+		dial := t.DialContext
+		if dial == nil {
+			dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+		}
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetReadBuffer(crossReadBuffer)
+			}
+			return c, err
+		}
+		next = t
 	}
 	u, _ := url.Parse(fileURL)
 	return &originGate{e: e, next: next, path: u.EscapedPath(), share: share}
