@@ -58,6 +58,9 @@ const PeerOption = 65321
 // fragments.
 const ednsSize = 1232
 
+// udpReadBuffer is the receive buffer asked for the UDP socket.
+const udpReadBuffer = 4 << 20
+
 // shutdownGrace is how long lookups in flight get to finish once the
 // forwarder is told to stop.
 const shutdownGrace = 2 * time.Second
@@ -283,6 +286,12 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 		}
 		ln, err := net.Listen("tcp", pc.LocalAddr().String())
 		if err == nil {
+			if u, ok := pc.(*net.UDPConn); ok {
+				// Queries arrive in bursts; the kernel's default queue
+				// drops them while a busy host is slow to read. Best
+				// effort: the system's rmem_max caps it.
+				u.SetReadBuffer(udpReadBuffer)
+			}
 			return pc, ln, nil
 		}
 		pc.Close()

@@ -12,7 +12,7 @@ type DelayConfig struct {
 	// (default 200 ms, CoDNS's: a healthy resolver answers within about
 	// 100 ms).
 	Initial time.Duration
-	// Min and Max bound the delay (defaults 10 ms and 500 ms). Min keeps
+	// Min and Max bound the delay (defaults 50 ms and 500 ms). Min keeps
 	// a fast resolver's scheduling jitter from sending its lookups to the
 	// peers; Max is the longest a lookup waits on a resolver that has
 	// stopped answering before a peer is asked.
@@ -27,9 +27,12 @@ type DelayConfig struct {
 	// 64).
 	Window int
 	// Outcomes is how many recent lookups are remembered for whether a
-	// peer won them (default 16). When peers won more than half of them,
-	// the delay is 0: the local resolver is failing, and every lookup goes
-	// to a peer at once, as CoDNS does.
+	// peer won them (default 16). When peers won more than half of them
+	// and the delay is at Max, the delay is 0: the local resolver is
+	// failing, and every lookup goes to a peer at once, as CoDNS does.
+	// Peers that win while the local resolver is merely slow (a busy
+	// host) do not bring it to 0, which would double every lookup's load
+	// just when the host can least take it.
 	Outcomes int
 }
 
@@ -38,7 +41,7 @@ func (c DelayConfig) withDefaults() DelayConfig {
 		c.Initial = 200 * time.Millisecond
 	}
 	if c.Min <= 0 {
-		c.Min = 10 * time.Millisecond
+		c.Min = 50 * time.Millisecond
 	}
 	if c.Max <= 0 {
 		c.Max = 500 * time.Millisecond
@@ -115,7 +118,7 @@ func (d *Delay) Current() time.Duration {
 			won++
 		}
 	}
-	if 2*won > len(d.outcomes) {
+	if 2*won > len(d.outcomes) && d.current == d.cfg.Max {
 		return 0
 	}
 	return d.current

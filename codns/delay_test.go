@@ -17,8 +17,8 @@ func TestDelayInitialUntilEnoughSamples(t *testing.T) {
 		t.Errorf("after 15 of 64 samples: %v, want still 200ms", got)
 	}
 	d.ObserveLocal(time.Millisecond)
-	if got := d.Current(); got != 10*time.Millisecond {
-		t.Errorf("after 16 fast samples: %v, want the 10ms floor", got)
+	if got := d.Current(); got != 50*time.Millisecond {
+		t.Errorf("after 16 fast samples: %v, want the 50ms floor", got)
 	}
 }
 
@@ -42,14 +42,14 @@ func TestDelayFollowsPercentile(t *testing.T) {
 func TestDelayIgnoresMinorityOfStalls(t *testing.T) {
 	d := NewDelay(DelayConfig{})
 	for i := range 200 {
-		rtt := 20 * time.Millisecond
+		rtt := 40 * time.Millisecond
 		if i%5 == 0 {
 			rtt = 5 * time.Second
 		}
 		d.ObserveLocal(rtt)
 	}
-	if got := d.Current(); got != 40*time.Millisecond {
-		t.Errorf("delay %v with 20%% stalls, want 40ms", got)
+	if got := d.Current(); got != 80*time.Millisecond {
+		t.Errorf("delay %v with 20%% stalls, want 80ms", got)
 	}
 	// Half stalled: the delay goes to its cap.
 	for i := range 64 {
@@ -67,7 +67,7 @@ func TestDelayIgnoresMinorityOfStalls(t *testing.T) {
 // When peers won most recent lookups, peers are asked at once; when they
 // stop winning, the delay comes back.
 func TestDelayZeroWhilePeersWin(t *testing.T) {
-	d := NewDelay(DelayConfig{Initial: 300 * time.Millisecond})
+	d := NewDelay(DelayConfig{Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond})
 	for range 8 {
 		d.ObserveOutcome(true)
 	}
@@ -83,5 +83,20 @@ func TestDelayZeroWhilePeersWin(t *testing.T) {
 	}
 	if got := d.Current(); got != 300*time.Millisecond {
 		t.Errorf("after 8 local wins: %v, want 300ms", got)
+	}
+}
+
+// Peers winning while the local resolver is slow but answering (the
+// delay below Max) leave the delay where it is.
+func TestDelayNotZeroWhileLocalAnswers(t *testing.T) {
+	d := NewDelay(DelayConfig{})
+	for range 64 {
+		d.ObserveLocal(100 * time.Millisecond)
+	}
+	for range 16 {
+		d.ObserveOutcome(true)
+	}
+	if got := d.Current(); got != 200*time.Millisecond {
+		t.Errorf("delay %v, want 200ms", got)
 	}
 }
