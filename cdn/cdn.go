@@ -17,10 +17,12 @@
 // at once (window.go), as CoBlitz's agent did.
 //
 // Files: cdn.go (Config, Node, routing), hrw.go (owners), members.go
-// (heartbeats' verdicts and peer choice), window.go (the agent's window and
-// deadlines), access.go (who may ask what), meta.go (a file's description
-// and HTTP caching rules), chunk.go (getting one chunk), agent.go (answering
-// a client), store.go (the on-disk cache), metrics.go (metrics, status).
+// (heartbeats' verdicts and peer choice), peers.go (the heartbeats),
+// window.go (the agent's window and deadlines), access.go (who may ask
+// what), meta.go (a file's description and HTTP caching rules), chunk.go
+// (getting one chunk), flight.go (collapsed forwarding), agent.go
+// (answering a client), store.go (the on-disk cache), metrics.go (metrics,
+// status). docs/cdn.md describes it for users.
 package cdn
 
 import (
