@@ -18,10 +18,12 @@ type DelayConfig struct {
 	// stopped answering before a peer is asked.
 	Min, Max time.Duration
 	// Percentile of the recent local response times the delay is drawn
-	// from (default 0.75), and Factor it is multiplied by (default 2).
-	// The percentile must sit below the share of lookups that a sick
-	// resolver stalls, or the delay follows the stalls up to Max: at 0.75,
-	// up to a quarter of the lookups may fail without moving it.
+	// from (default 0.5, the median), and Factor it is multiplied by
+	// (default 3). The percentile must sit below the share of lookups
+	// that a sick resolver stalls, with room for chance (in 64 queries of
+	// a resolver that stalls a fifth, more than a quarter stall one time
+	// in ten), or the delay follows the stalls up to Max: at the median,
+	// up to nearly half the lookups may stall without moving it.
 	Percentile, Factor float64
 	// Window is how many recent local response times are kept (default
 	// 64).
@@ -50,10 +52,10 @@ func (c DelayConfig) withDefaults() DelayConfig {
 		c.Max = c.Min
 	}
 	if c.Percentile <= 0 || c.Percentile >= 1 {
-		c.Percentile = 0.75
+		c.Percentile = 0.5
 	}
 	if c.Factor <= 0 {
-		c.Factor = 2
+		c.Factor = 3
 	}
 	if c.Window <= 0 {
 		c.Window = 64

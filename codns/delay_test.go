@@ -24,7 +24,8 @@ func TestDelayInitialUntilEnoughSamples(t *testing.T) {
 
 func TestDelayFollowsPercentile(t *testing.T) {
 	d := NewDelay(DelayConfig{})
-	// 100 ms for most, 1 ms for some: p75 is 100 ms, twice that 200 ms.
+	// 100 ms for most, 1 ms for some: the median is 100 ms, three
+	// times that 300 ms.
 	for i := range 64 {
 		rtt := 100 * time.Millisecond
 		if i%4 == 0 {
@@ -32,8 +33,15 @@ func TestDelayFollowsPercentile(t *testing.T) {
 		}
 		d.ObserveLocal(rtt)
 	}
-	if got := d.Current(); got != 200*time.Millisecond {
-		t.Errorf("delay %v, want 2 × p75 = 200ms", got)
+	if got := d.Current(); got != 300*time.Millisecond {
+		t.Errorf("delay %v, want 3 × the median = 300ms", got)
+	}
+	// Slower still: capped.
+	for range 64 {
+		d.ObserveLocal(time.Second)
+	}
+	if got := d.Current(); got != 500*time.Millisecond {
+		t.Errorf("delay %v, want the 500ms cap", got)
 	}
 }
 
@@ -48,8 +56,8 @@ func TestDelayIgnoresMinorityOfStalls(t *testing.T) {
 		}
 		d.ObserveLocal(rtt)
 	}
-	if got := d.Current(); got != 80*time.Millisecond {
-		t.Errorf("delay %v with 20%% stalls, want 80ms", got)
+	if got := d.Current(); got != 120*time.Millisecond {
+		t.Errorf("delay %v with 20%% stalls, want 120ms", got)
 	}
 	// Half stalled: the delay goes to its cap.
 	for i := range 64 {
@@ -96,7 +104,7 @@ func TestDelayNotZeroWhileLocalAnswers(t *testing.T) {
 	for range 16 {
 		d.ObserveOutcome(true)
 	}
-	if got := d.Current(); got != 200*time.Millisecond {
-		t.Errorf("delay %v, want 200ms", got)
+	if got := d.Current(); got != 300*time.Millisecond {
+		t.Errorf("delay %v, want 300ms", got)
 	}
 }
