@@ -89,6 +89,7 @@ func setupNet(t *testing.T, n int) []string {
 // and a 1 MiB object, whose bodies can be refused (blocked).
 type testOrigin struct {
 	url     string
+	www     string // the directory served
 	obj     []byte
 	sha     string
 	blocked atomic.Bool
@@ -96,10 +97,18 @@ type testOrigin struct {
 	bodies  atomic.Int64 // bytes of /obj.bin sent
 }
 
-func startOrigin(t *testing.T) *testOrigin {
+func startOrigin(t *testing.T) *testOrigin { return startOriginRate(t, 0, testPeerConfig) }
+
+// testPeerConfig is the peer.json of the tests: a shorter deadline, and a
+// kill switch read every second.
+var testPeerConfig = webpeer.Config{Deadline: 3 * time.Second, CheckEvery: time.Second}
+
+// startOriginRate is startOrigin with the file bodies capped to rate bytes
+// a second (0: unlimited), and the peer configured by wcfg.
+func startOriginRate(t *testing.T, rate int64, wcfg webpeer.Config) *testOrigin {
 	t.Helper()
 	www := t.TempDir()
-	o := &testOrigin{obj: make([]byte, 1<<20)}
+	o := &testOrigin{obj: make([]byte, 1<<20), www: www}
 	rand.Read(o.obj)
 	sum := sha256.Sum256(o.obj)
 	o.sha = hex.EncodeToString(sum[:])
@@ -108,9 +117,9 @@ func startOrigin(t *testing.T) *testOrigin {
 <script type="module" src="/.well-known/stampede/peer.js"></script><p>hello</p>`), 0o644)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tr := tracker.New(tracker.Config{Logger: log, OnlyAdmitted: true})
-	on := webpeer.Handler(webpeer.Config{Deadline: 3 * time.Second, CheckEvery: time.Second})
+	on := webpeer.Handler(wcfg)
 	off := webpeer.Handler(webpeer.Config{Off: true})
-	srv, err := origin.New(origin.Config{Dir: www, CacheDir: t.TempDir(), Tracker: tr, Logger: log,
+	srv, err := origin.New(origin.Config{Dir: www, CacheDir: t.TempDir(), Tracker: tr, Logger: log, Rate: rate,
 		WebPeer: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if o.off.Load() {
 				off.ServeHTTP(w, r)

@@ -16,7 +16,7 @@ let cfg = null, cfgAt = 0, off = false;
 const manifests = new Map(); // path -> manifest JSON, or null: none
 
 self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (e) => e.waitUntil(self.clients.claim()));
+self.addEventListener('activate', (e) => e.waitUntil(Promise.all([self.clients.claim(), config()])));
 
 function standDown() {
   off = true;

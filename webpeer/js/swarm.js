@@ -14,6 +14,7 @@ const UPLOAD_QUEUE = 8; // requests queued per connection, then REJECT busy
 const REANNOUNCE_MS = 2000; // while short of peers and not done
 const ICE_WAIT_MS = 3000;
 const ORIGIN_PARALLEL = 2;
+const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
 const TRIES = 2; // peers a piece is asked of before the origin
 
 const hex = wire.toHex;
@@ -264,7 +265,10 @@ export class Swarm {
     this.stopped = false;
     this.timer = setInterval(() => this.schedule(), 250);
     if (!this.signal) { this.toOriginAll(); return; }
-    await this.announce('started');
+    // First without offers, which take a moment to gather: a visitor
+    // alone learns it at once and goes to the origin.
+    this.signal.send({ ...this.key(), left: this.left(), event: 'started', numwant: 0 });
+    await this.announce('');
     this.reannounce = setInterval(() => {
       if (!this.have.complete() && this.conns.size < this.cfg.max_peers) this.announce('');
     }, REANNOUNCE_MS);
@@ -378,32 +382,62 @@ export class Swarm {
     if (this.have.has(i) || this.originQueue.includes(i)) return;
     this.asked.add(i);
     this.originQueue.push(i);
-    this.pumpOrigin();
-  }
-  async pumpOrigin() {
-    while (this.originBusy < ORIGIN_PARALLEL && this.originQueue.length) {
-      const i = this.originQueue.shift();
-      if (this.have.has(i)) continue;
-      this.originBusy++;
-      this.fromOrigin(i).finally(() => { this.originBusy--; this.pumpOrigin(); });
+    // Once the caller has queued all it will, so that runs go together.
+    if (!this.pumpSoon) {
+      this.pumpSoon = true;
+      queueMicrotask(() => { this.pumpSoon = false; this.pumpOrigin(); });
     }
   }
-  async fromOrigin(i) {
-    const start = i * this.m.pieceSize, end = start + this.m.pieceLen(i) - 1;
-    for (let attempt = 0; attempt < 3 && !this.have.has(i); attempt++) {
+  // pumpOrigin fetches the queued pieces from the origin, runs of
+  // consecutive ones in one request each (at most ORIGIN_RUN bytes), at
+  // most ORIGIN_PARALLEL requests at once.
+  pumpOrigin() {
+    while (this.originBusy < ORIGIN_PARALLEL && this.originQueue.length) {
+      this.originQueue.sort((a, b) => a - b);
+      const run = [this.originQueue.shift()];
+      while (this.originQueue[0] === run[run.length - 1] + 1 && (run.length + 1) * this.m.pieceSize <= ORIGIN_RUN) run.push(this.originQueue.shift());
+      const want = run.filter((i) => !this.have.has(i));
+      if (!want.length) continue;
+      this.originBusy++;
+      this.fromOrigin(want).finally(() => { this.originBusy--; this.pumpOrigin(); });
+    }
+  }
+  // fromOrigin gets pieces (consecutive) with one Range request, verifying
+  // each as its bytes arrive; it tries again for those still missing.
+  async fromOrigin(pieces) {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const left = pieces.filter((i) => !this.have.has(i));
+      if (!left.length) return;
+      const first = left[0], last = left[left.length - 1];
+      const start = first * this.m.pieceSize, end = last * this.m.pieceSize + this.m.pieceLen(last) - 1;
       try {
         // A Range request: the service worker lets it through to the
         // origin. No credentials: only public objects are swarmed.
         const r = await fetch(this.url, { headers: { Range: `bytes=${start}-${end}` }, credentials: 'omit', cache: 'no-store' });
-        const b = new Uint8Array(await r.arrayBuffer());
-        if (r.status === 206 && (await this.m.verify(i, b))) {
-          this.stats.fromOrigin += b.length;
-          this.complete(i, b);
-          return;
+        if (r.status !== 206) throw new Error('the origin answered ' + r.status);
+        const rd = r.body.getReader();
+        let i = first, buf = new Uint8Array(this.m.pieceLen(i)), got = 0;
+        for (;;) {
+          const { done, value } = await rd.read();
+          if (done) break;
+          for (let off = 0; off < value.length && i <= last;) {
+            const n = Math.min(value.length - off, buf.length - got);
+            buf.set(value.subarray(off, off + n), got);
+            got += n;
+            off += n;
+            if (got === buf.length) {
+              if (!(await this.m.verify(i, buf))) throw new Error('piece ' + i + ' from the origin did not verify');
+              this.stats.fromOrigin += buf.length;
+              this.complete(i, buf);
+              if (++i <= last) { buf = new Uint8Array(this.m.pieceLen(i)); got = 0; }
+            }
+          }
         }
       } catch (e) { this.log('origin:', e.message); }
+      if (pieces.every((i) => this.have.has(i))) return;
       await sleep(500 * (attempt + 1));
     }
-    if (!this.have.has(i)) { this.asked.delete(i); this.failed = true; for (const l of [...this.listeners]) l(-1, null); }
+    for (const i of pieces) this.asked.delete(i);
+    if (pieces.some((i) => !this.have.has(i))) { this.failed = true; for (const l of [...this.listeners]) l(-1, null); }
   }
 }
