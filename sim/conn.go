@@ -112,6 +112,8 @@ type end struct {
 	ws        int
 	flow      *flow
 	waitSince time.Duration
+	sendSeq   int      // counts the pieces sent: a slow turn's event names one
+	turnBack  bool     // the head's turn went back early (node's slowAfter)
 	dropUp    []int32  // uploads the peer cancelled
 	held      []msg    // frames held until the piece being sent is out
 	lazy      []msg    // HAVE and START held back (node's lazy HAVEs)
@@ -397,7 +399,9 @@ func (e *end) shutWriter() {
 			n.waiters = slices.Delete(n.waiters, k, k+1)
 		}
 	case wsSend, wsDrain:
-		n.giveTurn()
+		if !e.turnBack {
+			n.giveTurn()
+		}
 	}
 	if e.ws != wsIdle {
 		n.uploading--
@@ -416,8 +420,7 @@ func (e *end) serve(piece int) bool {
 	if len(e.queue) >= uploadQueue {
 		return false
 	}
-	rank := min(e.n.sched.Holders(piece), uploadRanks-1)
-	e.queue = append(e.queue, upload{piece: piece, rank: rank})
+	e.queue = append(e.queue, upload{piece: piece, rank: e.n.uploadRank(e.id, piece)})
 	e.n.queued++
 	e.pump()
 	return true
@@ -476,7 +479,31 @@ func (e *end) startSend() {
 		return
 	}
 	e.ws = wsSend
+	e.sendSeq++
+	e.turnBack = false
 	e.flow = n.s.net.start(n.site, e.peer.n.site, n.s.pieceLen(e.head.piece), n.s.now, e.sent)
+	if d := slowAfter(uploadTurns, n.s.pieceLen(0), n.capPeak); d > 0 {
+		n.s.after(d, event{kind: evTurnSlow, e: e, i: e.sendSeq})
+	}
+}
+
+// turnSlow: the head's turn goes back while it is still sent or drained,
+// as node's does past slowAfter; the piece goes on without it.
+func (e *end) turnSlow(seq int) {
+	if seq != e.sendSeq || e.turnBack || (e.ws != wsSend && e.ws != wsDrain) {
+		return
+	}
+	e.turnBack = true
+	e.n.giveTurn()
+}
+
+// slowAfter is node.slowAfter.
+func slowAfter(turns int, pieceSize int64, peak float64) time.Duration {
+	if peak <= 0 {
+		return 0
+	}
+	share := float64(turns) * float64(pieceSize) / peak
+	return max(time.Duration(turnSlow*share*float64(time.Second)), turnSlowMin)
 }
 
 // sent: the head's last byte has left. The piece arrives a latency later;
@@ -509,7 +536,9 @@ func (e *end) turnFree(gen int) {
 	}
 	e.ws = wsIdle
 	e.n.uploading--
-	e.n.giveTurn()
+	if !e.turnBack {
+		e.n.giveTurn()
+	}
 	e.pump()
 }
 

@@ -25,6 +25,9 @@ const (
 	uploadRanks   = 3                      // node.uploadRanks
 	rankAge       = time.Second            // node.rankAge
 	turnLowat     = 16 << 10               // node.turnLowat
+	turnSlow      = 2                      // node.turnSlow
+	turnSlowMin   = 50 * time.Millisecond  // node.turnSlowMin
+	progressSteps = 8                      // node.progressSteps
 	maxLateKept   = 4                      // node.maxLateKept
 
 	uploadQueueTime  = 500 * time.Millisecond // node.uploadQueueTime
@@ -88,6 +91,7 @@ type node struct {
 	capAt              time.Duration
 	capMeasured        bool
 	capacity, capSent  float64
+	capPeak            float64 // the most rate read (node.uploadPeak)
 	lazySent           time.Duration
 	complete, leaveSet bool
 	doneAt             time.Duration
@@ -269,6 +273,7 @@ func (n *node) measureCapacity() {
 	if n.capMeasured {
 		rate := (delivered - n.capDelivered) / (now - n.capAt).Seconds()
 		n.capacity = max(rate, n.capacity*capacityDecay)
+		n.capPeak = max(n.capPeak, rate)
 	}
 	n.capAt, n.capDelivered, n.capMeasured = now, max(delivered, n.capDelivered), true
 	if n.capacity < minCapacity || math.Abs(n.capacity-n.capSent) < capacityChange*n.capSent {
@@ -540,6 +545,12 @@ func (n *node) remove(e *end) {
 
 // giveTurn hands an upload turn back: to the waiting piece of the lowest
 // rank, the first that came among equals (Turns.giveAt).
+// uploadRank is node.uploadRank.
+func (n *node) uploadRank(id swarm.PeerID, piece int) int {
+	behind := min(n.sched.PeerPieces(id)*progressSteps/max(n.s.pieces, 1), progressSteps-1)
+	return behind*uploadRanks + min(n.sched.Holders(piece), uploadRanks-1)
+}
+
 func (n *node) giveTurn() {
 	if len(n.waiters) == 0 {
 		n.turnsFree++

@@ -449,6 +449,8 @@ func (s *Sim) handle(ev event) {
 		ev.n.dialed(ev.x.(*dialing))
 	case evTurnFree:
 		ev.e.turnFree(ev.i)
+	case evTurnSlow:
+		ev.e.turnSlow(ev.i)
 	case evPieceIn:
 		ev.e.pieceIn(ev.i)
 	case evLeave:
@@ -531,6 +533,7 @@ const (
 	evDeliver
 	evDial
 	evTurnFree
+	evTurnSlow
 	evPieceIn
 	evLeave
 	evKill

@@ -149,18 +149,15 @@ func (s *Scheduler) capacityOf(p *peer, mean float64) float64 {
 // (sixth pass) has the pairs of runs. Reciprocation needs
 // OptimisticSlots >= 2 for it, so that one slot still rotates.
 func (s *Scheduler) catchUp(cands, rest []*peer) int {
-	count := func(p *peer) int {
-		return max(p.has.Count(), int(float64(p.upTotal)/s.avgLen))
-	}
 	counts := make([]int, len(cands))
 	for i, p := range cands {
-		counts[i] = count(p)
+		counts[i] = s.piecesOf(p)
 	}
 	slices.Sort(counts)
 	median := counts[len(counts)/2]
 	k, kc := -1, median
 	for i, p := range rest {
-		c := count(p)
+		c := s.piecesOf(p)
 		switch {
 		case c >= median:
 		case p.catchingUp:
