@@ -403,3 +403,44 @@ func TestBrowserKillSwitch(t *testing.T) {
 		t.Errorf("peer.js with the switch off: %q, want off", ready)
 	}
 }
+
+// TestBrowserHidden: a page hidden past hidden_stop_ms stops serving its
+// swarms, and serves again once shown.
+func TestBrowserHidden(t *testing.T) {
+	needBrowser(t)
+	nss := setupNet(t, 3)
+	cfg := testPeerConfig
+	cfg.HiddenStop = 200 * time.Millisecond
+	o := startOriginRate(t, 0, cfg)
+	size := int64(len(o.obj))
+	a := openBrowser(t, nss[0], "A", o)
+	a.fetch(o)
+	visibility := func(state string) {
+		a.eval(`(() => { Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => '`+state+`' });
+			document.dispatchEvent(new Event('visibilitychange')); return true; })()`, new(bool))
+	}
+	visibility("hidden")
+	deadline := time.Now().Add(waitPage)
+	for {
+		var asleep bool
+		a.eval(`stampede.page.asleep`, &asleep)
+		if asleep {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A did not stop while hidden")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the page
+	}
+	b := openBrowser(t, nss[1], "B", o)
+	if f := b.fetch(o); f.Stats.FromPeers != 0 {
+		t.Errorf("B got %d bytes from peers while the only one was hidden", f.Stats.FromPeers)
+	}
+	b.cancel()
+	visibility("visible")
+	o.blocked.Store(true)
+	c := openBrowser(t, nss[2], "C", o)
+	if f := c.fetch(o); f.Stats.FromPeers != size {
+		t.Errorf("C, A shown again, the origin blocked: %+v, want everything from peers", f.Stats)
+	}
+}
