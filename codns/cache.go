@@ -108,7 +108,7 @@ func (c *Cache) Put(k Key, m *dns.Msg, now time.Time) bool {
 		return false
 	}
 	m = m.Copy()
-	m.Extra = withoutOPT(m.Extra)
+	m.Extra = withoutPseudo(m.Extra)
 	e := &cacheEntry{key: k, msg: m, stored: now, expires: now.Add(ttl)}
 	if el, ok := c.m[k]; ok {
 		el.Value = e
@@ -157,12 +157,12 @@ func TTL(m *dns.Msg, maxTTL, maxNegative time.Duration) (time.Duration, bool) {
 	return min(time.Duration(ttl)*time.Second, maxNegative), true
 }
 
-// withoutOPT returns extra without its EDNS OPT record, which belongs to
-// one exchange and not to the answer.
-func withoutOPT(extra []dns.RR) []dns.RR {
+// withoutPseudo returns extra without its EDNS OPT and TSIG records,
+// which belong to one exchange and not to the answer.
+func withoutPseudo(extra []dns.RR) []dns.RR {
 	out := extra[:0:0]
 	for _, rr := range extra {
-		if rr.Header().Rrtype != dns.TypeOPT {
+		if t := rr.Header().Rrtype; t != dns.TypeOPT && t != dns.TypeTSIG {
 			out = append(out, rr)
 		}
 	}

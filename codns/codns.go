@@ -15,13 +15,15 @@
 // race between the upstream and the peers, and the metrics.
 //
 // It is no open resolver: clients are served only from the Allow networks
-// (loopback by default), peers only from their addresses on the peer list,
-// each at a bounded rate, and a peer's query is never passed on to another
-// peer. Peer queries carry an EDNS option (PeerOption) that says so.
+// (loopback by default), peers only from their addresses on the peer list
+// or, with a Key, when their queries are signed with it (TSIG), each at a
+// bounded rate; and a peer's query is never passed on to another peer.
+// Peer queries carry an EDNS option (PeerOption) that says so.
 package codns
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +54,13 @@ const (
 // local use) that marks a query from one forwarder to another: its answer
 // must come from the receiver's cache or resolver, never from its peers.
 const PeerOption = 65321
+
+// tsigName is the name of Config.Key in TSIG records; tsigFudge, the
+// clock difference between peers a signature tolerates.
+const (
+	tsigName  = "stampede-dns."
+	tsigFudge = 300
+)
 
 // ednsSize is the UDP payload size advertised to upstreams and peers, and
 // the most answered to clients: DNS Flag Day 2020's, which no path
@@ -97,6 +106,13 @@ type Config struct {
 	// cache; their zero values are their defaults.
 	Delay DelayConfig
 	Cache CacheConfig
+	// Key, if set, authenticates peers: queries between peers are signed
+	// with TSIG (RFC 8945, HMAC-SHA256) with this secret, the same on
+	// every node, and so are their answers. A query signed with it is
+	// then a peer's whatever its source address, and a peer's address no
+	// longer stands in for a signature; a query or an answer signed
+	// otherwise is refused.
+	Key []byte
 	// Logger gets the forwarder's log (default: discarded).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now), for tests.
@@ -112,11 +128,15 @@ type Forwarder struct {
 	m        *series
 	reg      *prometheus.Registry
 	limiters map[netip.Addr]*rate.Limiter // per peer address, fixed by New
-	slots    chan struct{}                // MaxLookups of them
-	life     context.Context              // ends when Serve returns
-	stop     context.CancelFunc
-	wg       sync.WaitGroup // upstream queries, which may outlive their lookup
-	peerIP   netip.Addr     // the source of queries to peers, when set
+	// signedLimiter is the rate of signed queries from addresses off
+	// the peer list, all together.
+	signedLimiter *rate.Limiter
+	tsig          map[string]string // Key for miekg/dns: name to base64 secret
+	slots         chan struct{}     // MaxLookups of them
+	life          context.Context   // ends when Serve returns
+	stop          context.CancelFunc
+	wg            sync.WaitGroup // upstream queries, which may outlive their lookup
+	peerIP        netip.Addr     // the source of queries to peers, when set
 
 	mu      sync.Mutex // guards the following
 	cache   *Cache
@@ -176,6 +196,10 @@ func New(cfg Config) (*Forwarder, error) {
 	for _, p := range cfg.Peers {
 		f.limiters[p.Addr().Unmap()] = rate.NewLimiter(rate.Limit(cfg.PeerRate), cfg.PeerBurst)
 	}
+	if cfg.Key != nil {
+		f.tsig = map[string]string{tsigName: base64.StdEncoding.EncodeToString(cfg.Key)}
+		f.signedLimiter = rate.NewLimiter(rate.Limit(cfg.PeerRate), cfg.PeerBurst)
+	}
 	f.m = newSeries(f)
 	f.reg = metrics.NewRegistry()
 	f.reg.MustRegister(f.m.collectors)
@@ -194,8 +218,8 @@ func (f *Forwarder) Serve(ctx context.Context, pc net.PacketConn, ln net.Listene
 	started := make(chan struct{}, 2)
 	notify := func() { started <- struct{}{} }
 	servers := []*dns.Server{
-		{PacketConn: pc, Handler: f, NotifyStartedFunc: notify},
-		{Listener: ln, Handler: f, NotifyStartedFunc: notify},
+		{PacketConn: pc, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
+		{Listener: ln, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
 	}
 	errc := make(chan error, len(servers))
 	for _, s := range servers {

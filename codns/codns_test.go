@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -382,11 +383,7 @@ func TestForwarderAccess(t *testing.T) {
 	}
 	// From the peer 127.0.0.2, marked: its upstream fails, and it does not
 	// turn to the third node, which would have answered.
-	peerQuery := func(m *dns.Msg) {
-		m.SetEdns0(1232, false)
-		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_LOCAL{Code: PeerOption})
-	}
-	if r := ask(t, "udp", n.addr, "127.0.0.2", "b.example.", peerQuery); r.Rcode != dns.RcodeServerFailure {
+	if r := ask(t, "udp", n.addr, "127.0.0.2", "b.example.", asPeer); r.Rcode != dns.RcodeServerFailure {
 		t.Errorf("peer query, upstream failing: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
 	}
 	if got := third.f.m.peerRequests; testutilSum(got[:]) != 0 {
@@ -396,13 +393,19 @@ func TestForwarderAccess(t *testing.T) {
 		t.Errorf("peer requests failed %v, want 1", got)
 	}
 	// Its burst is 2: the third is refused.
-	ask(t, "udp", n.addr, "127.0.0.2", "c.example.", peerQuery)
-	if r := ask(t, "udp", n.addr, "127.0.0.2", "d.example.", peerQuery); r.Rcode != dns.RcodeRefused {
+	ask(t, "udp", n.addr, "127.0.0.2", "c.example.", asPeer)
+	if r := ask(t, "udp", n.addr, "127.0.0.2", "d.example.", asPeer); r.Rcode != dns.RcodeRefused {
 		t.Errorf("third peer query of a burst of 2: %s, want REFUSED", dns.RcodeToString[r.Rcode])
 	}
 	if got := counter(t, n.f, "refused", "rate-limited"); got != 1 {
 		t.Errorf("refused rate-limited %v, want 1", got)
 	}
+}
+
+// asPeer marks a query as a peer's.
+func asPeer(m *dns.Msg) {
+	m.SetEdns0(1232, false)
+	m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_LOCAL{Code: PeerOption})
 }
 
 func testutilSum(cs []prometheus.Counter) float64 {
@@ -483,5 +486,74 @@ func TestForwarderMalformed(t *testing.T) {
 	}
 	if r := ask(t, "tcp", n.addr, "", "ok.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Errorf("after junk, over TCP: %v", r)
+	}
+}
+
+// With a key, peers sign their queries and answers: a signed query is a
+// peer's from any address, one signed with another key gets NOTAUTH, and
+// a peer's address alone no longer makes a query a peer's.
+func TestForwarderKey(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	healthy := startFake(t, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
+		if !strings.HasPrefix(r.Question[0].Name, "big") {
+			answerA(w, r)
+			return
+		}
+		m := new(dns.Msg).SetReply(r)
+		if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+			m.Truncated = true
+			w.WriteMsg(m)
+			return
+		}
+		for i := range 100 {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(i))})
+		}
+		w.WriteMsg(m)
+	})
+	failing := startFake(t, "127.0.0.1", servfail)
+	peer := startNode(t, "127.0.0.2", Config{
+		Upstream: healthy.addr,
+		Key:      key,
+		Allow:    []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Peers:    []netip.AddrPort{netip.MustParseAddrPort("127.0.0.4:53")},
+	})
+	peerAddr := netip.MustParseAddrPort(peer.addr)
+	n := startNode(t, "127.0.0.3", Config{Upstream: failing.addr, Key: key, Peers: []netip.AddrPort{peerAddr}})
+	if r := ask(t, "udp", n.addr, "", "signed.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.IsTsig() != nil {
+		t.Fatalf("answer %v: want the peer's, without its signature", r)
+	}
+	if got := counter(t, peer.f, "peer_requests", "local"); got != 1 {
+		t.Errorf("the peer answered %v signed queries from 127.0.0.3 (not on its lists), want 1", got)
+	}
+	// A large answer: the peer's, signed, is truncated over UDP, and asked
+	// again over TCP, signed afresh.
+	r := ask(t, "tcp", n.addr, "", "big.example.")
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 100 || counter(t, n.f, "lookups", "peer") != 2 {
+		t.Errorf("a large answer: %s, %d records, won by peers %v; want 100, from the peer",
+			dns.RcodeToString[r.Rcode], len(r.Answer), counter(t, n.f, "lookups", "peer"))
+	}
+	if got := counter(t, n.f, "tcp_retries", ""); got != 1 {
+		t.Errorf("TCP retries %v, want 1", got)
+	}
+
+	// Another key: NOTAUTH, and the lookup fails.
+	other := startNode(t, "127.0.0.5", Config{Upstream: failing.addr, Key: []byte("another key, as long as the first"), Peers: []netip.AddrPort{peerAddr}})
+	if r := ask(t, "udp", other.addr, "", "forged.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("with another key: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if got := counter(t, peer.f, "refused", "bad-signature"); got != 1 {
+		t.Errorf("refused bad-signature %v, want 1", got)
+	}
+	// No key: the peer's address list is not enough.
+	for _, src := range []string{"127.0.0.4", "127.0.0.3"} {
+		if r := ask(t, "udp", peer.addr, src, "unsigned.example.", asPeer); r.Rcode != dns.RcodeRefused {
+			t.Errorf("unsigned from %s: %s, want REFUSED", src, dns.RcodeToString[r.Rcode])
+		}
+	}
+	// A peer without the key does not take an unsigned answer from one
+	// with it (nor can it get one).
+	unkeyed := startNode(t, "127.0.0.6", Config{Upstream: failing.addr, Peers: []netip.AddrPort{peerAddr}})
+	if r := ask(t, "udp", unkeyed.addr, "", "nokey.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("without the key: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
 	}
 }

@@ -41,14 +41,25 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := f.now()
 	src := addrPortOf(w.RemoteAddr()).Addr()
 	marked := hasPeerOption(req)
-	who := f.classify(src, marked)
+	signed := f.tsig != nil && req.IsTsig() != nil
+	if signed && w.TsigStatus() != nil {
+		f.m.refused[refusedBadSignature].Inc()
+		f.log.Debug("dns query refused: bad signature", "src", src, "err", w.TsigStatus())
+		f.refuse(w, req, dns.RcodeNotAuth)
+		return
+	}
+	who := f.classify(src, marked, signed)
+	limiter := f.limiters[src]
+	if signed && limiter == nil {
+		limiter = f.signedLimiter
+	}
 	switch {
 	case who == fromRefused:
 		f.m.refused[refusedNotAllowed].Inc()
 		f.log.Debug("dns query refused: source not allowed", "src", src)
 		f.refuse(w, req, dns.RcodeRefused)
 		return
-	case who == fromPeer && f.limiters[src] != nil && !f.limiters[src].AllowN(start, 1):
+	case who == fromPeer && limiter != nil && !limiter.AllowN(start, 1):
 		f.m.refused[refusedRateLimited].Inc()
 		f.refuse(w, req, dns.RcodeRefused)
 		return
@@ -84,16 +95,21 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	f.reply(w, req, msg)
 }
 
-// classify tells who sent a query from src. A query marked as a peer's
+// classify tells who sent a query from src. A query signed with
+// Config.Key is a peer's. Without a key, a query marked as a peer's
 // (PeerOption) is answered as one when it comes from a peer's address or
 // an allowed one: from the cache or the upstream, never from other
-// peers. Unmarked, it is a client's when src is in Allow, and a peer's
-// when src is a peer's address. Queries answered as a peer's are
-// rate-limited when src is a peer's address.
-func (f *Forwarder) classify(src netip.Addr, marked bool) origin {
+// peers; unmarked, it is a client's when src is in Allow, and a peer's
+// when src is a peer's address. With a key, a peer's address is not
+// enough. Queries answered as a peer's are rate-limited per peer
+// address (signed ones from elsewhere, all together).
+func (f *Forwarder) classify(src netip.Addr, marked, signed bool) origin {
 	_, isPeer := f.limiters[src]
+	isPeer = isPeer && f.tsig == nil
 	allowed := f.allowed(src)
 	switch {
+	case signed:
+		return fromPeer
 	case marked && (isPeer || allowed):
 		return fromPeer
 	case allowed:
@@ -303,8 +319,18 @@ func (f *Forwarder) askPeer(ctx context.Context, peer netip.AddrPort, q dns.Ques
 	if src.IsValid() && src.IsLoopback() != peer.Addr().IsLoopback() {
 		src = netip.Addr{} // a loopback source cannot reach another host, nor the reverse
 	}
-	m, err := f.exchange(ctx, query(q, do, true), peer.String(), src)
+	qm := query(q, do, true)
+	if f.tsig != nil {
+		qm.SetTsig(tsigName, dns.HmacSHA256, tsigFudge, f.now().Unix())
+	}
+	m, err := f.exchange(ctx, qm, peer.String(), src)
+	if err == nil && f.tsig != nil && m.IsTsig() == nil {
+		err = errUnsigned // a signed answer is checked as it is read
+	}
 	r := result{msg: m, err: err, peer: peer}
+	if err != nil {
+		f.log.Debug("dns peer", "peer", peer, "name", q.Name, "err", err)
+	}
 	if ctx.Err() == nil || r.good() {
 		f.mu.Lock()
 		f.peers.Result(peer, r.good(), f.now())
@@ -313,21 +339,33 @@ func (f *Forwarder) askPeer(ctx context.Context, peer netip.AddrPort, q dns.Ques
 	results <- r
 }
 
+// tsigRoom is what a TSIG record with an HMAC-SHA256 takes in a message.
+const tsigRoom = 100
+
 // errMismatch is an answer to another question than the one asked.
 var errMismatch = errors.New("codns: the answer is to another question")
+
+// errUnsigned is a peer's answer without a signature when there is a key.
+var errUnsigned = errors.New("codns: the peer's answer is not signed")
 
 // exchange asks addr for m over UDP, and again over TCP when the answer is
 // truncated, from the address src when it is valid.
 func (f *Forwarder) exchange(ctx context.Context, m *dns.Msg, addr string, src netip.Addr) (*dns.Msg, error) {
-	r, err := exchangeOver(ctx, "udp", m, addr, src)
+	// Signing takes the TSIG record out of the message it signs: each
+	// exchange is given a copy.
+	r, err := f.exchangeOver(ctx, "udp", m.Copy(), addr, src)
 	if err == nil && r.Truncated {
 		f.m.tcpRetries.Inc()
-		r, err = exchangeOver(ctx, "tcp", m, addr, src)
+		m = m.Copy()
+		if t := m.IsTsig(); t != nil {
+			t.TimeSigned = uint64(f.now().Unix())
+		}
+		r, err = f.exchangeOver(ctx, "tcp", m, addr, src)
 	}
 	return r, err
 }
 
-func exchangeOver(ctx context.Context, network string, m *dns.Msg, addr string, src netip.Addr) (*dns.Msg, error) {
+func (f *Forwarder) exchangeOver(ctx context.Context, network string, m *dns.Msg, addr string, src netip.Addr) (*dns.Msg, error) {
 	d := &net.Dialer{}
 	if src.IsValid() {
 		if network == "udp" {
@@ -338,7 +376,7 @@ func exchangeOver(ctx context.Context, network string, m *dns.Msg, addr string, 
 	}
 	// The context bounds the exchange; the client's own timeouts, 2 s by
 	// default, would cut a slow upstream short.
-	c := &dns.Client{Net: network, Dialer: d, Timeout: time.Hour}
+	c := &dns.Client{Net: network, Dialer: d, Timeout: time.Hour, TsigSecret: f.tsig}
 	co, err := c.DialContext(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -409,7 +447,7 @@ func (f *Forwarder) reply(w dns.ResponseWriter, req, ans *dns.Msg) {
 	m.RecursionAvailable = true
 	m.CheckingDisabled = req.CheckingDisabled
 	m.Question = []dns.Question{req.Question[0]} // the client's own case (0x20)
-	m.Extra = withoutOPT(m.Extra)
+	m.Extra = withoutPseudo(m.Extra)
 	f.write(w, req, m)
 }
 
@@ -430,10 +468,17 @@ func (f *Forwarder) write(w dns.ResponseWriter, req, m *dns.Msg) {
 		m.SetEdns0(ednsSize, opt.Do())
 		size = int(min(max(opt.UDPSize(), dns.MinMsgSize), ednsSize))
 	}
+	signed := f.tsig != nil && req.IsTsig() != nil && w.TsigStatus() == nil
 	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp {
+		if signed {
+			size -= tsigRoom
+		}
 		m.Truncate(size)
 	} else {
 		m.Compress = true
+	}
+	if signed {
+		m.SetTsig(tsigName, dns.HmacSHA256, tsigFudge, f.now().Unix())
 	}
 	if err := w.WriteMsg(m); err != nil {
 		f.log.Debug("dns reply", "err", err)

@@ -35,13 +35,14 @@ var upstreamFailNames = [numUpstreamFails]string{"timeout", "error", "rcode"}
 
 // Why a query was refused.
 const (
-	refusedNotAllowed  = iota // its source is neither in Allow nor a peer
-	refusedRateLimited        // a peer past its rate
-	refusedBusy               // MaxLookups lookups under way
+	refusedNotAllowed   = iota // its source is neither in Allow nor a peer
+	refusedRateLimited         // a peer past its rate
+	refusedBusy                // MaxLookups lookups under way
+	refusedBadSignature        // signed, but not with Config.Key (NOTAUTH)
 	numRefused
 )
 
-var refusedNames = [numRefused]string{"not-allowed", "rate-limited", "busy"}
+var refusedNames = [numRefused]string{"not-allowed", "rate-limited", "busy", "bad-signature"}
 
 // Outcomes of queries sent to peers.
 const (
@@ -93,7 +94,7 @@ func newSeries(f *Forwarder) *series {
 	m.tcpRetries = c.Counter("stampede_dns_tcp_retries_total",
 		"Queries asked again over TCP because the answer over UDP was truncated.")
 	copy(m.refused[:], c.Counters("stampede_dns_refused_total",
-		"Queries answered REFUSED, by reason: not-allowed (source neither in --allow nor a peer), rate-limited (a peer past its rate), busy (too many lookups under way).", "reason", refusedNames[:]))
+		"Queries refused, by reason: not-allowed (source neither in --allow nor a peer), rate-limited (a peer past its rate), busy (too many lookups under way): REFUSED; bad-signature (TSIG not made with --key): NOTAUTH.", "reason", refusedNames[:]))
 	m.lookupDuration = c.Histogram("stampede_dns_lookup_duration_seconds",
 		"Time to answer a lookup of a client, the cache's answers included.", lookupBuckets)
 	m.collectors = append(m.collectors, metrics.CollectFunc{

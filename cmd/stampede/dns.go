@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/stampede-dev/stampede/codns"
 	"github.com/stampede-dev/stampede/internal/httpserve"
+	"github.com/stampede-dev/stampede/sign"
 )
 
 // resolvConf is where the default upstream comes from.
@@ -31,8 +34,9 @@ delay drawn from its recent response times) or fails, to the other nodes of
 --peers too, each of which answers from its own resolver and cache; the first
 good answer wins. Answers are cached for their TTL. Give every node the same
 --peers list (it may name the node itself). Clients are served only from
---allow networks, peers only from their addresses; a peer's query is never
-passed on. UDP and TCP. See docs/dns.md.`)
+--allow networks, peers only from their addresses on --peers or, with --key,
+when they sign their queries; a peer's query is never passed on. UDP and TCP.
+See docs/dns.md.`)
 	listen := fs.String("listen", codns.DefaultListen, "answer on `HOST:PORT`, UDP and TCP; other nodes reach it there, as named on their --peers")
 	upstream := fs.String("upstream", "", "the local resolver, `HOST[:PORT]` (default: the first nameserver of /etc/resolv.conf)")
 	peers := fs.StringSlice("peers", nil, "ask the other nodes at `HOST:PORT,...` (repeatable; may include this one)")
@@ -43,6 +47,7 @@ passed on. UDP and TCP. See docs/dns.md.`)
 	maxPeers := fs.Int("max-peers", codns.DefaultMaxPeersPerLookup, "peers one lookup may ask, one after another")
 	peerRate := fs.Float64("peer-rate", codns.DefaultPeerRate, "queries a second each peer may make on average; past it and a burst of twice as many, REFUSED")
 	cacheSize := fs.Int("cache-size", 10000, "answers kept, the least recently used dropped first")
+	keyFile := fs.String("key", "", "authenticate the queries between peers (TSIG) with a secret drawn from the ed25519 key in `FILE` (stampede keygen; the same on every node); without it, peers are known by their addresses on --peers")
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	verbose := fs.BoolP("verbose", "v", false, "log refused queries and failing upstreams")
 	pos, err := fs.parse(args)
@@ -88,6 +93,13 @@ passed on. UDP and TCP. See docs/dns.md.`)
 	if cfg.Peers, err = dnsPeers(ctx, *peers); err != nil {
 		return err
 	}
+	if *keyFile != "" {
+		key, err := sign.ReadPrivateKey(*keyFile)
+		if err != nil {
+			return usageErrorf("--key %s: %v", *keyFile, err)
+		}
+		cfg.Key = dnsTSIGSecret(key)
+	}
 	log := e.logger(*quiet, *verbose)
 	cfg.Logger = log
 	f, err := codns.New(cfg)
@@ -127,6 +139,15 @@ passed on. UDP and TCP. See docs/dns.md.`)
 		}
 	}
 	return f.Serve(ctx, pc, ln)
+}
+
+// dnsTSIGSecret is the TSIG secret of the key of --key: a hash of its
+// seed, named for this one use, so that the key signs nothing else here.
+func dnsTSIGSecret(key ed25519.PrivateKey) []byte {
+	h := sha256.New()
+	h.Write([]byte("stampede dns TSIG\x00"))
+	h.Write(key.Seed())
+	return h.Sum(nil)
 }
 
 // dnsUpstream returns the upstream resolver flag names, HOST:PORT (port

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,24 @@ func TestDNSCommand(t *testing.T) {
 	}
 }
 
+// With --key, a peer that is not on a node's lists nor in its --allow
+// networks is served when it signs its queries with the same key.
+func TestDNSKey(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "key")
+	if code, _, stderr := runCmd(t, "keygen", "-o", key); code != exitOK {
+		t.Fatalf("keygen: exit %d: %s", code, stderr)
+	}
+	healthy := startDNSUpstream(t, false)
+	sick := startDNSUpstream(t, true)
+	peer := startDNSCommand(t, 1, "--listen", "127.0.0.2:0", "--upstream", healthy, "--allow", "127.0.0.1", "--key", key, "-q")[0]
+	node := startDNSCommand(t, 1, "--listen", "127.0.0.3:0", "--upstream", sick, "--peers", peer, "--key", key, "-q")[0]
+	c := &dns.Client{Timeout: 10 * time.Second}
+	r, _, err := c.Exchange(new(dns.Msg).SetQuestion("signed.example.", dns.TypeA), node)
+	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("answer %v, %v; want the peer's", r, err)
+	}
+}
+
 func TestDNSFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"extra"},
@@ -112,6 +131,7 @@ func TestDNSFlagErrors(t *testing.T) {
 		{"--upstream", "a:b:c:d]"},
 		{"--upstream", "host:port"},
 		{"--upstream", ":53"},
+		{"--upstream", "127.0.0.1:53", "--key", "/nonexistent/key"},
 	} {
 		var stderr syncBuffer
 		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
