@@ -14,6 +14,12 @@ type Role struct {
 	// RackRep: one of its rack's representatives, which fetch across the
 	// rack's uplink (from other racks' representatives, or the origin).
 	RackRep bool
+	// Standby: a rack representative held back while the active ones'
+	// links fill the uplink's budget. Two representatives fetching across
+	// one uplink fetch many pieces twice; a standby fetches inside its
+	// rack until it sees no piece arrive for a while (the active ones
+	// are gone or stuck), and then takes over (MayPeerActive).
+	Standby bool
 	// DCRep: one of its datacenter's representatives (drawn from the
 	// racks' ones), which fetch across the datacenter's link: from the
 	// origin, or other datacenters' representatives. They alone go to the
@@ -76,8 +82,14 @@ func NewPlan(c *Cluster, hosts []string, seed []byte) (*Plan, error) {
 		slices.Sort(p.Racks[rack])
 		rank(names)
 		dc := c.Racks[rack].DC.Name
-		for i, n := range names[:min(len(names), c.RackRepresentatives)] {
+		reps := names[:min(len(names), c.RackRepresentatives)]
+		active := activeReps(c, c.Racks[rack].Uplink, reps)
+		for i, n := range reps {
 			p.Roles[n].RackRep = true
+			if i >= active {
+				p.Roles[n].Standby = true
+				continue
+			}
 			for len(rounds[dc]) <= i {
 				rounds[dc] = append(rounds[dc], nil)
 			}
@@ -96,6 +108,26 @@ func NewPlan(c *Cluster, hosts []string, seed []byte) (*Plan, error) {
 	}
 	p.budgets(c)
 	return p, nil
+}
+
+// activeReps is how many of reps (fastest first) are active: as few as
+// fill the uplink's budget with their own links' budgets, at least one;
+// all of them under an uplink without a limit.
+func activeReps(c *Cluster, uplink Link, reps []string) int {
+	if uplink.Capacity == 0 {
+		return len(reps)
+	}
+	var sum int64
+	for i, n := range reps {
+		l := c.Hosts[n].Link
+		if l.Capacity == 0 {
+			return i + 1
+		}
+		if sum += l.Budget(); sum >= uplink.Budget() {
+			return i + 1
+		}
+	}
+	return len(reps)
 }
 
 // linkRank orders links fastest first; an unlimited one is fastest.
@@ -128,9 +160,9 @@ func (p *Plan) Without(c *Cluster, seed []byte, dead ...string) (*Plan, error) {
 }
 
 // MayPeer reports whether hosts a and b exchange pieces: within a rack
-// anyone; across racks of a datacenter, only the racks' representatives;
-// across datacenters, only the datacenters' ones. Everything else stays
-// off the uplinks.
+// anyone; across racks of a datacenter, only the racks' active
+// representatives; across datacenters, only the datacenters' ones.
+// Everything else stays off the uplinks.
 func (p *Plan) MayPeer(a, b string) bool {
 	ra, rb := p.Roles[a], p.Roles[b]
 	switch {
@@ -139,7 +171,25 @@ func (p *Plan) MayPeer(a, b string) bool {
 	case ra.Rack == rb.Rack:
 		return true
 	case ra.DC == rb.DC:
-		return ra.RackRep && rb.RackRep
+		return ra.RackRep && rb.RackRep && !ra.Standby && !rb.Standby
+	default:
+		return ra.DCRep && rb.DCRep
+	}
+}
+
+// MayPeerActive is MayPeer as host a sees it, a standby that has taken
+// over (takenOver) counting as active, and b counted active if it is a
+// representative at all: b, if a standby that has not taken over,
+// refuses on its side.
+func (p *Plan) MayPeerActive(a, b string, takenOver bool) bool {
+	ra, rb := p.Roles[a], p.Roles[b]
+	switch {
+	case ra == nil || rb == nil:
+		return false
+	case ra.Rack == rb.Rack:
+		return true
+	case ra.DC == rb.DC:
+		return ra.RackRep && rb.RackRep && (!ra.Standby || takenOver)
 	default:
 		return ra.DCRep && rb.DCRep
 	}
@@ -182,7 +232,7 @@ func (p *Plan) budgets(c *Cluster) {
 		h := c.Hosts[n]
 		add(h.Link, []string{n})
 		r.Up, r.Down = h.Link.Budget(), h.Link.Budget()
-		if r.RackRep {
+		if r.RackRep && !r.Standby {
 			racks[r.Rack] = append(racks[r.Rack], n)
 		}
 		if r.DCRep {
@@ -245,8 +295,18 @@ func (p *Plan) budgets(c *Cluster) {
 		}
 	}
 	for h, v := range rate {
-		if r := p.Roles[h]; r.RackRep || r.DCRep {
+		if r := p.Roles[h]; (r.RackRep || r.DCRep) && !r.Standby {
 			r.Cross = int64(v)
+		}
+	}
+	// A standby that takes over takes the share of the one it replaces.
+	for _, n := range sortedKeys(p.Roles) {
+		if r := p.Roles[n]; r.Standby {
+			for _, o := range p.Racks[r.Rack] {
+				if ro := p.Roles[o]; ro.RackRep && !ro.Standby {
+					r.Cross = max(r.Cross, min(ro.Cross, c.Hosts[n].Link.Budget()))
+				}
+			}
 		}
 	}
 }

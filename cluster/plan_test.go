@@ -50,6 +50,9 @@ func roles(p *Plan) string {
 			if r.RackRep {
 				tag += "R"
 			}
+			if r.Standby {
+				tag += "S"
+			}
 			if r.DCRep {
 				tag += "D"
 			}
@@ -70,23 +73,24 @@ func TestPlan(t *testing.T) {
 		want              string
 	}{
 		{
-			// Two racks of three: two representatives each share their
-			// uplink's 4 MB/s budget; all four fetch from the origin (fewer
-			// than 5); the others fetch inside the rack at their link's 10.
+			// Two racks of three: one representative's 10 MB/s link fills
+			// the uplink's 4 MB/s budget, so the second stands by (S),
+			// ready with the same share; the active ones fetch from the
+			// origin (fewer than 5); the members inside the rack.
 			name: "2x3", dcs: 1, racks: 2, hosts: 3,
-			want: "r00[h000:0/10000 h001RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/10000]",
+			want: "r00[h000:0/10000 h001RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/10000]",
 		},
 		{
 			// A slow host is never a representative while a faster one is
 			// there, and its 1 MB/s takes nothing from the others.
 			name: "slow host", dcs: 1, racks: 2, hosts: 3, slow: []string{"h001", "h012"},
-			want: "r00[h000RD:2000/10000 h001:0/1000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/1000]",
+			want: "r00[h000RS:4000/10000 h001:0/1000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/1000]",
 		},
 		{
 			// A dead representative's place goes to the rack's other host;
 			// the other rack's keep theirs.
 			name: "dead representative", dcs: 1, racks: 2, hosts: 3, dead: []string{"h001"},
-			want: "r00[h000RD:2000/10000 h002RD:2000/10000] r01[h010RD:2000/10000 h011RD:2000/10000 h012:0/10000]",
+			want: "r00[h000RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/10000]",
 		},
 		{
 			// One representative per rack, three racks: five per
@@ -96,17 +100,22 @@ func TestPlan(t *testing.T) {
 			want: "r00[h000:0/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:0/10000] r02[h020:0/10000 h021RD:2666/10000]",
 		},
 		{
-			// Two datacenters of three racks: six racks' representatives
-			// in each, five of them the datacenter's, who share its link's
-			// 8 MB/s (1.6 MB/s each); the sixth has the rest of its
-			// uplink's 4 MB/s, 2.4.
+			// Two datacenters of three racks: three active representatives
+			// in each, all the datacenter's (fewer than 5), who share its
+			// link's 8 MB/s.
 			name: "two datacenters", dcs: 2, racks: 3, hosts: 2,
-			want: "r00[h000R:2400/10000 h001RD:1600/10000] r01[h010RD:1600/10000 h011RD:1600/10000] r02[h020RD:1600/10000 h021RD:1600/10000] " +
-				"r10[h100RD:1600/10000 h101R:2400/10000] r11[h110RD:1600/10000 h111RD:1600/10000] r12[h120RD:1600/10000 h121RD:1600/10000]",
+			want: "r00[h000RS:2666/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011RS:2666/10000] r02[h020RS:2666/10000 h021RD:2666/10000] " +
+				"r10[h100RD:2666/10000 h101RS:2666/10000] r11[h110RD:2666/10000 h111RS:2666/10000] r12[h120RS:2666/10000 h121RD:2666/10000]",
+		},
+		{
+			// Hosts of 10 Mbit: both representatives are needed to fill a
+			// 4 MB/s uplink budget, each held to its own link's 1 MB/s.
+			name: "slow links", dcs: 1, racks: 1, hosts: 3, slow: []string{"h000", "h001", "h002"},
+			want: "r00[h000:0/1000 h001RD:1000/1000 h002RD:1000/1000]",
 		},
 		{
 			name: "a selection", dcs: 1, racks: 2, hosts: 3, pick: []string{"h000", "h011", "h012"},
-			want: "r00[h000RD:4000/10000] r01[h011RD:2000/10000 h012RD:2000/10000]",
+			want: "r00[h000RD:4000/10000] r01[h011RD:4000/10000 h012RS:4000/10000]",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,7 +154,7 @@ func TestPlan(t *testing.T) {
 			for rk, hs := range p.Racks {
 				var sum int64
 				for _, h := range hs {
-					if p.Roles[h].RackRep {
+					if p.Roles[h].RackRep && !p.Roles[h].Standby {
 						sum += p.Roles[h].Cross
 					}
 				}
@@ -186,7 +195,7 @@ func TestMayPeer(t *testing.T) {
 		for _, b := range c.HostNames() {
 			ra, rb := p.Roles[a], p.Roles[b]
 			got := p.MayPeer(a, b)
-			want := ra.Rack == rb.Rack || (ra.DC == rb.DC && ra.RackRep && rb.RackRep) || (ra.DCRep && rb.DCRep)
+			want := ra.Rack == rb.Rack || (ra.DC == rb.DC && ra.RackRep && rb.RackRep && !ra.Standby && !rb.Standby) || (ra.DCRep && rb.DCRep)
 			if got != want || got != p.MayPeer(b, a) {
 				t.Errorf("MayPeer(%s, %s) = %v", a, b, got)
 			}
@@ -194,6 +203,29 @@ func TestMayPeer(t *testing.T) {
 				t.Errorf("%s, no representative, peers across its uplink with %s", a, b)
 			}
 		}
+	}
+	// A standby peers across its uplink only once it has taken over; an
+	// active representative lets it (the standby refuses on its side
+	// until then).
+	var standby, active, other string
+	for _, n := range c.HostNames() {
+		switch r := p.Roles[n]; {
+		case r.Standby && r.Rack == "r00":
+			standby = n
+		case r.RackRep && !r.Standby && r.Rack == "r01":
+			active = n
+		case r.RackRep && !r.Standby && r.Rack == "r00":
+			other = n
+		}
+	}
+	if standby == "" || active == "" || other == "" {
+		t.Fatalf("no standby in %s", roles(p))
+	}
+	if p.MayPeer(standby, active) || p.MayPeerActive(standby, active, false) {
+		t.Errorf("%s, standing by, peers across its uplink", standby)
+	}
+	if !p.MayPeerActive(standby, active, true) || !p.MayPeerActive(active, standby, false) || !p.MayPeerActive(standby, other, false) {
+		t.Errorf("%s, taking over, may not peer with %s", standby, active)
 	}
 	if p.MayPeer("h000", "nobody") {
 		t.Error("a host not in the push may peer")

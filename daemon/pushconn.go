@@ -41,12 +41,14 @@ func (c *pushCounters) received() int64 {
 
 // pushRates shape one push: down every byte that comes in (from peers and
 // the origin), up every byte sent to peers, cross what comes from outside
-// the rack (other racks' hosts, the origin) on top. Their limits are the
+// the rack (other racks' hosts, the origin) and crossUp what goes to other
+// racks, on top (links are full duplex: a representative has its share of
+// the uplink each way). Their limits are the
 // plan's budgets; the throttle lowers down and up while the host is
 // loaded.
 type pushRates struct {
-	down, up, cross *rate.Limiter
-	downMax, upMax  float64 // the budgets (0: none)
+	down, up, cross, crossUp *rate.Limiter
+	downMax, upMax           float64 // the budgets (0: none)
 }
 
 func newPushRates(r *cluster.Role) *pushRates {
@@ -56,7 +58,7 @@ func newPushRates(r *cluster.Role) *pushRates {
 		}
 		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/20)))
 	}
-	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), downMax: float64(r.Down), upMax: float64(r.Up)}
+	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), crossUp: lim(r.Cross), downMax: float64(r.Down), upMax: float64(r.Up)}
 }
 
 // set applies a limit (0: none) to l, keeping its burst.
@@ -137,20 +139,24 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 	p := e.s.push
 	return func(c net.Conn, addr string, outbound bool) net.Conn {
 		h := p.cfg.Cluster.HostByPeer(addr)
-		if h == nil || !e.plan.MayPeer(p.self.Name, h.Name) {
+		// A standby takes over once no piece has come for Fallback: the
+		// active representatives are gone or stuck.
+		takenOver := e.role.Standby && time.Since(time.Unix(0, e.ps.ctr.progressAt.Load())) >= p.cfg.Fallback
+		if h == nil || !e.plan.MayPeerActive(p.self.Name, h.Name, takenOver) {
 			return nil
 		}
 		if h.Rack == p.self.Rack {
-			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: e.rt.up}
+			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: []*rate.Limiter{e.rt.up}}
 		}
-		if tc, ok := c.(*net.TCPConn); ok && e.role.Cross > 0 {
+		if tc, ok := c.(interface{ SetReadBuffer(int) error }); ok && e.role.Cross > 0 {
 			// A receive buffer the kernel grows to megabytes fills at the
 			// link's speed before flow control follows our reads: a burst
-			// past the uplink's budget at each connection's start. A
-			// small fixed one keeps the sender to our pace.
+			// past the uplink's budget at each connection's start, times
+			// the connections. A small fixed one keeps the sender to our
+			// pace.
 			tc.SetReadBuffer(crossReadBuffer)
 		}
-		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, down: []*rate.Limiter{e.rt.cross, e.rt.down}, up: e.rt.up}
+		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, down: []*rate.Limiter{e.rt.cross, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
 	}
 }
 
@@ -161,7 +167,7 @@ type shapedConn struct {
 	ctx  context.Context
 	in   *atomic.Int64
 	down []*rate.Limiter
-	up   *rate.Limiter
+	up   []*rate.Limiter
 }
 
 func (c *shapedConn) Read(p []byte) (int, error) {
@@ -174,7 +180,9 @@ func (c *shapedConn) Read(p []byte) (int, error) {
 }
 
 func (c *shapedConn) Write(p []byte) (int, error) {
-	wait(c.ctx, c.up, len(p))
+	for _, l := range c.up {
+		wait(c.ctx, l, len(p))
+	}
 	return c.Conn.Write(p)
 }
 

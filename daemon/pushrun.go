@@ -144,6 +144,8 @@ func roleName(r *cluster.Role) string {
 	switch {
 	case r.DCRep:
 		return "rack+dc representative"
+	case r.Standby:
+		return "standby representative"
 	case r.RackRep:
 		return "rack representative"
 	}

@@ -92,6 +92,8 @@ type pushScenario struct {
 	Reserve float64  `json:"reserve"`
 	Reps    int      `json:"reps"`
 	Systems []string `json:"systems"`
+	// RackReps is the cluster file's rack_representatives (0: its default).
+	RackReps int `json:"rack_representatives,omitempty"`
 }
 
 func (sc *pushScenario) parse(s string) error {
@@ -105,6 +107,8 @@ func (sc *pushScenario) parse(s string) error {
 			sc.Hosts, err = strconv.Atoi(v)
 		case "reps":
 			sc.Reps, err = strconv.Atoi(v)
+		case "rack_reps":
+			sc.RackReps, err = strconv.Atoi(v)
 		case "size":
 			sc.Size, err = units.ParseSize(v)
 		case "host":
@@ -534,6 +538,9 @@ func runPushBench(t *testing.T, sc pushScenario, system, bin, dir string, seed u
 func benchPush(t *testing.T, tp *nsTopo, sc pushScenario, bin, dir, file string, run *pushBenchRun, startSampling func()) {
 	var toml strings.Builder
 	fmt.Fprintf(&toml, "reserve = %q\nhost_link = %q\n", fmt.Sprintf("%g%%", sc.Reserve*100), strconv.FormatInt(sc.Host, 10))
+	if sc.RackReps > 0 {
+		fmt.Fprintf(&toml, "rack_representatives = %d\n", sc.RackReps)
+	}
 	for r, hs := range tp.racks {
 		var names []string
 		for _, h := range hs {
