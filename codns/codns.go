@@ -67,6 +67,11 @@ const (
 // fragments.
 const ednsSize = 1232
 
+// udpQuerySize is the largest query read over UDP (miekg/dns reads 512
+// bytes by default, which a query with EDNS options and a TSIG record may
+// pass).
+const udpQuerySize = 4096
+
 // udpReadBuffer is the receive buffer asked for the UDP socket.
 const udpReadBuffer = 4 << 20
 
@@ -218,7 +223,7 @@ func (f *Forwarder) Serve(ctx context.Context, pc net.PacketConn, ln net.Listene
 	started := make(chan struct{}, 2)
 	notify := func() { started <- struct{}{} }
 	servers := []*dns.Server{
-		{PacketConn: pc, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
+		{PacketConn: pc, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig, UDPSize: udpQuerySize},
 		{Listener: ln, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
 	}
 	errc := make(chan error, len(servers))
