@@ -495,3 +495,49 @@ func TestPushThrottled(t *testing.T) {
 	}
 	checkFile(t, filepath.Join(a.prefix, "app.bin"), data)
 }
+
+// TestPushStandbyTakesOver: behind a limited uplink one representative
+// per rack is active and the other stands by, fetching only inside its
+// rack; when the active one dies, the standby takes over across the
+// uplink and its rack finishes.
+func TestPushStandbyTakesOver(t *testing.T) {
+	data := randomBytes(3*MiB, 38)
+	o := startOrigin(t, 3*MiB, map[string][]byte{"app.bin": data})
+	tc := startCluster(t, 2, 3, "400Mbit", func(p *daemon.PushConfig) { p.Fallback = time.Second })
+	req := tc.request(o, "app.bin", tc.hosts, "")
+	ids := pushAll(t, tc, req)
+	var active, standby string
+	for _, h := range []string{"r1h0", "r1h1", "r1h2"} {
+		st, err := status(t, tc.agents[h], ids[h])
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch st.Role {
+		case "rack+dc representative":
+			active = h
+		case "standby representative":
+			standby = h
+		}
+	}
+	if active == "" || standby == "" {
+		t.Fatal("rack r1 has no active and standby representatives")
+	}
+	waitDonePush(t, tc.agents[active], ids[active], MiB/2)
+	if st, _ := status(t, tc.agents[standby], ids[standby]); st.FromRacks != 0 || st.FromOrigin != 0 {
+		t.Errorf("the standby fetched across the uplink while the active one ran: %+v", st)
+	}
+	tc.agents[active].stop(t)
+	delete(ids, active)
+	sts := waitPushes(t, tc, ids, 60*time.Second)
+	for h, st := range sts {
+		if st.State != daemon.PushDone {
+			t.Errorf("%s: %+v", h, st)
+		}
+	}
+	st := sts[standby]
+	t.Logf("standby %s: rack %d, other racks %d, origin %d", standby, st.FromRack, st.FromRacks, st.FromOrigin)
+	if st.FromRacks+st.FromOrigin == 0 {
+		t.Errorf("the standby never took over: %+v", st)
+	}
+	checkFile(t, filepath.Join(tc.agents[standby].prefix, "app.bin"), data)
+}
