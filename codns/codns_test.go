@@ -557,3 +557,29 @@ func TestForwarderKey(t *testing.T) {
 		t.Errorf("without the key: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
 	}
 }
+
+// A query the upstream drops (a lost packet) is sent again, and its
+// answer is the lookup's, without peers.
+func TestForwarderRetransmits(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	up := startFake(t, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
+		mu.Lock()
+		first := !seen[r.Question[0].Name]
+		seen[r.Question[0].Name] = true
+		mu.Unlock()
+		if !first {
+			answerA(w, r)
+		}
+	})
+	n := startNode(t, "127.0.0.1", Config{Upstream: up.addr})
+	if r := ask(t, "udp", n.addr, "", "lost.example."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("answer %v", r)
+	}
+	if got := up.queries.Load(); got != 2 {
+		t.Errorf("upstream asked %d times, want 2", got)
+	}
+	if got := counter(t, n.f, "lookups", "local"); got != 1 {
+		t.Errorf("lookups answered by the upstream %v, want 1", got)
+	}
+}

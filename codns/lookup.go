@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -197,7 +198,7 @@ func (f *Forwarder) resolve(ctx context.Context, q dns.Question, do, coop bool) 
 
 	results := make(chan result, 1+len(order))
 	f.wg.Add(1)
-	go f.askUpstream(q, do, results)
+	go f.askUpstream(ctx, q, do, results)
 	pending, asked := 1, 0
 	var timer *time.Timer
 	var tick <-chan time.Time
@@ -286,21 +287,55 @@ func (f *Forwarder) countLosers(results <-chan result, pending int) {
 // askUpstream asks the upstream for q and sends its answer to results.
 // It is not cut short when the lookup ends: how long the upstream took is
 // what the delay learns from, and the query ends within Timeout anyway.
-func (f *Forwarder) askUpstream(q dns.Question, do bool, results chan<- result) {
+// A query unanswered after upstreamRetry is sent again (a UDP packet may
+// be lost), the first still awaited, while the lookup (lookup) is under
+// way: at most upstreamTries in all, each a new socket and ID.
+func (f *Forwarder) askUpstream(lookup context.Context, q dns.Question, do bool, results chan<- result) {
 	defer f.wg.Done()
+	var tries sync.WaitGroup
+	defer tries.Wait()
 	ctx, cancel := context.WithTimeout(f.life, f.cfg.Timeout)
 	defer cancel()
 	start := f.now()
-	m, err := f.exchange(ctx, query(q, do, false), f.cfg.Upstream, netip.Addr{})
+	answers := make(chan result, upstreamTries)
+	try := func() {
+		tries.Go(func() {
+			m, err := f.exchange(ctx, query(q, do, false), f.cfg.Upstream, netip.Addr{})
+			answers <- result{msg: m, err: err}
+		})
+	}
+	try()
+	sent, pending := 1, 1
+	retry := time.NewTimer(upstreamRetry)
+	defer retry.Stop()
+	var r result
+	for {
+		select {
+		case r = <-answers:
+			pending--
+		case <-retry.C:
+			if sent < upstreamTries && lookup.Err() == nil {
+				try()
+				sent++
+				pending++
+				retry.Reset(upstreamRetry << (sent - 1))
+			}
+			continue
+		}
+		if r.err == nil || pending == 0 {
+			break
+		}
+	}
+	cancel() // the other tries are not awaited
 	took := f.now().Sub(start)
-	switch {
+	switch err := r.err; {
 	case f.life.Err() != nil:
 	case err != nil && errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		f.m.upstreamFailures[upstreamTimeout].Inc()
 	case err != nil:
 		f.m.upstreamFailures[upstreamError].Inc()
 		f.log.Debug("dns upstream", "name", q.Name, "err", err)
-	case m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError:
+	case r.msg.Rcode != dns.RcodeSuccess && r.msg.Rcode != dns.RcodeNameError:
 		f.m.upstreamFailures[upstreamRcode].Inc()
 	}
 	if f.life.Err() == nil {
@@ -308,7 +343,7 @@ func (f *Forwarder) askUpstream(q dns.Question, do bool, results chan<- result) 
 		f.delay.ObserveLocal(took)
 		f.mu.Unlock()
 	}
-	results <- result{msg: m, err: err}
+	results <- r
 }
 
 // askPeer asks peer for q and sends its answer to results.
@@ -338,6 +373,14 @@ func (f *Forwarder) askPeer(ctx context.Context, peer netip.AddrPort, q dns.Ques
 	}
 	results <- r
 }
+
+// upstreamRetry is how long a query to the upstream waits before it is
+// sent again, the wait doubling each time, and upstreamTries how many
+// times it is sent at most: at 0, 1 s and 3 s, within Timeout.
+const (
+	upstreamRetry = time.Second
+	upstreamTries = 3
+)
 
 // tsigRoom is what a TSIG record with an HMAC-SHA256 takes in a message.
 const tsigRoom = 100
