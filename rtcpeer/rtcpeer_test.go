@@ -58,7 +58,7 @@ func newFakeBrowser(t *testing.T, ctx context.Context, announce string, root man
 	o, _ := pc.CreateOffer(nil)
 	pc.SetLocalDescription(o)
 	<-webrtc.GatheringCompletePromise(pc)
-	b.ws, _, err = websocket.Dial(ctx, wsURL(announce), nil)
+	b.ws, _, err = websocket.Dial(ctx, tracker.WSURL(announce), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

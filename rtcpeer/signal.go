@@ -14,6 +14,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/stampede-dev/stampede/manifest"
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 // Signalling timings.
@@ -27,44 +28,12 @@ const (
 	nativeMark   = "n-" // opens a native peer's offer_id
 )
 
-// sdp and message are tracker/ws.go's messages.
-type sdp struct {
-	Type string `json:"type"`
-	SDP  string `json:"sdp"`
-}
-
-type offer struct {
-	OfferID string `json:"offer_id"`
-	Offer   sdp    `json:"offer"`
-}
-
-type message struct {
-	Action    string  `json:"action"`
-	Root      string  `json:"root"`
-	Size      int64   `json:"size"`
-	PeerID    string  `json:"peer_id,omitempty"`
-	Left      *int64  `json:"left,omitempty"`
-	Event     string  `json:"event,omitempty"`
-	Offers    []offer `json:"offers,omitempty"`
-	ToPeerID  string  `json:"to_peer_id,omitempty"`
-	OfferID   string  `json:"offer_id,omitempty"`
-	Offer     *sdp    `json:"offer,omitempty"`
-	Answer    *sdp    `json:"answer,omitempty"`
-	Interval  int64   `json:"interval,omitempty"`
-	SwarmSize *int    `json:"swarm_size,omitempty"`
-	Error     string  `json:"error,omitempty"`
-}
-
-// wsURL is the WebSocket form of an http(s) announce URL; "" for others.
-func wsURL(announce string) string {
-	switch {
-	case strings.HasPrefix(announce, "https://"):
-		return "wss://" + strings.TrimPrefix(announce, "https://")
-	case strings.HasPrefix(announce, "http://"):
-		return "ws://" + strings.TrimPrefix(announce, "http://")
-	}
-	return ""
-}
+// message is the signalling's message (tracker/ws.go).
+type (
+	message = tracker.WSMessage
+	offer   = tracker.WSOffer
+	sdp     = tracker.WSSDP
+)
 
 // joined is one swarm's signalling on one tracker.
 type joined struct {
@@ -92,7 +61,7 @@ type pending struct {
 // fewer than MaxPeers and left() is not 0, and answers browsers' offers.
 // The channels come out of Accept.
 func (t *Transport) Join(ctx context.Context, announce string, root manifest.Hash, size int64, left func() int64) {
-	u := wsURL(announce)
+	u := tracker.WSURL(announce)
 	if u == "" {
 		return
 	}
@@ -145,7 +114,7 @@ func (j *joined) session(ctx context.Context) error {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		j.announce(sctx, "started")
+		j.announce(sctx, tracker.EventStarted)
 		tick := time.NewTicker(offerEvery)
 		defer tick.Stop()
 		last := time.Now()
@@ -153,14 +122,14 @@ func (j *joined) session(ctx context.Context) error {
 			select {
 			case <-sctx.Done():
 				wctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				j.send(wctx, &message{Left: ptr(j.left()), Event: "stopped"})
+				j.send(wctx, &message{Left: ptr(j.left()), Event: tracker.EventStopped})
 				cancel()
 				return
 			case <-tick.C:
 			}
 			j.expire()
 			if (j.left() > 0 && int(j.peers.Load()) < j.t.cfg.MaxPeers) || time.Since(last) > 15*time.Second {
-				j.announce(sctx, "")
+				j.announce(sctx, tracker.EventNone)
 				last = time.Now()
 			}
 		}
@@ -212,7 +181,7 @@ func gathered(ctx context.Context, pc *webrtc.PeerConnection) {
 }
 
 // announce announces, with offers while peers are wanted.
-func (j *joined) announce(ctx context.Context, event string) {
+func (j *joined) announce(ctx context.Context, event tracker.Event) {
 	left := j.left()
 	want := 0
 	if left > 0 {

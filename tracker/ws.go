@@ -135,35 +135,48 @@ type wsOffer struct {
 	id   string
 }
 
-// wsSDP is an offer's or an answer's session description.
-type wsSDP struct {
+// WSSDP is an offer's or an answer's session description.
+type WSSDP struct {
 	Type string `json:"type"`
 	SDP  string `json:"sdp"`
 }
 
-// wsMessage is every message, both ways.
-type wsMessage struct {
-	Action    string   `json:"action"`
-	Root      string   `json:"root"`
-	Size      int64    `json:"size"`
-	PeerID    string   `json:"peer_id,omitempty"`
-	Left      *int64   `json:"left,omitempty"`
-	Event     Event    `json:"event,omitempty"`
-	Offers    []wsOfer `json:"offers,omitempty"`
-	ToPeerID  string   `json:"to_peer_id,omitempty"`
-	OfferID   string   `json:"offer_id,omitempty"`
-	Offer     *wsSDP   `json:"offer,omitempty"`
-	Answer    *wsSDP   `json:"answer,omitempty"`
-	Interval  int64    `json:"interval,omitempty"`
-	SwarmSize *int     `json:"swarm_size,omitempty"`
-	Complete  *int     `json:"complete,omitempty"`
-	Error     string   `json:"error,omitempty"`
+// WSMessage is every message of the WebSocket signalling, both ways
+// (package rtcpeer is a client).
+type WSMessage struct {
+	Action    string    `json:"action"`
+	Root      string    `json:"root"`
+	Size      int64     `json:"size"`
+	PeerID    string    `json:"peer_id,omitempty"`
+	Left      *int64    `json:"left,omitempty"`
+	Event     Event     `json:"event,omitempty"`
+	Offers    []WSOffer `json:"offers,omitempty"`
+	ToPeerID  string    `json:"to_peer_id,omitempty"`
+	OfferID   string    `json:"offer_id,omitempty"`
+	Offer     *WSSDP    `json:"offer,omitempty"`
+	Answer    *WSSDP    `json:"answer,omitempty"`
+	Interval  int64     `json:"interval,omitempty"`
+	SwarmSize *int      `json:"swarm_size,omitempty"`
+	Complete  *int      `json:"complete,omitempty"`
+	Error     string    `json:"error,omitempty"`
 }
 
-// wsOfer is one offer of an announce.
-type wsOfer struct {
+// WSURL is the WebSocket form of an http or https announce URL (ws://,
+// wss://), where the signalling is; "" for another scheme.
+func WSURL(announce string) string {
+	switch {
+	case strings.HasPrefix(announce, "https://"):
+		return "wss://" + strings.TrimPrefix(announce, "https://")
+	case strings.HasPrefix(announce, "http://"):
+		return "ws://" + strings.TrimPrefix(announce, "http://")
+	}
+	return ""
+}
+
+// WSOffer is one offer of an announce.
+type WSOffer struct {
 	OfferID string `json:"offer_id"`
-	Offer   wsSDP  `json:"offer"`
+	Offer   WSSDP  `json:"offer"`
 }
 
 // errWSClose is why a connection that broke a bound is closed.
@@ -252,7 +265,7 @@ func (t *Tracker) wsWrite(ctx context.Context, c *websocket.Conn, conn *wsConn) 
 
 // queue queues m to conn; a connection whose queue is full is not reading
 // and is closed rather than waited for. It reports whether m was queued.
-func (conn *wsConn) queue(m *wsMessage) bool {
+func (conn *wsConn) queue(m *WSMessage) bool {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return false
@@ -285,7 +298,7 @@ func (t *Tracker) wsRead(ctx context.Context, c *websocket.Conn, conn *wsConn, i
 		if typ != websocket.MessageText {
 			return &errWSClose{websocket.StatusUnsupportedData, "JSON text messages only"}
 		}
-		var m wsMessage
+		var m WSMessage
 		if err := json.Unmarshal(b, &m); err != nil {
 			return &errWSClose{websocket.StatusInvalidFramePayloadData, "not JSON"}
 		}
@@ -295,12 +308,12 @@ func (t *Tracker) wsRead(ctx context.Context, c *websocket.Conn, conn *wsConn, i
 				return err
 			}
 			// A refusal of this announce alone: say why, go on.
-			conn.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, Error: err.Error()})
+			conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, Error: err.Error()})
 		}
 	}
 }
 
-func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *wsMessage) error {
+func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *WSMessage) error {
 	if m.Action != "announce" {
 		return fmt.Errorf("%w: action %q (want announce)", errBadRequest, m.Action)
 	}
@@ -337,7 +350,7 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	if err := t.ws.join(conn, key, id, m.Event == EventStopped, t.cfg.MaxPeersPerSwarm); err != nil {
 		return err
 	}
-	conn.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size,
+	conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size,
 		Interval: int64(res.Interval / time.Second), SwarmSize: &res.SwarmSize, Complete: &res.Complete})
 	if m.Event != EventStopped {
 		t.ws.relayOffers(key, id, m)
@@ -389,7 +402,7 @@ func (h *wsHub) join(conn *wsConn, key swarmKey, id PeerID, stopped bool, maxPee
 
 // relayOffers sends each offer of m, from peer id, to a different other
 // peer of the swarm, at random, that has room for one more pending offer.
-func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *wsMessage) {
+func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage) {
 	if len(m.Offers) == 0 {
 		return
 	}
@@ -407,7 +420,7 @@ func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *wsMessage) {
 			break
 		}
 		offer := o.Offer
-		if to[i].queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
+		if to[i].queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
 			to[i].pending[wsOffer{key, id, o.OfferID}] = true
 		}
 	}
@@ -415,7 +428,7 @@ func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *wsMessage) {
 
 // relayAnswer sends conn's answer to the peer whose offer it answers, if
 // that offer was relayed to conn and is not answered yet.
-func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *wsMessage) error {
+func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage) error {
 	to, err := ParsePeerID(m.ToPeerID)
 	if err != nil {
 		return fmt.Errorf("%w: to_peer_id: %w", errBadRequest, err)
@@ -431,7 +444,7 @@ func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *wsMessage)
 	}
 	delete(conn.pending, o)
 	if c := h.swarms[key][to]; c != nil {
-		c.queue(&wsMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: m.OfferID, Answer: m.Answer})
+		c.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: m.OfferID, Answer: m.Answer})
 	}
 	return nil
 }

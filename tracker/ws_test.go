@@ -49,21 +49,21 @@ func (p *wsPeer) send(m map[string]any) {
 }
 
 // read returns the next message, or the error that ended the connection.
-func (p *wsPeer) read() (wsMessage, error) {
+func (p *wsPeer) read() (WSMessage, error) {
 	ctx, cancel := context.WithTimeout(p.t.Context(), 5*time.Second)
 	defer cancel()
 	_, b, err := p.c.Read(ctx)
 	if err != nil {
-		return wsMessage{}, err
+		return WSMessage{}, err
 	}
-	var m wsMessage
+	var m WSMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		p.t.Fatal(err)
 	}
 	return m, nil
 }
 
-func (p *wsPeer) must() wsMessage {
+func (p *wsPeer) must() WSMessage {
 	p.t.Helper()
 	m, err := p.read()
 	if err != nil {
@@ -72,7 +72,7 @@ func (p *wsPeer) must() wsMessage {
 	return m
 }
 
-func (p *wsPeer) announce(left int64, offers ...string) wsMessage {
+func (p *wsPeer) announce(left int64, offers ...string) WSMessage {
 	p.t.Helper()
 	var os []map[string]any
 	for _, o := range offers {

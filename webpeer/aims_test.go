@@ -84,27 +84,6 @@ func shape(t *testing.T, i int, up, down string) {
 	run(t, "tc", "qdisc", "add", "dev", host, "root", "tbf", "rate", down, "burst", "32kbit", "latency", "400ms")
 }
 
-// blank opens a Chromium in ns on about:blank: browsers start before their
-// arrival, and count from their navigation.
-func blank(t *testing.T, ns, name string, o *testOrigin) *browser {
-	t.Helper()
-	dir := t.TempDir()
-	wrapper := filepath.Join(dir, "chromium-in-netns")
-	os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns+" chromium \"$@\"\n"), 0o755)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(wrapper), chromedp.NoSandbox,
-		chromedp.UserDataDir(filepath.Join(dir, "profile")),
-		chromedp.Flag("unsafely-treat-insecure-origin-as-secure", o.url),
-		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,WebRtcHideLocalIpsWithMdns"))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	b := &browser{t: t, name: name, ctx: ctx, cancel: func() { cancel(); cancelAlloc() }}
-	t.Cleanup(b.cancel)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("%s: chromium: %v", name, err)
-	}
-	return b
-}
-
 type aimsRun struct {
 	times       []float64 // ms from navigation to the object, by browser
 	originBytes int64

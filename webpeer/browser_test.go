@@ -179,6 +179,19 @@ type browser struct {
 
 func openBrowser(t *testing.T, ns, name string, o *testOrigin) *browser {
 	t.Helper()
+	b := blank(t, ns, name, o)
+	b.do(chromedp.Navigate(o.url + "/index.html"))
+	var ready string
+	b.eval(`stampede.ready`, &ready)
+	if ready != "on" {
+		t.Fatalf("%s: the peer is %q, want on", name, ready)
+	}
+	return b
+}
+
+// blank opens a Chromium in ns on about:blank, ready to navigate.
+func blank(t *testing.T, ns, name string, o *testOrigin) *browser {
+	t.Helper()
 	dir := t.TempDir()
 	wrapper := filepath.Join(dir, "chromium-in-netns")
 	os.WriteFile(wrapper, []byte("#!/bin/sh\nexec ip netns exec "+ns+" chromium \"$@\"\n"), 0o755)
@@ -202,12 +215,6 @@ func openBrowser(t *testing.T, ns, name string, o *testOrigin) *browser {
 	t.Cleanup(b.cancel)
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("%s: chromium: %v", name, err)
-	}
-	b.do(chromedp.Navigate(o.url + "/index.html"))
-	var ready string
-	b.eval(`stampede.ready`, &ready)
-	if ready != "on" {
-		t.Fatalf("%s: the peer is %q, want on", name, ready)
 	}
 	return b
 }
