@@ -221,8 +221,7 @@ func (f *Forwarder) resolve(ctx context.Context, q dns.Question, do, coop bool) 
 		wait = max(2*wait, f.cfg.Delay.Min)
 		timer.Reset(wait)
 	}
-	// Whatever ends the lookup, the peers' queries still under way lost,
-	// and the delay learns whether a peer won.
+	// However the lookup ends, the delay learns whether a peer won it.
 	winner := netip.AddrPort{}
 	defer func() {
 		if !coop || len(order) == 0 {
