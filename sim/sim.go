@@ -22,9 +22,8 @@
 // a busy one costs what its peers decide.
 //
 // A run is deterministic for a Config, Seed included, given a tracker
-// store that is: tracker.MemoryStore draws its own seeds, so the peers a
-// crowd's announces get back, and with them the run, differ a little from
-// run to run. Config.Tracker takes another store.
+// store that is: the default, a tracker.MemoryStore seeded from Seed, is.
+// Config.Tracker takes another store.
 //
 // docs/sim.md says how to run it, what it leaves out and what it measured.
 package sim
@@ -87,7 +86,7 @@ type Config struct {
 	// and Seed are set per peer.
 	Swarm swarm.Config
 	// Tracker keeps the tracker's swarms (default: a tracker.MemoryStore
-	// with the default limits).
+	// with the default limits, its draws seeded from Seed).
 	Tracker tracker.Store
 	// ResendAfter is the origin's (origin.Config.ResendAfter; default
 	// origin.DefaultResendAfter, 3 s; negative: none).

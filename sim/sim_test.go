@@ -196,20 +196,26 @@ func TestTrackerConsulted(t *testing.T) {
 }
 
 // TestDeterministic: two runs of one Config, with a tracker store that is
-// deterministic, give the same result.
+// deterministic, give the same result; so do two with the default store,
+// seeded from the Config's seed.
 func TestDeterministic(t *testing.T) {
 	cfg := crowd(15, 4<<20, 8*mbit, 8*mbit, 20*mbit)
 	cfg.Peers[3].Up, cfg.Peers[7].Down = 1*mbit, 4*mbit
 	cfg.Kills = []Kill{{At: 2 * time.Second, Count: 2}}
-	var out [2][]byte
-	for i := range out {
-		cfg.Tracker = &listStore{}
-		_, r := run(t, cfg)
-		r.Engine.WallSeconds = 0
-		out[i], _ = json.Marshal(r)
-	}
-	if string(out[0]) != string(out[1]) {
-		t.Errorf("two runs differ:\n%s\n%s", out[0], out[1])
+	for _, list := range []bool{true, false} {
+		var out [2][]byte
+		for i := range out {
+			cfg.Tracker = nil
+			if list {
+				cfg.Tracker = &listStore{}
+			}
+			_, r := run(t, cfg)
+			r.Engine.WallSeconds = 0
+			out[i], _ = json.Marshal(r)
+		}
+		if string(out[0]) != string(out[1]) {
+			t.Errorf("list store %v: two runs differ:\n%s\n%s", list, out[0], out[1])
+		}
 	}
 }
 

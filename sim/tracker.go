@@ -36,7 +36,7 @@ func newTrackerSim(s *Sim) *trackerSim {
 	cfg := tracker.Config{Now: s.clock, AnnounceRate: -1}
 	store := s.cfg.Tracker
 	if store == nil {
-		store = tracker.NewMemoryStore(cfg.Limits(), nil)
+		store = tracker.NewSeededMemoryStore(cfg.Limits(), nil, s.cfg.Seed)
 	}
 	cfg.Store = store
 	t := tracker.New(cfg)

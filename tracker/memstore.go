@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
@@ -28,6 +29,10 @@ type MemoryStore struct {
 	limits Limits
 	log    *slog.Logger
 	seed   maphash.Seed // keys the id hash of the size estimator
+	// rng, when set (NewSeededMemoryStore), draws the swarms' seeds and
+	// key keys the id hash in place of seed; guarded by mu.
+	rng *rand.Rand
+	key uint64
 
 	mu     sync.Mutex // guards the following, and every slot's links, last and lone
 	swarms map[swarmKey]*slot
@@ -73,10 +78,46 @@ func NewMemoryStore(limits Limits, log *slog.Logger) *MemoryStore {
 	return m
 }
 
+// NewSeededMemoryStore is NewMemoryStore with every random draw (the
+// peers an announce gets back, the size estimator's id hash) derived
+// from seed, so that a simulation repeats. Anyone who knows the seed can
+// choose ids that skew the estimate: it is for simulations and tests,
+// not for a tracker on the Internet.
+func NewSeededMemoryStore(limits Limits, log *slog.Logger, seed uint64) *MemoryStore {
+	m := NewMemoryStore(limits, log)
+	m.rng = rand.New(rand.NewPCG(seed, seed^0x747261636b6572))
+	m.key = m.rng.Uint64()
+	return m
+}
+
+// idHash is the size estimator's hash of a counting id.
+func (m *MemoryStore) idHash(id PeerID) uint64 {
+	if m.rng == nil {
+		return maphash.Comparable(m.seed, id)
+	}
+	h := mix64(m.key ^ binary.LittleEndian.Uint64(id[:8]))
+	return mix64(h ^ binary.LittleEndian.Uint64(id[8:]))
+}
+
+// mix64 is splitmix64's finalizer.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// swarmSeedLocked seeds a new swarm's draws.
+func (m *MemoryStore) swarmSeedLocked() uint64 {
+	if m.rng == nil {
+		return rand.Uint64()
+	}
+	return m.rng.Uint64()
+}
+
 // Announce implements Store. It never fails.
 func (m *MemoryStore) Announce(_ context.Context, req AnnounceRequest, addr netip.AddrPort, now time.Time) (Outcome, error) {
 	a := announce{AnnounceRequest: req, addr: addr,
-		hash: maphash.Comparable(m.seed, CountingID(req.ID, addr.Addr(), m.limits.MaxPeersPerAddress))}
+		hash: m.idHash(CountingID(req.ID, addr.Addr(), m.limits.MaxPeersPerAddress))}
 	s, dropped := m.slotFor(swarmKey{req.Root, req.Size}, maker(addr.Addr()), now)
 	if s == nil {
 		// Not kept: answered as the swarm's only peer.
@@ -169,7 +210,7 @@ func (m *MemoryStore) slotFor(key swarmKey, src netip.Prefix, now time.Time) (*s
 			m.removeLocked(old)
 			dropped.SwarmsLimit++
 		}
-		s = &slot{key: key, maker: src, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, rand.Uint64(), now),
+		s = &slot{key: key, maker: src, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, m.swarmSeedLocked(), now),
 			lone: true, wasLone: true}
 		m.swarms[key] = s
 		m.makers.count(src, 1)
