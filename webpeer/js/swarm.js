@@ -82,6 +82,7 @@ class Conn {
     this.their = new wire.Bits(swarm.m.n);
     this.unchoked = false; // they serve us
     this.inflight = new Map(); // piece -> {buf, got}
+    this.cancelled = new Set(); // pieces whose request we cancelled: their late DATA is no error
     this.uploads = [];
     this.serving = false;
     this.hs = new Uint8Array(0);
@@ -174,12 +175,14 @@ class Conn {
     this.serving = false;
   }
   request(i) {
+    this.cancelled.delete(i);
     const len = this.swarm.m.pieceLen(i);
     this.inflight.set(i, { buf: new Uint8Array(len), got: 0, at: performance.now() });
     this.send({ type: wire.T.REQUEST, piece: i, offset: 0, length: len });
   }
   async onPieceData(m) {
     const f = this.inflight.get(m.piece);
+    if (!f && this.cancelled.has(m.piece)) return; // the answer crossed our CANCEL: discarded
     if (!f || m.offset !== f.got) return this.bye(wire.BYE.PROTOCOL, 'DATA not asked for');
     f.buf.set(m.bytes, m.offset);
     f.got += m.bytes.length;
@@ -360,7 +363,7 @@ export class Swarm {
     const now = performance.now();
     for (const c of this.conns.values()) {
       for (const [i, f] of c.inflight) {
-        if (now - f.at > this.cfg.deadline_ms) { c.send({ type: wire.T.CANCEL, piece: i, offset: 0, length: f.buf.length }); c.inflight.delete(i); this.requeue(i, c); this.tries.set(i, TRIES); this.toOrigin(i); }
+        if (now - f.at > this.cfg.deadline_ms) { c.send({ type: wire.T.CANCEL, piece: i, offset: 0, length: f.buf.length }); c.inflight.delete(i); c.cancelled.add(i); this.requeue(i, c); this.tries.set(i, TRIES); this.toOrigin(i); }
       }
     }
     const conns = [...this.conns.values()].filter((c) => c.unchoked && c.reader);
