@@ -48,7 +48,8 @@ import (
 //
 //	STAMPEDETEST_CODNS=1 go test ./codns -run '^$' -bench SickResolver -benchtime 1x -v
 //
-// STAMPEDETEST_CODNS_LOOKUPS, _RATE and _PEERS change the figures.
+// STAMPEDETEST_CODNS_LOOKUPS, _RATE and _PEERS change the figures;
+// STAMPEDETEST_CODNS_DEBUG=1 prints the forwarders' series after their run.
 func BenchmarkSickResolver(b *testing.B) {
 	if os.Getenv("STAMPEDETEST_CODNS") != "1" {
 		b.Skip("set STAMPEDETEST_CODNS=1 to run (minutes)")
