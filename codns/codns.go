@@ -329,3 +329,17 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 		}
 	}
 }
+
+// Resolver returns a resolver of Go's own that sends every query to the
+// forwarder at addr (HOST:PORT), for a process that embeds stampede's
+// servers (a CDN node's origin names) rather than changing
+// /etc/resolv.conf.
+func Resolver(addr string) *net.Resolver {
+	var d net.Dialer
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+}

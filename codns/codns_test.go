@@ -583,3 +583,15 @@ func TestForwarderRetransmits(t *testing.T) {
 		t.Errorf("lookups answered by the upstream %v, want 1", got)
 	}
 }
+
+func TestResolver(t *testing.T) {
+	up := startFake(t, "127.0.0.1", answerA)
+	n := startNode(t, "127.0.0.1", Config{Upstream: up.addr})
+	ips, err := Resolver(n.addr).LookupNetIP(t.Context(), "ip4", "origin.example")
+	if err != nil || len(ips) != 1 || ips[0] != netip.MustParseAddr("192.0.2.1") {
+		t.Fatalf("LookupNetIP: %v %v, want 192.0.2.1", ips, err)
+	}
+	if got := counter(t, n.f, "lookups", "local"); got != 1 {
+		t.Errorf("lookups by the upstream %v, want 1", got)
+	}
+}
