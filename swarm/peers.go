@@ -524,7 +524,10 @@ func (s *Scheduler) dialable(addr string) bool {
 // dials, drop complete peers once we are complete, evict when above
 // MaxPeers, dial candidates up to WantPeers while downloading.
 func (s *Scheduler) managePeers() {
-	for _, addr := range s.known {
+	// Every address being dialed is known (learn keeps them), and
+	// s.dialing counts them: with none, there is no dial to time out.
+	for k := 0; s.dialing > 0 && k < len(s.known); k++ {
+		addr := s.known[k]
 		if a := s.addrs[addr]; a != nil && a.dialing && s.now.Sub(a.dialAt) >= dialTimeout {
 			s.onDialFailed(DialFailed{Addr: addr})
 		}
@@ -541,7 +544,10 @@ func (s *Scheduler) managePeers() {
 		s.stats.Evicted++
 		s.disconnect(s.leastUseful(false), DisconnectTooManyPeers, false)
 	}
-	counted := s.counted()
+	if s.have.Complete() || len(s.known) == 0 {
+		return
+	}
+	counted := s.counted(s.cfg.WantPeers)
 	for _, addr := range s.known {
 		// A complete peer serves those who come; it does not go looking.
 		if s.have.Complete() || counted+s.dialing >= s.cfg.WantPeers {
@@ -567,11 +573,14 @@ func (s *Scheduler) idle(p *peer) bool {
 }
 
 // counted is the number of connections that count towards WantPeers:
-// those neither idle nor suspect. Connections that only hold a slot would
-// otherwise keep us from dialling the peers that trade.
-func (s *Scheduler) counted() int {
+// those neither idle nor suspect, up to bound. Connections that only hold
+// a slot would otherwise keep us from dialling the peers that trade.
+func (s *Scheduler) counted(bound int) int {
 	n := 0
 	for _, p := range s.order {
+		if n >= bound {
+			break
+		}
 		if !s.idle(p) && !s.suspect(p) {
 			n++
 		}

@@ -73,8 +73,11 @@ func (s *Scheduler) fillRequests() {
 func (s *Scheduler) pick(p *peer) int {
 	best, bestTier, bestAvail, ties := -1, 0, 0, 0
 	for i := p.has.Next(0); i >= 0; i = p.has.Next(i + 1) {
+		if s.have.Has(i) { // first: it reads no piece state
+			continue
+		}
 		ps := &s.pieces[i]
-		if ps.reqs > 0 || ps.origin || s.have.Has(i) {
+		if ps.reqs > 0 || ps.origin {
 			continue
 		}
 		tier := 1
