@@ -97,7 +97,7 @@ type Config struct {
 	// wait on together (default 60s).
 	FetchTimeout time.Duration
 	// BeatInterval is the time between heartbeats to each node (default
-	// 1s); a beat not answered within BeatTimeout (default 1s) failed.
+	// 1s); a beat not answered within BeatTimeout (default 1.5s) failed.
 	// A refused connection fails at once: a dead node leaves in about
 	// Members.DownBeats intervals, a hung one in Members.DownAfter.
 	BeatInterval, BeatTimeout time.Duration
@@ -137,9 +137,10 @@ type Node struct {
 	store          *store
 	met            *series
 	metaFlights    flights[*meta]
-	chunkFlights   flights[[]byte]
-	served         atomic.Int64 // node requests for chunks in progress
-	lie            atomic.Bool  // tests: corrupt every chunk and manifest served to nodes
+	chunkFlights   flights[[]byte]  // a node's fetch of a chunk (localChunk)
+	entryFlights   flights[fetched] // its clients' (clientChunk)
+	served         atomic.Int64     // node requests for chunks in progress
+	lie            atomic.Bool      // tests: corrupt every chunk and manifest served to nodes
 
 	mu        sync.Mutex // guards the following
 	members   *Members
@@ -195,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.BeatInterval = time.Second
 	}
 	if cfg.BeatTimeout <= 0 {
-		cfg.BeatTimeout = time.Second
+		cfg.BeatTimeout = 1500 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

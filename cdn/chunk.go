@@ -253,44 +253,77 @@ func (n *Node) keep(key string, data []byte) {
 }
 
 // clientChunk gets chunk i for a client of this node: from the cache,
-// else from the node bounded-load HRW picks, moving down the chunk's
-// order each time one fails or misses the deadline, and from the origin
-// when every node has. late reports whether a node was bypassed.
+// else through fetchForClients, one fetch however many of this node's
+// clients want the chunk at once (they mostly read in step). A chunk its
+// clients asked for HotThreshold times is kept here: a replica, so the
+// next ones cost no node another upload. late reports whether a node was
+// bypassed.
 func (n *Node) clientChunk(ctx context.Context, m *meta, i int, dl time.Duration) (data []byte, late bool, err error) {
 	if data, ok := n.cached(m, i); ok {
 		return data, false, nil
 	}
 	key := m.chunkKey(i)
+	got, joined, err := n.entryFlights.do(ctx, key, func() (fetched, error) {
+		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		defer cancel()
+		return n.fetchForClients(fctx, m, i, dl)
+	})
+	if err != nil {
+		return nil, got.late, err
+	}
+	if joined {
+		n.met.chunks[srcJoined].Inc()
+	}
+	n.mu.Lock()
+	hot := n.heatLocked(key)
+	n.mu.Unlock()
+	if hot && got.remote {
+		n.keep(key, got.data)
+	}
+	return got.data, got.late, nil
+}
+
+// fetched is what fetchForClients got: the chunk, whether a node was
+// bypassed, and whether another node sent it.
+type fetched struct {
+	data         []byte
+	late, remote bool
+}
+
+// fetchForClients gets chunk i from the node bounded-load HRW picks,
+// moving down the chunk's order each time one fails or misses the
+// deadline dl, and from the origin when every node has.
+func (n *Node) fetchForClients(ctx context.Context, m *meta, i int, dl time.Duration) (fetched, error) {
+	key := m.chunkKey(i)
 	order := n.ring().Order(key)
 	n.mu.Lock()
 	target := n.bal.Assign(order)
 	n.mu.Unlock()
+	var f fetched
 	for target != "" {
 		cctx, cancel := context.WithTimeout(ctx, dl)
+		var err error
 		if target == n.self {
-			data, err = n.localChunk(cctx, m, i, false)
+			f.data, err = n.localChunk(cctx, m, i, false)
 		} else {
-			data, err = n.remoteChunk(cctx, target, m, i, false)
+			f.data, err = n.remoteChunk(cctx, target, m, i, false)
 		}
 		cancel()
 		if err == nil {
 			n.mu.Lock()
 			n.bal.Done(target)
 			n.noteOwnerLocked(key, order[0], target)
-			hot := n.heatLocked(key)
 			n.mu.Unlock()
-			if hot && target != n.self {
-				n.keep(key, data) // a hot chunk: this node becomes a replica
-			}
-			return data, late, nil
+			f.remote = target != n.self
+			return f, nil
 		}
 		if ctx.Err() != nil {
 			n.mu.Lock()
 			n.bal.Done(target)
 			n.mu.Unlock()
-			return nil, late, context.Cause(ctx)
+			return f, context.Cause(ctx)
 		}
-		late = true
+		f.late = true
 		n.met.reforwards.Inc()
 		n.log.Debug("re-forwarding a chunk", "from", target, "chunk", i, "err", err)
 		n.mu.Lock()
@@ -301,11 +334,13 @@ func (n *Node) clientChunk(ctx context.Context, m *meta, i int, dl time.Duration
 		n.mu.Unlock()
 	}
 	n.met.chunks[srcFallback].Inc()
-	data, err = n.originChunk(ctx, m, i)
-	if err == nil {
-		n.keep(key, data)
+	data, err := n.originChunk(ctx, m, i)
+	if err != nil {
+		return f, err
 	}
-	return data, true, err
+	n.keep(key, data)
+	f.data, f.late = data, true
+	return f, nil
 }
 
 // heatLocked counts a client's request for key and reports whether the

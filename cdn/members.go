@@ -28,9 +28,9 @@ type Members struct {
 
 // MembersConfig configures Members; zero fields take the defaults.
 type MembersConfig struct {
-	// DownBeats failed beats in a row take a node off the ring (default 2).
+	// DownBeats failed beats in a row take a node off the ring (default 3).
 	DownBeats int
-	// DownAfter without a good beat takes a node off the ring (default 3s).
+	// DownAfter without a good beat takes a node off the ring (default 5s).
 	DownAfter time.Duration
 	// UpBeats good beats in a row bring a node back (default 3).
 	UpBeats int
@@ -43,10 +43,10 @@ type MembersConfig struct {
 
 func (c *MembersConfig) setDefaults() {
 	if c.DownBeats <= 0 {
-		c.DownBeats = 2
+		c.DownBeats = 3
 	}
 	if c.DownAfter <= 0 {
-		c.DownAfter = 3 * time.Second
+		c.DownAfter = 5 * time.Second
 	}
 	if c.UpBeats <= 0 {
 		c.UpBeats = 3

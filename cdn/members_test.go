@@ -11,7 +11,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func TestMembersLeaveAndReturn(t *testing.T) {
 	ns := nodes(4)
 	self, dead := ns[0], ns[2]
-	m := NewMembers(MembersConfig{}, self, ns, t0)
+	m := NewMembers(MembersConfig{DownBeats: 2, DownAfter: 3 * time.Second}, self, ns, t0)
 	if got := m.Ring().Nodes(); !slices.Equal(got, ns) {
 		t.Fatalf("start: ring %v, want all %v", got, ns)
 	}
@@ -52,7 +52,7 @@ func TestMembersLeaveAndReturn(t *testing.T) {
 
 func TestMembersSilenceTakesOff(t *testing.T) {
 	ns := nodes(3)
-	m := NewMembers(MembersConfig{}, ns[0], ns, t0)
+	m := NewMembers(MembersConfig{DownBeats: 2, DownAfter: 3 * time.Second}, ns[0], ns, t0)
 	// Beats that hang never report; the clock alone takes the node off.
 	m.Beat(ns[1], true, time.Millisecond, 0, t0)
 	if m.Tick(t0.Add(2 * time.Second)) {
@@ -65,7 +65,7 @@ func TestMembersSilenceTakesOff(t *testing.T) {
 
 func TestMembersPickByRTT(t *testing.T) {
 	ns := nodes(5)
-	m := NewMembers(MembersConfig{MaxPeers: 2}, ns[0], ns, t0)
+	m := NewMembers(MembersConfig{MaxPeers: 2, DownBeats: 2}, ns[0], ns, t0)
 	rtts := map[string]time.Duration{ns[1]: 40 * time.Millisecond, ns[2]: 5 * time.Millisecond, ns[3]: 10 * time.Millisecond, ns[4]: 80 * time.Millisecond}
 	for _, n := range ns[1:] {
 		m.Beat(n, true, rtts[n], 0, t0)
@@ -139,7 +139,7 @@ func TestWindowAIMD(t *testing.T) {
 
 func TestMembersLateStarterJoinsAtOnce(t *testing.T) {
 	ns := nodes(3)
-	m := NewMembers(MembersConfig{}, ns[0], ns, t0)
+	m := NewMembers(MembersConfig{DownBeats: 2, DownAfter: 3 * time.Second}, ns[0], ns, t0)
 	m.Beat(ns[1], true, time.Millisecond, 0, t0)
 	// ns[2] is not listening yet: refused twice, off the ring.
 	m.Beat(ns[2], false, 0, 0, t0)
