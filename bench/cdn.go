@@ -32,7 +32,9 @@ import (
 //     (slice 1m) sent to the slice's owner among the nodes' back servers
 //     (hash $uri$slice_range consistent); the back one caches the slice,
 //     asking the origin once however many wait (proxy_cache_lock, its
-//     timeout raised so that the baseline is at its best).
+//     timeout raised so that the baseline is at its best);
+//   - nginx-solo: the same without cooperation, each node the owner of
+//     every slice it is asked.
 //
 // The origin is "stampede serve" for both (it publishes manifests, which
 // only stampede's nodes use), capped at OriginUp; its bytes are its own
@@ -48,6 +50,9 @@ import (
 const (
 	CDNStampede = "stampede-cdn"
 	CDNNginx    = "nginx-cdn"
+	// CDNNginxSolo is the baseline without cooperation: each nginx node
+	// its own owner of every slice.
+	CDNNginxSolo = "nginx-solo"
 )
 
 // CDNConfig is one CDN experiment.
@@ -88,6 +93,9 @@ type CDNResult struct {
 	// nil when not measured; BusiestOverMean its largest over its mean.
 	Egress          []int64 `json:"egress,omitempty"`
 	BusiestOverMean float64 `json:"busiest_over_mean,omitempty"`
+	// Counters are stampede's nodes' counters summed over the nodes alive
+	// at the end (stampede_cdn_ series without their prefix, labels kept).
+	Counters map[string]float64 `json:"counters,omitempty"`
 }
 
 // Quantile is the q-quantile of the completion times (q in [0,1]), failed
@@ -135,7 +143,7 @@ func RunCDN(ctx context.Context, cfg CDNConfig, system string) (res *CDNResult, 
 	if cfg.Nodes < 2 || cfg.Clients < 1 || cfg.Size <= 0 {
 		return nil, errors.New("cdn bench: want 2 nodes or more, a client, a size")
 	}
-	if system == CDNNginx {
+	if system == CDNNginx || system == CDNNginxSolo {
 		if _, err := exec.LookPath("nginx"); err != nil {
 			return nil, fmt.Errorf("cdn bench: %s needs nginx: %w", system, err)
 		}
@@ -243,10 +251,13 @@ func (r *cdnRun) setup(ctx context.Context, system string) error {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	if system == CDNNginx {
-		return r.startNginx(ctx)
+	switch system {
+	case CDNNginx, CDNNginxSolo:
+		return r.startNginx(ctx, system == CDNNginxSolo)
+	case CDNStampede:
+		return r.startStampede(ctx)
 	}
-	return r.startStampede(ctx)
+	return fmt.Errorf("cdn bench: no system %q", system)
 }
 
 func cdnFile(i int) string { return fmt.Sprintf("f%d.bin", i) }
@@ -375,7 +386,9 @@ http {
 }
 `
 
-func (r *cdnRun) startNginx(ctx context.Context) error {
+// startNginx starts nginx on every node; solo, each node is the owner of
+// every slice it is asked.
+func (r *cdnRun) startNginx(ctx context.Context, solo bool) error {
 	c := r.cfg
 	front, err := r.nodePorts(8080)
 	if err != nil {
@@ -394,11 +407,15 @@ func (r *cdnRun) startNginx(ctx context.Context) error {
 		user = "user root;\n" // the files live in the harness's private scratch directory
 	}
 	for i, h := range r.nodes {
+		owners := servers.String()
+		if solo {
+			owners = fmt.Sprintf("\t\tserver %s;\n", h.Addr(back[i]))
+		}
 		dir := filepath.Join(c.Dir, fmt.Sprintf("nginx%d", i))
 		if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
 			return err
 		}
-		conf := fmt.Sprintf(nginxConf, user, dir, servers.String(), h.Addr(front[i]), h.Addr(back[i]), r.oaddr)
+		conf := fmt.Sprintf(nginxConf, user, dir, owners, h.Addr(front[i]), h.Addr(back[i]), r.oaddr)
 		if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
 			return err
 		}
@@ -517,6 +534,9 @@ func (r *cdnRun) run(ctx context.Context, system string) (*CDNResult, error) {
 	} else {
 		c.Log.Warn("cdn bench: origin bytes", "err", err)
 	}
+	if system == CDNStampede {
+		res.Counters = r.nodeCounters(ctx)
+	}
 	if after, err := r.egress(ctx); err == nil && before != nil {
 		var total, most int64
 		for i := range after {
@@ -576,4 +596,33 @@ func (r *cdnRun) egress(ctx context.Context) ([]int64, error) {
 		out[i] = links[0].Stats64.TX.Bytes
 	}
 	return out, nil
+}
+
+var cdnCounterLine = regexp.MustCompile(`(?m)^stampede_cdn_((?:chunks|chunks_rejected|reforwards|requests|responses_aborted)_total(?:\{[^}]*\})?) (\S+)$`)
+
+// nodeCounters sums a few of the stampede nodes' counters over the nodes
+// that answer.
+func (r *cdnRun) nodeCounters(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for i, h := range r.nodes {
+		if r.nprocs[i].exited() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.naddrs[i]+"/.cdn/metrics", nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = h.HTTPClient().Do(req); err == nil {
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				resp.Body.Close()
+				for _, m := range cdnCounterLine.FindAllSubmatch(body, -1) {
+					if v, err := strconv.ParseFloat(string(m[2]), 64); err == nil {
+						out[string(m[1])] += v
+					}
+				}
+			}
+		}
+		cancel()
+	}
+	return out
 }

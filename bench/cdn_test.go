@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +23,9 @@ func TestCDNLoopback(t *testing.T) {
 	}
 	cfg := CDNConfig{Binary: stampedeBin(t), Backend: BackendLoopback, Nodes: 3, Clients: 6, Size: 3 << 20, Files: 2,
 		Timeout: time.Minute, Seed: 1, Log: testLogger(t)}
-	for _, sys := range []string{CDNStampede, CDNNginx} {
+	for _, sys := range []string{CDNStampede, CDNNginx, CDNNginxSolo} {
 		t.Run(sys, func(t *testing.T) {
-			if sys == CDNNginx {
+			if sys != CDNStampede {
 				if _, err := exec.LookPath("nginx"); err != nil {
 					t.Skip("needs nginx (scripts/install-test-deps.sh)")
 				}
@@ -44,11 +46,18 @@ func TestCDNLoopback(t *testing.T) {
 	}
 }
 
+type cdnForm struct {
+	name string
+	tune func(*CDNConfig)
+}
+
 // TestCDNBench is issue 32's testbed run, on netns as root when
 // STAMPEDETEST_CDN_BENCH is set (it takes minutes): 6 nodes at 100/100
 // Mbit/s, 24 clients at 20/50, the origin at 50, 64 MiB, each system three
 // times, in the plain, hot-spot and node-killed forms.
-// STAMPEDETEST_CDN_BENCH_OUT names a JSON file for the results.
+// STAMPEDETEST_CDN_BENCH_OUT names a JSON file for the results;
+// STAMPEDETEST_CDN_BENCH_REPS, _SYSTEMS (default stampede-cdn,nginx-cdn;
+// also nginx-solo) and _FORMS (plain,hot-spot,node-killed) narrow it.
 func TestCDNBench(t *testing.T) {
 	if os.Getenv("STAMPEDETEST_CDN_BENCH") == "" {
 		t.Skip("set STAMPEDETEST_CDN_BENCH=1 to run the CDN testbed (root, netns, minutes)")
@@ -66,10 +75,7 @@ func TestCDNBench(t *testing.T) {
 	base := CDNConfig{Binary: stampedeBin(t), Backend: BackendNetns, Nodes: 6, Clients: 24, Size: 64 << 20, Files: 1,
 		NodeUp: mbit("100Mbit"), NodeDown: mbit("100Mbit"), ClientUp: mbit("20Mbit"), ClientDown: mbit("50Mbit"),
 		OriginUp: mbit("50Mbit"), Timeout: 10 * time.Minute, Seed: 32, Log: testLogger(t)}
-	forms := []struct {
-		name string
-		tune func(*CDNConfig)
-	}{
+	forms := []cdnForm{
 		{"plain", func(*CDNConfig) {}},
 		{"hot-spot", func(c *CDNConfig) { c.Files = 4 }},
 		{"node-killed", func(c *CDNConfig) { c.KillAt = 10 * time.Second }},
@@ -82,9 +88,16 @@ func TestCDNBench(t *testing.T) {
 			reps = n
 		}
 	}
+	systems := []string{CDNStampede, CDNNginx}
+	if s := os.Getenv("STAMPEDETEST_CDN_BENCH_SYSTEMS"); s != "" {
+		systems = strings.Split(s, ",")
+	}
+	if s := os.Getenv("STAMPEDETEST_CDN_BENCH_FORMS"); s != "" {
+		forms = slices.DeleteFunc(forms, func(f cdnForm) bool { return !slices.Contains(strings.Split(s, ","), f.name) })
+	}
 	all := map[string][]*CDNResult{}
 	for _, f := range forms {
-		for _, sys := range []string{CDNStampede, CDNNginx} {
+		for _, sys := range systems {
 			for rep := range reps {
 				cfg := base
 				f.tune(&cfg)
@@ -95,6 +108,9 @@ func TestCDNBench(t *testing.T) {
 					t.Fatalf("%s %s: %v", f.name, sys, err)
 				}
 				t.Logf("%s rep %d: %v", f.name, rep+1, res)
+				if res.Counters != nil {
+					t.Logf("  nodes' counters: %v", res.Counters)
+				}
 				all[f.name+" "+sys] = append(all[f.name+" "+sys], res)
 			}
 		}
