@@ -5,6 +5,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,8 +29,9 @@ import (
 // namespaces, each rack a bridge joined to a core bridge by a veth shaped
 // with tbf both ways (its uplink), each host behind its own shaped link,
 // the origin on the core behind origin_up. It runs stampede push, every
-// host pulling over HTTP from the origin (direct), and a two-level tree
-// (curl to one host per rack, then curl from it inside the rack), samples
+// host pulling over HTTP from the origin (direct), a two-level tree (curl
+// to one host per rack, then curl from it inside the rack) and BitTorrent
+// (aria2c, the origin seeding, opentracker; systems=...+aria2), samples
 // every shared link's tc counters every 0.5 s, and reports for each
 // system the hosts' completion times, the origin's bytes, the most bytes
 // into one rack over its uplink in copies of the file (rack_in_copies),
@@ -503,6 +506,9 @@ func runPushBench(t *testing.T, sc pushScenario, system, bin, dir string, seed u
 	switch system {
 	case "push":
 		benchPush(t, tp, sc, bin, dir, file, &run, func() { wg.Go(func() { tp.sample(stop) }) })
+	case "aria2":
+		wg.Go(func() { tp.sample(stop) })
+		benchAria2(t, tp, dir, file, &run)
 	case "http", "tree":
 		srv := start(t, tp.origin.ns, filepath.Join(dir, "origin.log"), "python3", "-m", "http.server", "8080", "--bind", tp.origin.ip, "--directory", filepath.Dir(file))
 		defer srv.stop()
@@ -673,4 +679,87 @@ func benchTree(t *testing.T, tp *nsTopo, dir string, run *pushBenchRun, started 
 		})
 	}
 	wg.Wait()
+}
+
+// benchAria2: mktorrent's torrent of the file, opentracker and an aria2c
+// seeder on the origin, an aria2c on every host; a host's time is when
+// aria2c calls its on-bt-download-complete hook (it goes on seeding, as
+// stampede's hosts do, until every one has the file).
+func benchAria2(t *testing.T, tp *nsTopo, dir, file string, run *pushBenchRun) {
+	for _, tool := range []string{"aria2c", "opentracker", "mktorrent"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("aria2 baseline: %v", err)
+		}
+	}
+	tdir := filepath.Join(dir, "tracker")
+	os.MkdirAll(tdir, 0o755)
+	os.Chmod(tdir, 0o755) // opentracker drops to nobody
+	torrent := filepath.Join(dir, "f.torrent")
+	announce := "http://" + tp.origin.ip + ":6969/announce"
+	ns(t, "mktorrent", "-l", "17", "-a", announce, "-o", torrent, file)
+	data, err := os.ReadFile(torrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mktorrent writes the info dictionary last: its bytes run from after
+	// the key to the outer dictionary's end.
+	i := bytes.Index(data, []byte("4:info"))
+	if i < 0 || data[len(data)-1] != 'e' {
+		t.Fatal("no info dictionary in the torrent")
+	}
+	sum := sha1.Sum(data[i+6 : len(data)-1])
+	os.WriteFile(filepath.Join(tdir, "whitelist"), []byte(hex.EncodeToString(sum[:])+"\n"), 0o644)
+	os.WriteFile(filepath.Join(tdir, "opentracker.conf"), []byte(fmt.Sprintf(
+		"listen.tcp_udp %s:6969\naccess.whitelist whitelist\ntracker.rootdir %s\ntracker.user nobody\n", tp.origin.ip, tdir)), 0o644)
+	tr := start(t, tp.origin.ns, filepath.Join(dir, "opentracker.log"), "opentracker", "-f", filepath.Join(tdir, "opentracker.conf"))
+	defer tr.stop()
+	common := []string{"--enable-dht=false", "--enable-dht6=false", "--bt-enable-lpd=false", "--enable-peer-exchange=true",
+		"--disable-ipv6=true", "--console-log-level=warn", "--summary-interval=0", "--file-allocation=none",
+		"--allow-overwrite=true", "--auto-file-renaming=false", "--bt-tracker-interval=5",
+		"--bt-tracker-connect-timeout=5", "--bt-tracker-timeout=5", "--listen-port=6881", "--seed-ratio=0.0"}
+	seeder := start(t, tp.origin.ns, filepath.Join(dir, "seeder.log"), append(append([]string{"aria2c"}, common...),
+		"--check-integrity=true", "--bt-seed-unverified=false", "-d", filepath.Dir(file), torrent)...)
+	defer seeder.stop()
+	time.Sleep(2 * time.Second) // the seeder checks the file and announces
+	hook := filepath.Join(dir, "done.sh")
+	os.WriteFile(hook, []byte("#!/bin/sh\ndate +%s.%N > \"$(dirname \"$3\")/done\"\n"), 0o755)
+	started := time.Now()
+	var leechers []*proc
+	for _, hs := range tp.racks {
+		for _, h := range hs {
+			hd := filepath.Join(dir, h.name)
+			os.MkdirAll(hd, 0o755)
+			leechers = append(leechers, start(t, h.ns, filepath.Join(hd, "aria2c.log"), append(append([]string{"aria2c"}, common...),
+				"-d", hd, "--on-bt-download-complete="+hook, torrent)...))
+		}
+	}
+	defer func() {
+		for _, l := range leechers {
+			l.stop()
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Minute)
+	for time.Now().Before(deadline) {
+		done := 0
+		for _, hs := range tp.racks {
+			for _, h := range hs {
+				if _, ok := run.Hosts[h.name]; ok {
+					done++
+					continue
+				}
+				if b, err := os.ReadFile(filepath.Join(dir, h.name, "done")); err == nil {
+					if f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil {
+						at := time.Unix(0, int64(f*1e9))
+						run.Hosts[h.name] = at.Sub(started).Seconds()
+						done++
+					}
+				}
+			}
+		}
+		if done == len(tp.racks)*len(tp.racks[0]) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run.Failed = append(run.Failed, "aria2: not every host done in 20 minutes")
 }
