@@ -68,7 +68,7 @@ type node struct {
 	have   *pieceset.Set // what its store holds
 
 	ends   []*end // connected peers, by id
-	byID   map[swarm.PeerID]*end
+	byID   []*end // by id: ids count up from 1
 	conns  map[*node]*end
 	nextID swarm.PeerID
 
@@ -106,7 +106,7 @@ type node struct {
 
 func newNode(s *Sim, idx int, p Peer, site *Site) *node {
 	n := &node{s: s, idx: idx, class: p.Class, site: site, arrive: p.Arrive,
-		byID: map[swarm.PeerID]*end{}, conns: map[*node]*end{}, turnsFree: uploadTurns}
+		conns: map[*node]*end{}, turnsFree: uploadTurns}
 	k := idx + 1
 	ip := netip.AddrFrom4([4]byte{10, byte(k >> 16), byte(k >> 8), byte(k)})
 	n.ap = netip.AddrPortFrom(ip, peerPort)
@@ -364,11 +364,11 @@ func (n *node) apply(acts []swarm.Action) {
 		}
 		switch a := a.(type) {
 		case swarm.Request:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.request(a.Piece)
 			}
 		case swarm.Cancel:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.cancel(a.Piece)
 			}
 		case swarm.FetchOrigin:
@@ -388,16 +388,16 @@ func (n *node) apply(acts []swarm.Action) {
 				e.announce(mStop, a.Piece, send, false)
 			}
 		case swarm.Choke:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.choke()
 			}
 		case swarm.Unchoke:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.sendLazy()
 				e.send(msg{kind: mUnchoke})
 			}
 		case swarm.Serve:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				if n.uploadsFull() || !e.serve(a.Piece) {
 					e.send(msg{kind: mReject, piece: int32(a.Piece), arg: rejectBusy})
 					// Refused after all: the scheduler takes back what
@@ -406,13 +406,13 @@ func (n *node) apply(acts []swarm.Action) {
 				}
 			}
 		case swarm.Reject:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.send(msg{kind: mReject, piece: int32(a.Piece), arg: rejectCode(a.Reason)})
 			}
 		case swarm.Connect:
 			n.dial(a.Addr)
 		case swarm.Disconnect:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.hangUp(byeOther, a.Reason)
 				n.post(swarm.PeerDown{Peer: e.id, Reason: a.Reason})
 			}
@@ -423,7 +423,7 @@ func (n *node) apply(acts []swarm.Action) {
 			}
 			n.askTracker(a.Why)
 		case swarm.Recommend:
-			if e := n.byID[a.Peer]; e != nil {
+			if e := n.endOf(a.Peer); e != nil {
 				e.send(msg{kind: mRecommend, x: a.Addrs})
 			}
 		case swarm.Complete:
@@ -528,15 +528,26 @@ func (n *node) add(e *end) {
 	n.nextID++
 	e.id = n.nextID
 	n.ends = append(n.ends, e)
+	for len(n.byID) <= int(e.id) {
+		n.byID = append(n.byID, nil)
+	}
 	n.byID[e.id] = e
 	n.conns[e.peer.n] = e
 }
 
+// endOf is the connection of id, or nil.
+func (n *node) endOf(id swarm.PeerID) *end {
+	if id < swarm.PeerID(len(n.byID)) {
+		return n.byID[id]
+	}
+	return nil
+}
+
 func (n *node) remove(e *end) {
-	if n.byID == nil {
+	if n.conns == nil { // stopped
 		return
 	}
-	delete(n.byID, e.id)
+	n.byID[e.id] = nil
 	delete(n.conns, e.peer.n)
 	if k := slices.Index(n.ends, e); k >= 0 {
 		n.ends = slices.Delete(n.ends, k, k+1)
