@@ -2,6 +2,7 @@ package codns
 
 import (
 	"bytes"
+	"fmt"
 	"context"
 	"io"
 	"log/slog"
@@ -593,5 +594,56 @@ func TestResolver(t *testing.T) {
 	}
 	if got := counter(t, n.f, "lookups", "local"); got != 1 {
 		t.Errorf("lookups by the upstream %v, want 1", got)
+	}
+}
+
+// When the first peer does not answer in time either, the next is asked
+// (after twice the wait), and its answer wins.
+func TestForwarderNextPeer(t *testing.T) {
+	sick := startFake(t, "127.0.0.1", stall(t))
+	healthy := startFake(t, "127.0.0.1", answerA)
+	slow := startNode(t, "127.0.0.2", Config{Upstream: sick.addr})
+	good := startNode(t, "127.0.0.4", Config{Upstream: healthy.addr})
+	peers := []netip.AddrPort{netip.MustParseAddrPort(slow.addr), netip.MustParseAddrPort(good.addr)}
+	n := startNode(t, "127.0.0.3", Config{Upstream: sick.addr, Peers: peers, Delay: DelayConfig{Initial: 20 * time.Millisecond}})
+	// A name the slow peer comes first for.
+	name := ""
+	for i := 0; name == ""; i++ {
+		if q := fmt.Sprintf("n%d.example.", i); NewPeers(peers).Order(q, time.Now())[0] == peers[0] {
+			name = q
+		}
+	}
+	if r := ask(t, "udp", n.addr, "", name); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("answer %v", r)
+	}
+	if got := counter(t, good.f, "peer_requests", "local"); got != 1 {
+		t.Errorf("the second peer answered %v queries, want 1", got)
+	}
+	if got := counter(t, n.f, "lookups", "peer"); got != 1 {
+		t.Errorf("lookups won by peers %v, want 1", got)
+	}
+}
+
+// Past MaxLookups under way, a query is refused.
+func TestForwarderBusy(t *testing.T) {
+	arrived := make(chan struct{}, 10)
+	sick := startFake(t, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
+		arrived <- struct{}{}
+		<-t.Context().Done()
+	})
+	n := startNode(t, "127.0.0.1", Config{Upstream: sick.addr, MaxLookups: 1, Timeout: time.Minute})
+	c, err := net.Dial("udp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := new(dns.Msg).SetQuestion("held.example.", dns.TypeA).Pack()
+	c.Write(b) // holds the one slot until the test ends
+	<-arrived
+	if r := ask(t, "udp", n.addr, "", "other.example."); r.Rcode != dns.RcodeRefused {
+		t.Errorf("a second lookup: %s, want REFUSED", dns.RcodeToString[r.Rcode])
+	}
+	if got := counter(t, n.f, "refused", "busy"); got != 1 {
+		t.Errorf("refused busy %v, want 1", got)
 	}
 }
