@@ -80,7 +80,7 @@ const crossReadBuffer = 128 << 10
 // of the flows going the other way (about 2.3% of their bytes), which no
 // receiver's limiter sees; and the rest is margin for the bursts of the
 // token buckets and of the peers' messages. In hundredths.
-const wireOverhead = 110
+const wireOverhead = 112
 
 // wait lets n payload bytes through l, counted on the wire, in steps of
 // its burst.
