@@ -28,11 +28,13 @@ package tracker
 // "to_peer_id":"<offerer>","offer_id":"a1","answer":{"type":"answer",
 // "sdp":"..."}}, which reaches the offerer as {"action":"announce","root",
 // "size","peer_id":"<answerer>","offer_id":"a1","answer":{...}}. An answer
-// is relayed only for an offer this tracker relayed to its sender, once.
+// is relayed only for an offer this tracker relayed to its sender, once,
+// within wsOfferTTL, and only as from the peer_id the sender announced.
 // Candidates are not trickled: SDPs carry them all.
 //
 // Everything is bounded: message size (MaxWSMessage), offers per announce,
-// offers awaiting an answer per connection, swarms per connection, peers
+// offers awaiting an answer per connection (each for wsOfferTTL at most),
+// the bytes queued to a connection, swarms per connection, peers
 // per swarm (Config.MaxPeersPerSwarm), connections (MaxWSConns), and the
 // connections from one source (MaxWSConnsPerSrc), and the
 // messages a connection may send (wsRate a second, wsBurst at once); a
@@ -53,6 +55,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -62,16 +65,18 @@ import (
 
 // Bounds of the WebSocket signalling.
 const (
-	MaxWSMessage     = 64 << 10 // bytes of one message: an SDP is a few KiB
-	MaxWSOffers      = 10       // offers in one announce
-	MaxWSConns       = 4096     // connections at once
-	MaxWSConnsPerSrc = 32       // connections at once from one source (source.go; loopback exempt)
-	maxWSPending     = 64       // offers relayed to a connection awaiting its answer
-	maxWSSwarms      = 64       // swarms one connection announces in
-	maxWSOfferID     = 40       // characters of an offer_id
-	wsSendQueue      = 64       // messages queued to one connection
-	wsRate           = 10       // messages a second a connection may send, on average
-	wsBurst          = 60       // and at once
+	MaxWSMessage     = 64 << 10         // bytes of one message: an SDP is a few KiB
+	MaxWSOffers      = 10               // offers in one announce
+	MaxWSConns       = 4096             // connections at once
+	MaxWSConnsPerSrc = 32               // connections at once from one source (source.go; loopback exempt)
+	maxWSPending     = 64               // offers relayed to a connection awaiting its answer
+	wsOfferTTL       = 30 * time.Second // an offer unanswered this long no longer holds a slot of maxWSPending
+	maxWSSwarms      = 64               // swarms one connection announces in
+	maxWSOfferID     = 40               // characters of an offer_id
+	wsSendQueue      = 64               // messages queued to one connection
+	wsSendBytes      = 256 << 10        // and bytes: at most MaxWSConns times this waits in all
+	wsRate           = 10               // messages a second a connection may send, on average
+	wsBurst          = 60               // and at once
 	wsWriteTimeout   = 10 * time.Second
 	wsAnnounceNumber = 1 // peers asked of the store: only its counts matter
 )
@@ -119,13 +124,14 @@ func (h *wsHub) exit(src netip.Prefix, ok bool) {
 }
 
 // wsConn is one WebSocket connection: the peer IDs it announced in each
-// swarm, and the offers relayed to it that it may answer.
+// swarm, and the offers relayed to it that it may answer, with when.
 type wsConn struct {
 	send   chan []byte
+	queued atomic.Int64 // bytes in send
 	cancel context.CancelFunc
 	// guarded by wsHub.mu:
 	peers   map[swarmKey]PeerID
-	pending map[wsOffer]bool
+	pending map[wsOffer]time.Time
 }
 
 // wsOffer is an offer relayed to a connection: who made it, in which swarm.
@@ -223,7 +229,7 @@ func (t *Tracker) serveWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	conn := &wsConn{send: make(chan []byte, wsSendQueue), cancel: cancel,
-		peers: map[swarmKey]PeerID{}, pending: map[wsOffer]bool{}}
+		peers: map[swarmKey]PeerID{}, pending: map[wsOffer]time.Time{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -252,6 +258,7 @@ func (t *Tracker) wsWrite(ctx context.Context, c *websocket.Conn, conn *wsConn) 
 		case <-ctx.Done():
 			return
 		case b := <-conn.send:
+			conn.queued.Add(-int64(len(b)))
 			wctx, cancel := context.WithTimeout(ctx, wsWriteTimeout)
 			err := c.Write(wctx, websocket.MessageText, b)
 			cancel()
@@ -263,20 +270,43 @@ func (t *Tracker) wsWrite(ctx context.Context, c *websocket.Conn, conn *wsConn) 
 	}
 }
 
-// queue queues m to conn; a connection whose queue is full is not reading
-// and is closed rather than waited for. It reports whether m was queued.
+// queue queues m to conn; a connection whose queue is full (wsSendQueue
+// messages or wsSendBytes) is not reading and is closed rather than
+// waited for. It reports whether m was queued.
 func (conn *wsConn) queue(m *WSMessage) bool {
 	b, err := json.Marshal(m)
 	if err != nil {
+		return false
+	}
+	if conn.queued.Add(int64(len(b))) > wsSendBytes {
+		conn.queued.Add(-int64(len(b)))
+		conn.cancel()
 		return false
 	}
 	select {
 	case conn.send <- b:
 		return true
 	default:
+		conn.queued.Add(-int64(len(b)))
 		conn.cancel()
 		return false
 	}
+}
+
+// roomLocked reports whether conn may be relayed one more offer, once the
+// offers it left unanswered past wsOfferTTL are forgotten: a peer that
+// ignores offers (it has all the peers it wants) must not be left out of
+// the swarm's offers for good.
+func (conn *wsConn) roomLocked(now time.Time) bool {
+	if len(conn.pending) < maxWSPending {
+		return true
+	}
+	for o, at := range conn.pending {
+		if now.Sub(at) > wsOfferTTL {
+			delete(conn.pending, o)
+		}
+	}
+	return len(conn.pending) < maxWSPending
 }
 
 // wsRead reads conn's messages and acts on them until it fails or breaks a
@@ -327,7 +357,7 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	}
 	key := swarmKey{root, m.Size}
 	if m.Answer != nil {
-		return t.ws.relayAnswer(conn, key, id, m)
+		return t.ws.relayAnswer(conn, key, id, m, t.cfg.Now())
 	}
 	if m.Left == nil {
 		return fmt.Errorf("%w: an announce needs left", errBadRequest)
@@ -353,7 +383,7 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size,
 		Interval: int64(res.Interval / time.Second), SwarmSize: &res.SwarmSize, Complete: &res.Complete})
 	if m.Event != EventStopped {
-		t.ws.relayOffers(key, id, m)
+		t.ws.relayOffers(key, id, m, t.cfg.Now())
 	}
 	return nil
 }
@@ -402,7 +432,7 @@ func (h *wsHub) join(conn *wsConn, key swarmKey, id PeerID, stopped bool, maxPee
 
 // relayOffers sends each offer of m, from peer id, to a different other
 // peer of the swarm, at random, that has room for one more pending offer.
-func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage) {
+func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage, now time.Time) {
 	if len(m.Offers) == 0 {
 		return
 	}
@@ -410,7 +440,7 @@ func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage) {
 	defer h.mu.Unlock()
 	var to []*wsConn
 	for pid, c := range h.swarms[key] {
-		if pid != id && len(c.pending) < maxWSPending {
+		if pid != id && c.roomLocked(now) {
 			to = append(to, c)
 		}
 	}
@@ -421,14 +451,15 @@ func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage) {
 		}
 		offer := o.Offer
 		if to[i].queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
-			to[i].pending[wsOffer{key, id, o.OfferID}] = true
+			to[i].pending[wsOffer{key, id, o.OfferID}] = now
 		}
 	}
 }
 
-// relayAnswer sends conn's answer to the peer whose offer it answers, if
-// that offer was relayed to conn and is not answered yet.
-func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage) error {
+// relayAnswer sends conn's answer, as from peer id, to the peer whose
+// offer it answers, if id is conn's in that swarm and that offer was
+// relayed to conn, not answered yet nor past wsOfferTTL.
+func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage, now time.Time) error {
 	to, err := ParsePeerID(m.ToPeerID)
 	if err != nil {
 		return fmt.Errorf("%w: to_peer_id: %w", errBadRequest, err)
@@ -438,8 +469,13 @@ func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if mine, ok := conn.peers[key]; !ok || mine != id {
+		// Else a peer could answer as another and have it banned.
+		return fmt.Errorf("%w: peer ID %s did not announce on this connection", errBadRequest, id)
+	}
 	o := wsOffer{key, to, m.OfferID}
-	if !conn.pending[o] {
+	if at, ok := conn.pending[o]; !ok || now.Sub(at) > wsOfferTTL {
+		delete(conn.pending, o)
 		return fmt.Errorf("%w: no offer %q of %s awaits an answer here", errBadRequest, m.OfferID, to)
 	}
 	delete(conn.pending, o)

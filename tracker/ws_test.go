@@ -3,6 +3,7 @@ package tracker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -235,5 +236,75 @@ func TestWSConnsPerSource(t *testing.T) {
 	}
 	if _, ok := Source(netip.MustParseAddr("127.0.0.1")); ok {
 		t.Error("loopback has a source")
+	}
+}
+
+// TestWSPending: an offer left unanswered holds a slot of the peer it
+// was relayed to for wsOfferTTL only, so that a peer that ignores offers
+// is offered again later; an answer comes only as from the peer ID its
+// connection announced, and not past wsOfferTTL.
+func TestWSPending(t *testing.T) {
+	var h wsHub
+	newConn := func() *wsConn {
+		return &wsConn{send: make(chan []byte, 2*maxWSPending), cancel: func() { t.Error("a connection was closed") },
+			peers: map[swarmKey]PeerID{}, pending: map[wsOffer]time.Time{}}
+	}
+	key := swarmKey{testRoot, testSize}
+	offerer, ignorer := newConn(), newConn()
+	for i, c := range []*wsConn{offerer, ignorer} {
+		if err := h.join(c, key, peer(i+1).id, false, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1_000_000, 0)
+	offer := func(id string) {
+		h.relayOffers(key, peer(1).id, &WSMessage{Root: testRoot.String(), Size: testSize,
+			Offers: []WSOffer{{OfferID: id, Offer: WSSDP{Type: "offer"}}}}, now)
+	}
+	for i := range maxWSPending + 1 {
+		offer(fmt.Sprint(i))
+	}
+	if n := len(ignorer.send); n != maxWSPending {
+		t.Fatalf("%d offers relayed to a peer that answers none, want %d", n, maxWSPending)
+	}
+	answer := func(from PeerID, id string) error {
+		return h.relayAnswer(ignorer, key, from, &WSMessage{ToPeerID: peer(1).id.String(), OfferID: id, Answer: &WSSDP{Type: "answer"}}, now)
+	}
+	if err := answer(peer(3).id, "1"); err == nil {
+		t.Error("an answer as another peer ID was relayed")
+	}
+	if err := answer(peer(2).id, "1"); err != nil {
+		t.Errorf("answer: %v", err)
+	}
+	if n := len(offerer.send); n != 1 {
+		t.Errorf("%d answers reached the offerer, want 1", n)
+	}
+	now = now.Add(wsOfferTTL + time.Second)
+	if err := answer(peer(2).id, "2"); err == nil {
+		t.Error("an answer to an offer past wsOfferTTL was relayed")
+	}
+	offer("later")
+	if n := len(ignorer.send); n != maxWSPending+1 {
+		t.Errorf("%d offers relayed once the old ones expired, want %d", n, maxWSPending+1)
+	}
+}
+
+// TestWSQueueBytes: a connection that does not read is closed once
+// wsSendBytes wait for it, however few the messages.
+func TestWSQueueBytes(t *testing.T) {
+	closed := false
+	c := &wsConn{send: make(chan []byte, wsSendQueue), cancel: func() { closed = true }}
+	sdp := strings.Repeat("x", 16<<10)
+	n := 0
+	for !closed && n < wsSendQueue {
+		if c.queue(&WSMessage{Offer: &WSSDP{Type: "offer", SDP: sdp}}) {
+			n++
+		}
+	}
+	if !closed || n != wsSendBytes/len(sdp)-1 {
+		t.Errorf("closed %v after %d messages of %d bytes, want after %d", closed, n, len(sdp), wsSendBytes/len(sdp)-1)
+	}
+	if q := c.queued.Load(); q > wsSendBytes {
+		t.Errorf("%d bytes queued, at most %d", q, wsSendBytes)
 	}
 }
