@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/pion/turn/v5"
 )
@@ -28,8 +29,10 @@ type TURNConfig struct {
 // done, for visitors whose NATs let no direct path through. It relays
 // only for clients whose credentials check against cfg.Secret, and never
 // to a loopback, private, link-local, shared (100.64.0.0/10),
-// multicast or unspecified address: a relay must not become a way into
-// the server's own networks.
+// multicast or unspecified address, one of the server's own (RelayIP and
+// its interfaces'), or an IPv6 address that carries an IPv4 one refused
+// (NAT64, 6to4): a relay must not become a way into the server or its
+// networks.
 func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog.Logger) error {
 	if cfg.RelayIP == nil || cfg.RelayIP.IsUnspecified() {
 		return errors.New("origin: turn: a relay IP is required (the server's public address)")
@@ -43,6 +46,7 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	own := ownAddrs(cfg.RelayIP)
 	s, err := turn.NewServer(turn.ServerConfig{
 		Realm:       cfg.Realm,
 		AuthHandler: turn.LongTermTURNRESTAuthHandler(cfg.Secret, nil),
@@ -50,7 +54,7 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 			PacketConn:            pc,
 			RelayAddressGenerator: &turn.RelayAddressGeneratorStatic{RelayAddress: cfg.RelayIP, Address: "0.0.0.0"},
 			PermissionHandler: func(client net.Addr, peer net.IP) bool {
-				ok := relayable(peer)
+				ok := relayable(peer, own)
 				if !ok {
 					log.Debug("turn: relay refused", "client", client.String(), "peer", peer.String())
 				}
@@ -65,15 +69,44 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 	return s.Close()
 }
 
-var sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
+var (
+	sharedSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")  // RFC 6052: the last 32 bits are an IPv4 address
+	sixToFour   = netip.MustParsePrefix("2002::/16")     // RFC 3056: bits 16-47 are an IPv4 address
+)
+
+// ownAddrs is the server's own addresses: relay's and its interfaces'.
+func ownAddrs(relay net.IP) []netip.Addr {
+	var own []netip.Addr
+	if a, ok := netip.AddrFromSlice(relay); ok {
+		own = append(own, a.Unmap())
+	}
+	addrs, _ := net.InterfaceAddrs() // none: RelayIP still is
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				own = append(own, ip.Unmap())
+			}
+		}
+	}
+	return own
+}
 
 // relayable reports whether a TURN relay may send to ip: a public unicast
-// address.
-func relayable(ip net.IP) bool {
+// address, not one of own.
+func relayable(ip net.IP, own []netip.Addr) bool {
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok {
 		return false
 	}
 	a = a.Unmap()
+	if slices.Contains(own, a) {
+		return false
+	}
+	if b := a.As16(); nat64.Contains(a) {
+		return relayable(net.IP(b[12:16]), own)
+	} else if sixToFour.Contains(a) {
+		return relayable(net.IP(b[2:6]), own)
+	}
 	return a.IsGlobalUnicast() && !a.IsPrivate() && !sharedSpace.Contains(a)
 }

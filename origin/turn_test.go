@@ -3,6 +3,7 @@ package origin
 import (
 	"context"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -15,8 +16,11 @@ func TestRelayable(t *testing.T) {
 		"127.0.0.1": false, "::1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
 		"169.254.1.1": false, "fe80::1": false, "fc00::1": false, "100.64.0.1": false, "224.0.0.1": false,
 		"0.0.0.0": false, "::": false, "::ffff:10.0.0.1": false, "255.255.255.255": false,
+		"203.0.113.7": false, "64:ff9b::7f00:1": false, "64:ff9b::a00:1": false, "2002:c0a8:101::1": false,
+		"64:ff9b::808:808": true, "2002:808:808::1": true,
 	} {
-		if got := relayable(net.ParseIP(ip)); got != want {
+		// 203.0.113.7 stands for the server's own public address.
+		if got := relayable(net.ParseIP(ip), []netip.Addr{netip.MustParseAddr("203.0.113.7")}); got != want {
 			t.Errorf("relayable(%s) = %v, want %v", ip, got, want)
 		}
 	}
