@@ -23,14 +23,23 @@ function standDown() {
   self.registration.unregister();
 }
 
+// troubled is an answer that says nothing of the peer: the origin (or a
+// proxy before it) is overloaded or failing, as in the flash crowds the
+// peer is for.
+const troubled = (r) => r.status === 429 || r.status >= 500;
+
 async function config() {
   if (cfg && Date.now() - cfgAt < cfg.check_every_ms) return cfg;
+  let r;
   try {
-    const r = await fetch(CONFIG, { cache: 'no-store', credentials: 'omit' });
-    cfg = r.ok ? await r.json() : { enabled: false };
-    cfgAt = Date.now();
+    r = await fetch(CONFIG, { cache: 'no-store', credentials: 'omit' });
   } catch { return cfg; } // offline: keep what we knew
-  if (!cfg.enabled) standDown();
+  if (troubled(r)) return cfg;
+  // Anything else but the peer's configuration (404, a page that is not
+  // JSON: the site serves no peer any more) stands the worker down.
+  cfg = r.ok ? await r.json().catch(() => ({ enabled: false })) : { enabled: false };
+  cfgAt = Date.now();
+  if (!cfg || !cfg.enabled) { cfg = { enabled: false }; standDown(); }
   return cfg;
 }
 
@@ -53,7 +62,8 @@ async function manifestOf(path) {
   // Without credentials: what the origin serves anyone is public.
   const r = await fetch(MANIFEST + path, { credentials: 'omit' });
   if (r.headers.get('stampede-peer') === 'off') { standDown(); return null; }
-  const j = r.ok ? await r.json() : null;
+  if (troubled(r)) return null; // not remembered: asked again next time
+  const j = r.ok ? await r.json().catch(() => null) : null;
   remember(path, j);
   return j;
 }
