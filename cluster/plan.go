@@ -163,25 +163,18 @@ func (p *Plan) Without(c *Cluster, seed []byte, dead ...string) (*Plan, error) {
 // anyone; across racks of a datacenter, only the racks' active
 // representatives; across datacenters, only the datacenters' ones.
 // Everything else stays off the uplinks.
-func (p *Plan) MayPeer(a, b string) bool {
-	ra, rb := p.Roles[a], p.Roles[b]
-	switch {
-	case ra == nil || rb == nil:
-		return false
-	case ra.Rack == rb.Rack:
-		return true
-	case ra.DC == rb.DC:
-		return ra.RackRep && rb.RackRep && !ra.Standby && !rb.Standby
-	default:
-		return ra.DCRep && rb.DCRep
-	}
-}
+func (p *Plan) MayPeer(a, b string) bool { return p.mayPeer(a, b, false, false) }
 
 // MayPeerActive is MayPeer as host a sees it, a standby that has taken
 // over (takenOver) counting as active, and b counted active if it is a
 // representative at all: b, if a standby that has not taken over,
 // refuses on its side.
 func (p *Plan) MayPeerActive(a, b string, takenOver bool) bool {
+	return p.mayPeer(a, b, takenOver, true)
+}
+
+// mayPeer is MayPeer with standbys a and b counted active if said so.
+func (p *Plan) mayPeer(a, b string, aActive, bActive bool) bool {
 	ra, rb := p.Roles[a], p.Roles[b]
 	switch {
 	case ra == nil || rb == nil:
@@ -189,7 +182,7 @@ func (p *Plan) MayPeerActive(a, b string, takenOver bool) bool {
 	case ra.Rack == rb.Rack:
 		return true
 	case ra.DC == rb.DC:
-		return ra.RackRep && rb.RackRep && (!ra.Standby || takenOver)
+		return ra.RackRep && rb.RackRep && (!ra.Standby || aActive) && (!rb.Standby || bActive)
 	default:
 		return ra.DCRep && rb.DCRep
 	}
