@@ -193,3 +193,33 @@ func TestAnswerBrowser(t *testing.T) {
 		t.Error("the browser got other bytes than written")
 	}
 }
+
+// TestAnswerBound: offers that never connect hold at most MaxPeers
+// answers at once, not a peer connection each.
+func TestAnswerBound(t *testing.T) {
+	rt := New(Config{MaxPeers: 2})
+	rt.api = loopbackAPI(true)
+	defer rt.Close()
+	j := &joined{t: rt, root: manifest.Hash{1}, size: 1, left: func() int64 { return 0 }, offers: map[string]*pending{}}
+	j.answer(t.Context(), message{PeerID: "b", OfferID: "bad", Offer: &sdp{Type: "offer", SDP: "not an SDP"}})
+	if n := j.answering.Load(); n != 0 {
+		t.Errorf("%d answers waiting after an offer that could not be answered, want 0", n)
+	}
+	for i := range 3 {
+		pc, err := loopbackAPI(false).NewPeerConnection(webrtc.Configuration{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		if _, err := pc.CreateDataChannel("stampede", nil); err != nil {
+			t.Fatal(err)
+		}
+		o, _ := pc.CreateOffer(nil)
+		pc.SetLocalDescription(o)
+		<-webrtc.GatheringCompletePromise(pc)
+		j.answer(t.Context(), message{PeerID: "b", OfferID: string(rune('a' + i)), Offer: &sdp{Type: "offer", SDP: pc.LocalDescription().SDP}})
+	}
+	if n := j.answering.Load(); n != 2 {
+		t.Errorf("%d answers waiting for their channel, want 2 (MaxPeers)", n)
+	}
+}

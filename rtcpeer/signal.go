@@ -37,16 +37,20 @@ type (
 
 // joined is one swarm's signalling on one tracker.
 type joined struct {
-	t      *Transport
-	url    string
-	root   manifest.Hash
-	size   int64
-	id     string
-	left   func() int64
-	peers  atomic.Int32 // channels open
-	mu     sync.Mutex   // guards the following
-	offers map[string]*pending
-	ws     *websocket.Conn
+	t     *Transport
+	url   string
+	root  manifest.Hash
+	size  int64
+	id    string
+	left  func() int64
+	peers atomic.Int32 // channels open
+	// answering counts the offers answered whose channel is not open
+	// yet: each holds a peer connection (sockets, goroutines) for up to
+	// offerTTL, so a flood of offers must not make one each.
+	answering atomic.Int32
+	mu        sync.Mutex // guards the following
+	offers    map[string]*pending
+	ws        *websocket.Conn
 }
 
 type pending struct {
@@ -260,17 +264,22 @@ func (j *joined) answered(m message) {
 	})
 }
 
-// answer answers a browser's offer.
+// answer answers a browser's offer, unless MaxPeers channels are open or
+// MaxPeers answers wait for theirs.
 func (j *joined) answer(ctx context.Context, m message) {
-	if int(j.peers.Load()) >= j.t.cfg.MaxPeers {
+	if int(j.answering.Add(1)) > j.t.cfg.MaxPeers || int(j.peers.Load()) >= j.t.cfg.MaxPeers {
+		j.answering.Add(-1)
 		return
 	}
+	var once sync.Once
+	answered := func() { once.Do(func() { j.answering.Add(-1) }) }
 	pc, err := j.t.newPC()
 	if err != nil {
+		answered()
 		return
 	}
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-		dc.OnOpen(func() { j.opened(pc, dc) })
+		dc.OnOpen(func() { answered(); j.opened(pc, dc) })
 	})
 	err = pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.Offer.SDP})
 	var a webrtc.SessionDescription
@@ -283,14 +292,17 @@ func (j *joined) answer(ctx context.Context, m message) {
 	if err != nil {
 		j.t.log.Debug("webrtc: cannot answer", "err", err)
 		pc.Close()
+		answered()
 		return
 	}
 	gathered(ctx, pc)
 	if err := j.send(ctx, &message{ToPeerID: m.PeerID, OfferID: m.OfferID, Answer: &sdp{Type: "answer", SDP: pc.LocalDescription().SDP}}); err != nil {
 		pc.Close()
+		answered()
 		return
 	}
 	time.AfterFunc(offerTTL, func() {
+		answered()
 		if pc.ConnectionState() != webrtc.PeerConnectionStateConnected {
 			pc.Close()
 		}
