@@ -2,7 +2,7 @@
 # Runs stampede's test suite. On a fresh machine, as root, it first installs
 # what the tests run besides stampede (scripts/install-test-deps.sh:
 # python3-libtorrent, curl, aria2, opentracker, mktorrent, nginx,
-# redis-server, prometheus's promtool, chromium, iproute2); without root
+# redis-server, prometheus's promtool, chromium, iproute2, nodejs); without root
 # the tests that need what is missing skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,9 @@ if command -v promtool >/dev/null; then
 fi
 if command -v chromium >/dev/null; then
 	export STAMPEDETEST_REQUIRE_CHROMIUM=1
+fi
+if command -v node >/dev/null; then
+	export STAMPEDETEST_REQUIRE_NODE=1
 fi
 
 go vet ./...
