@@ -6,7 +6,8 @@
 //
 // Transport is a host.Transport of scheme "webrtc". It has no address to
 // dial: WebRTC peers meet through the tracker's WebSocket signalling
-// (tracker/ws.go), which Host starts for every swarm attached to it. Every
+// (tracker/ws.go), which JoinNode starts for every swarm attached to a
+// host (host.Config.OnAttach; NewHost sets it). Every
 // data channel that opens, whichever side offered it, comes out of
 // Accept, and the host routes it by the handshake the browser sends first
 // (docs/protocol.md, section 3: both sides send theirs at once; the
