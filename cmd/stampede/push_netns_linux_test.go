@@ -41,8 +41,9 @@ import (
 // Off unless STAMPEDETEST_PUSH_NETNS=1 (it needs root, ip, tc, curl and
 // python3, and minutes); STAMPEDETEST_PUSH_SCENARIO overrides the
 // defaults, e.g. "racks=4 hosts=6 size=128MiB host=100Mbit uplink=40Mbit
-// origin=40Mbit reps=3"; STAMPEDETEST_PUSH_OUT names a file for the JSON
-// report.
+// origin=40Mbit reps=3", with "datacenters=2 dc_uplink=80Mbit" for
+// datacenters of racks racks each; STAMPEDETEST_PUSH_OUT names a file
+// for the JSON report.
 func TestPushNetns(t *testing.T) {
 	if os.Getenv("STAMPEDETEST_PUSH_NETNS") != "1" {
 		t.Skip("the push topology bench runs with STAMPEDETEST_PUSH_NETNS=1")
@@ -59,6 +60,9 @@ func TestPushNetns(t *testing.T) {
 		Systems: []string{"push", "tree", "http"}}
 	if err := sc.parse(os.Getenv("STAMPEDETEST_PUSH_SCENARIO")); err != nil {
 		t.Fatal(err)
+	}
+	if sc.DCs > 0 && sc.DCUplink == 0 {
+		sc.DCUplink = 2 * sc.Uplink
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "stampede")
@@ -97,6 +101,11 @@ type pushScenario struct {
 	Systems []string `json:"systems"`
 	// RackReps is the cluster file's rack_representatives (0: its default).
 	RackReps int `json:"rack_representatives,omitempty"`
+	// DCs, when set, makes that many datacenters of Racks racks each,
+	// each behind a link of DCUplink (default twice Uplink) to the core,
+	// where the origin is.
+	DCs      int   `json:"datacenters,omitempty"`
+	DCUplink int64 `json:"dc_uplink,omitempty"`
 }
 
 func (sc *pushScenario) parse(s string) error {
@@ -112,6 +121,10 @@ func (sc *pushScenario) parse(s string) error {
 			sc.Reps, err = strconv.Atoi(v)
 		case "rack_reps":
 			sc.RackReps, err = strconv.Atoi(v)
+		case "datacenters":
+			sc.DCs, err = strconv.Atoi(v)
+		case "dc_uplink":
+			sc.DCUplink, err = units.ParseRate(v)
 		case "size":
 			sc.Size, err = units.ParseSize(v)
 		case "host":
@@ -139,8 +152,10 @@ func (sc *pushScenario) parse(s string) error {
 // uplink's budget, each host over its link's, and the origin sends one.
 func (sc pushScenario) bound() float64 {
 	b := float64(sc.Size) / float64(sc.Origin)
-	for _, l := range []int64{sc.Uplink, sc.Host} {
-		b = max(b, float64(sc.Size)/(float64(l)*(1-sc.Reserve)))
+	for _, l := range []int64{sc.Uplink, sc.Host, sc.DCUplink} {
+		if l > 0 {
+			b = max(b, float64(sc.Size)/(float64(l)*(1-sc.Reserve)))
+		}
 	}
 	return b
 }
@@ -269,27 +284,40 @@ func newTopo(t *testing.T, sc pushScenario) *nsTopo {
 	}
 	tp.origin = host("origin", tp.core, "o0", "198.19.0.1", sc.Origin, 0)
 	tp.links = append(tp.links, nsLink{name: "origin", ns: tp.origin.ns, dev: "eth0", rack: -1, budget: float64(sc.Origin)})
-	for r := range sc.Racks {
-		rns := fmt.Sprintf("%s-rack%d", tp.prefix, r)
-		tp.add(rns)
-		up := fmt.Sprintf("rk%d", r)
+	// join makes a bridge in its own namespace and joins it to the bridge
+	// in parent through a veth shaped with tbf both ways.
+	join := func(name, parent string, bps int64, rack int) string {
+		child := tp.prefix + "-" + name
+		tp.add(child)
+		up := "to-" + name
 		for _, argv := range [][]string{
-			{"ip", "-n", rns, "link", "add", "br0", "type", "bridge"},
-			{"ip", "-n", rns, "link", "set", "br0", "up"},
-			{"ip", "-n", tp.core, "link", "add", up, "type", "veth", "peer", "name", "upl", "netns", rns},
-			{"ip", "-n", tp.core, "link", "set", up, "master", "br0"},
-			{"ip", "-n", tp.core, "link", "set", up, "up"},
-			{"ip", "-n", rns, "link", "set", "dev", "upl", "master", "br0"},
-			{"ip", "-n", rns, "link", "set", "dev", "upl", "up"},
-			append([]string{"tc", "-n", tp.core, "qdisc", "add", "dev", up, "root"}, tbfArgs(sc.Uplink)...),
-			append([]string{"tc", "-n", rns, "qdisc", "add", "dev", "upl", "root"}, tbfArgs(sc.Uplink)...),
+			{"ip", "-n", child, "link", "add", "br0", "type", "bridge"},
+			{"ip", "-n", child, "link", "set", "br0", "up"},
+			{"ip", "-n", parent, "link", "add", up, "type", "veth", "peer", "name", "upl", "netns", child},
+			{"ip", "-n", parent, "link", "set", up, "master", "br0"},
+			{"ip", "-n", parent, "link", "set", up, "up"},
+			{"ip", "-n", child, "link", "set", "dev", "upl", "master", "br0"},
+			{"ip", "-n", child, "link", "set", "dev", "upl", "up"},
+			append([]string{"tc", "-n", parent, "qdisc", "add", "dev", up, "root"}, tbfArgs(bps)...),
+			append([]string{"tc", "-n", child, "qdisc", "add", "dev", "upl", "root"}, tbfArgs(bps)...),
 		} {
 			ns(t, argv...)
 		}
-		budget := float64(sc.Uplink) * (1 - sc.Reserve)
+		budget := float64(bps) * (1 - sc.Reserve)
 		tp.links = append(tp.links,
-			nsLink{name: fmt.Sprintf("rack%d-in", r), ns: tp.core, dev: up, rack: r, budget: budget},
-			nsLink{name: fmt.Sprintf("rack%d-out", r), ns: rns, dev: "upl", rack: -1, budget: budget})
+			nsLink{name: name + "-in", ns: parent, dev: up, rack: rack, budget: budget},
+			nsLink{name: name + "-out", ns: child, dev: "upl", rack: -1, budget: budget})
+		return child
+	}
+	parents := []string{tp.core}
+	if sc.DCs > 0 {
+		parents = nil
+		for d := range sc.DCs {
+			parents = append(parents, join(fmt.Sprintf("dc%d", d), tp.core, sc.DCUplink, -1))
+		}
+	}
+	for r := range len(parents) * sc.Racks {
+		rns := join(fmt.Sprintf("rack%d", r), parents[r/sc.Racks], sc.Uplink, r)
 		var hs []nsHost
 		for h := range sc.Hosts {
 			hs = append(hs, host(fmt.Sprintf("r%dh%d", r, h), rns, fmt.Sprintf("h%d", h), fmt.Sprintf("198.19.%d.%d", r+1, h+1), sc.Host, sc.Host))
@@ -547,6 +575,9 @@ func benchPush(t *testing.T, tp *nsTopo, sc pushScenario, bin, dir, file string,
 	if sc.RackReps > 0 {
 		fmt.Fprintf(&toml, "rack_representatives = %d\n", sc.RackReps)
 	}
+	for d := range sc.DCs {
+		fmt.Fprintf(&toml, "[datacenter.d%d]\nlink = \"%d\"\n", d, sc.DCUplink)
+	}
 	for r, hs := range tp.racks {
 		var names []string
 		for _, h := range hs {
@@ -554,6 +585,9 @@ func benchPush(t *testing.T, tp *nsTopo, sc pushScenario, bin, dir, file string,
 			fmt.Fprintf(&toml, "[host.%s]\nagent = \"%s:7882\"\npeer = \"%s:7881\"\n", h.name, h.ip, h.ip)
 		}
 		fmt.Fprintf(&toml, "[rack.r%d]\nuplink = \"%d\"\nhosts = [%s]\n", r, sc.Uplink, strings.Join(names, ", "))
+		if sc.DCs > 0 {
+			fmt.Fprintf(&toml, "datacenter = \"d%d\"\n", r/sc.Racks)
+		}
 	}
 	cf := filepath.Join(dir, "cluster.toml")
 	os.WriteFile(cf, []byte(toml.String()), 0o644)
