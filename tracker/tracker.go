@@ -148,8 +148,9 @@ type Config struct {
 	// DefaultMaxPeersPerAddress.
 	MaxPeersPerAddress int
 	// AnnounceRate is the announces a second one source may make on
-	// average over HTTP, and AnnounceBurst how many at once; past them it
-	// is answered 429 with a Retry-After. Loopback is not limited, nor
+	// average over HTTP and WebSocket (ws.go), and AnnounceBurst how many
+	// at once; past them it is answered 429 with a Retry-After (over
+	// WebSocket, an error). Loopback is not limited, nor
 	// are AnnounceContext's callers. Defaults DefaultAnnounceRate and
 	// DefaultAnnounceBurst; a negative AnnounceRate: no limit.
 	AnnounceRate  float64

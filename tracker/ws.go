@@ -40,10 +40,11 @@ package tracker
 // messages a connection may send (wsRate a second, wsBurst at once); a
 // connection past a bound is closed, and one whose send queue is full
 // (it does not read) is closed too, so that a slow peer never holds the
-// others up. Announces also go to the tracker's store as from a peer that
-// cannot be dialed (port 0): the swarm's size counts WebRTC peers, and a
-// swarm the tracker does not admit (Config.OnlyAdmitted) is refused the
-// same way.
+// others up. Announces count against their source's rate
+// (Config.AnnounceRate) as over HTTP. They also go to the tracker's store
+// as from a peer that cannot be dialed (port 0): the swarm's size counts
+// WebRTC peers, and a swarm the tracker does not admit
+// (Config.OnlyAdmitted) is refused the same way.
 
 import (
 	"context"
@@ -184,6 +185,8 @@ type WSOffer struct {
 	OfferID string `json:"offer_id"`
 	Offer   WSSDP  `json:"offer"`
 }
+
+var errWSThrottled = errors.New("too many announces from this address: announce again later")
 
 // errWSClose is why a connection that broke a bound is closed.
 type errWSClose struct {
@@ -368,6 +371,14 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	for _, o := range m.Offers {
 		if len(o.OfferID) == 0 || len(o.OfferID) > maxWSOfferID || o.Offer.Type != "offer" {
 			return fmt.Errorf("%w: an offer needs an offer_id of 1 to %d characters and an SDP of type offer", errBadRequest, maxWSOfferID)
+		}
+	}
+	// The source's announces count as over HTTP: a connection's own rate
+	// starts afresh with each connection, which costs a client nothing.
+	if src, ok := Source(ip); ok && t.limiter != nil {
+		if ok, _ := t.limiter.allow(src, t.cfg.Now()); !ok {
+			t.metrics.throttled.Add(1)
+			return errWSThrottled
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.StoreTimeout)

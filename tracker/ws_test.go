@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -306,5 +307,24 @@ func TestWSQueueBytes(t *testing.T) {
 	}
 	if q := c.queued.Load(); q > wsSendBytes {
 		t.Errorf("%d bytes queued, at most %d", q, wsSendBytes)
+	}
+}
+
+// TestWSSourceRate: WebSocket announces count against their source's
+// announce rate, whatever connection they come on.
+func TestWSSourceRate(t *testing.T) {
+	tr := New(Config{Logger: testLogger(t), AnnounceRate: 0.001, AnnounceBurst: 2})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = "192.0.2.1:4000" // a source: loopback is exempt
+		tr.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p := dialWS(t, srv, 1)
+	p.announce(0)
+	p.announce(0)
+	q := dialWS(t, srv, 2)
+	q.send(map[string]any{"left": 0})
+	if m := q.must(); !strings.Contains(m.Error, "too many announces") {
+		t.Errorf("third announce of the source, on a new connection: %+v", m)
 	}
 }
