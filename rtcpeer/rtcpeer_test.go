@@ -155,7 +155,11 @@ func TestAnswerBrowser(t *testing.T) {
 		t.Fatal("no channel accepted")
 	}
 	defer c.Close()
-	<-b.open
+	select {
+	case <-b.open:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the browser's channel did not open")
+	}
 
 	// Browser to native: two messages read as one stream.
 	b.dc.Send(bytes.Repeat([]byte{1}, 100<<10))
