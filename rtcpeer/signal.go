@@ -105,7 +105,7 @@ func (j *joined) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ws.SetReadLimit(64 << 10)
+	ws.SetReadLimit(tracker.MaxWSMessage)
 	j.mu.Lock()
 	j.ws = ws
 	j.mu.Unlock()
