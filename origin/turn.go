@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/pion/turn/v5"
+
+	"github.com/stampede-dev/stampede/tracker"
 )
 
 // TURNConfig configures ServeTURN.
@@ -32,7 +35,9 @@ type TURNConfig struct {
 // multicast or unspecified address, one of the server's own (RelayIP and
 // its interfaces'), or an IPv6 address that carries an IPv4 one refused
 // (NAT64, 6to4): a relay must not become a way into the server or its
-// networks.
+// networks. Since every visitor gets credentials (peer.json), they bound
+// nothing by themselves: a source (an IPv4 address, an IPv6 /64) holds at
+// most MaxTURNAllocsPerSrc relays at once, and all together MaxTURNAllocs.
 func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog.Logger) error {
 	if cfg.RelayIP == nil || cfg.RelayIP.IsUnspecified() {
 		return errors.New("origin: turn: a relay IP is required (the server's public address)")
@@ -47,9 +52,15 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 		log = slog.New(slog.DiscardHandler)
 	}
 	own := ownAddrs(cfg.RelayIP)
+	var q turnQuota
 	s, err := turn.NewServer(turn.ServerConfig{
-		Realm:       cfg.Realm,
-		AuthHandler: turn.LongTermTURNRESTAuthHandler(cfg.Secret, nil),
+		Realm:        cfg.Realm,
+		AuthHandler:  turn.LongTermTURNRESTAuthHandler(cfg.Secret, nil),
+		QuotaHandler: q.allow,
+		EventHandler: turn.EventHandler{
+			OnAllocationCreated: func(src, _ net.Addr, _, _, _ string, _ net.Addr, _ int) { q.add(src, 1) },
+			OnAllocationDeleted: func(src, _ net.Addr, _, _, _ string) { q.add(src, -1) },
+		},
 		PacketConnConfigs: []turn.PacketConnConfig{{
 			PacketConn:            pc,
 			RelayAddressGenerator: &turn.RelayAddressGeneratorStatic{RelayAddress: cfg.RelayIP, Address: "0.0.0.0"},
@@ -67,6 +78,59 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 	}
 	<-ctx.Done()
 	return s.Close()
+}
+
+// Bounds of the TURN relay's allocations (each a UDP socket and its
+// traffic).
+const (
+	MaxTURNAllocs       = 1024
+	MaxTURNAllocsPerSrc = 8
+)
+
+// turnQuota counts the allocations, in all and by source (tracker.Source;
+// loopback is exempt). Its zero value is ready.
+type turnQuota struct {
+	mu    sync.Mutex // guards the following
+	total int
+	bySrc map[netip.Prefix]int
+}
+
+func turnSource(a net.Addr) (netip.Prefix, bool) {
+	u, ok := a.(*net.UDPAddr)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ip, ok := netip.AddrFromSlice(u.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	return tracker.Source(ip)
+}
+
+// allow is the turn.QuotaHandler: whether src may have one more.
+func (q *turnQuota) allow(_, _ string, src net.Addr) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.total >= MaxTURNAllocs {
+		return false
+	}
+	p, ok := turnSource(src)
+	return !ok || q.bySrc[p] < MaxTURNAllocsPerSrc
+}
+
+// add counts an allocation of src made (n 1) or gone (n -1).
+func (q *turnQuota) add(src net.Addr, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.total += n
+	if p, ok := turnSource(src); ok {
+		if q.bySrc == nil {
+			q.bySrc = map[netip.Prefix]int{}
+		}
+		if q.bySrc[p] += n; q.bySrc[p] <= 0 {
+			delete(q.bySrc, p)
+		}
+	}
 }
 
 var (

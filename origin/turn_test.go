@@ -87,3 +87,27 @@ func TestTURN(t *testing.T) {
 		t.Errorf("permission to a public address: %v", err)
 	}
 }
+
+// TestTURNQuota: a source holds at most MaxTURNAllocsPerSrc relays, and
+// has room again once one goes; loopback is exempt.
+func TestTURNQuota(t *testing.T) {
+	var q turnQuota
+	src := &net.UDPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}
+	other := &net.UDPAddr{IP: net.ParseIP("192.0.2.2"), Port: 1}
+	for range MaxTURNAllocsPerSrc {
+		if !q.allow("", "", src) {
+			t.Fatal("refused within the quota")
+		}
+		q.add(src, 1)
+	}
+	if q.allow("", "", src) {
+		t.Error("one relay too many allowed")
+	}
+	if !q.allow("", "", other) || !q.allow("", "", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}) {
+		t.Error("another source refused")
+	}
+	q.add(src, -1)
+	if !q.allow("", "", src) {
+		t.Error("refused after a relay went")
+	}
+}
