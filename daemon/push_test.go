@@ -51,7 +51,7 @@ func listenLoopback(t *testing.T) net.Listener {
 // startCluster writes the cluster file (uplinks of uplink, "" for none)
 // and starts a daemon per host. configure, if set, adjusts each one's
 // push settings.
-func startCluster(t *testing.T, racks, hosts int, uplink string, configure func(*daemon.PushConfig)) *testCluster {
+func startCluster(t *testing.T, racks, hosts int, uplink string, configure func(host string, p *daemon.PushConfig)) *testCluster {
 	t.Helper()
 	tc := &testCluster{priv: sign.GenerateKey(), agents: map[string]*pushAgent{}}
 	var b strings.Builder
@@ -84,7 +84,7 @@ func startCluster(t *testing.T, racks, hosts int, uplink string, configure func(
 			},
 		}
 		if configure != nil {
-			configure(&a.cfg.Push)
+			configure(n, &a.cfg.Push)
 		}
 		a.start(t)
 		tc.agents[n] = a
@@ -473,7 +473,7 @@ func TestPushThrottled(t *testing.T) {
 	o := startOrigin(t, 0, map[string][]byte{"app.bin": data})
 	knob := &loadKnob{}
 	knob.cpu.Store(500)
-	tc := startCluster(t, 1, 1, "", func(p *daemon.PushConfig) { p.MaxLoad, p.LoadSource = 2, knob })
+	tc := startCluster(t, 1, 1, "", func(_ string, p *daemon.PushConfig) { p.MaxLoad, p.LoadSource = 2, knob })
 	a := tc.agents["r0h0"]
 	req := tc.forAgent(a, tc.request(o, "app.bin", tc.hosts, ""))
 	if code, body := send(t, a, req); code != 202 {
@@ -501,9 +501,25 @@ func TestPushThrottled(t *testing.T) {
 // rack; when the active one dies, the standby takes over across the
 // uplink and its rack finishes.
 func TestPushStandbyTakesOver(t *testing.T) {
-	data := randomBytes(3*MiB, 38)
-	o := startOrigin(t, 3*MiB, map[string][]byte{"app.bin": data})
-	tc := startCluster(t, 2, 3, "400Mbit", func(p *daemon.PushConfig) { p.Fallback = time.Second })
+	data := randomBytes(2*MiB, 38)
+	o := startOrigin(t, 2*MiB, map[string][]byte{"app.bin": data})
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "app.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The standbys give up on their active representatives after 2 s
+	// without a piece, the members only after a minute: the rack's
+	// pieces must come through its standby.
+	tc := startCluster(t, 2, 3, "400Mbit", func(host string, p *daemon.PushConfig) {
+		plan, err := cluster.NewPlan(p.Cluster, p.Cluster.HostNames(), m.Root[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Fallback = time.Minute
+		if plan.Roles[host].Standby {
+			p.Fallback = 2 * time.Second
+		}
+	})
 	req := tc.request(o, "app.bin", tc.hosts, "")
 	ids := pushAll(t, tc, req)
 	var active, standby string
@@ -522,7 +538,7 @@ func TestPushStandbyTakesOver(t *testing.T) {
 	if active == "" || standby == "" {
 		t.Fatal("rack r1 has no active and standby representatives")
 	}
-	waitDonePush(t, tc.agents[active], ids[active], MiB/2)
+	waitDonePush(t, tc.agents[active], ids[active], MiB/4)
 	if st, _ := status(t, tc.agents[standby], ids[standby]); st.FromRacks != 0 || st.FromOrigin != 0 {
 		t.Errorf("the standby fetched across the uplink while the active one ran: %+v", st)
 	}
