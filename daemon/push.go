@@ -319,6 +319,14 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 		}
 	}
 	p.last[dest] = req.Issued
+	// Pushes past their expiry have ended (their runs with them): their
+	// status and record go; their nonces are refused by Verify anyway.
+	for id, o := range p.pushes {
+		if !now.Before(o.req.Expires) {
+			delete(p.pushes, id)
+			os.Remove(filepath.Join(s.pushDir(), id+".json"))
+		}
+	}
 	ps := &push{req: req, ctr: &pushCounters{}, status: PushStatus{ID: req.ID(), Host: p.self.Name, State: PushFetching, Root: req.Root, Size: req.Size, Started: now}}
 	p.pushes[req.ID()] = ps
 	s.savePushLocked(ps)
