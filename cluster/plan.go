@@ -29,8 +29,9 @@ type Role struct {
 	// its own link's, for everything it receives and sends. Cross is its
 	// share of the rack uplink and datacenter link its downloads from
 	// outside the rack cross (from other racks and the origin), max-min
-	// fair among the hosts crossing them; 0 for a member, which fetches
-	// nothing from outside.
+	// fair among the hosts crossing them. A standby, or a member, which
+	// fetch from outside only when their representatives are gone, have
+	// the share of an active representative of their rack.
 	Down, Up, Cross int64
 }
 
@@ -292,9 +293,10 @@ func (p *Plan) budgets(c *Cluster) {
 			r.Cross = int64(v)
 		}
 	}
-	// A standby that takes over takes the share of the one it replaces.
+	// A standby that takes over takes the share of the one it replaces,
+	// and so does a member that falls back to the origin.
 	for _, n := range sortedKeys(p.Roles) {
-		if r := p.Roles[n]; r.Standby {
+		if r := p.Roles[n]; r.Standby || !r.RackRep {
 			for _, o := range p.Racks[r.Rack] {
 				if ro := p.Roles[o]; ro.RackRep && !ro.Standby {
 					r.Cross = max(r.Cross, min(ro.Cross, c.Hosts[n].Link.Budget()))

@@ -76,28 +76,29 @@ func TestPlan(t *testing.T) {
 			// Two racks of three: one representative's 10 MB/s link fills
 			// the uplink's 4 MB/s budget, so the second stands by (S),
 			// ready with the same share; the active ones fetch from the
-			// origin (fewer than 5); the members inside the rack.
+			// origin (fewer than 5); the members fetch inside the rack, and
+			// have the same share for when they fall back to the origin.
 			name: "2x3", dcs: 1, racks: 2, hosts: 3,
-			want: "r00[h000:0/10000 h001RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/10000]",
+			want: "r00[h000:4000/10000 h001RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:4000/10000]",
 		},
 		{
 			// A slow host is never a representative while a faster one is
 			// there, and its 1 MB/s takes nothing from the others.
 			name: "slow host", dcs: 1, racks: 2, hosts: 3, slow: []string{"h001", "h012"},
-			want: "r00[h000RS:4000/10000 h001:0/1000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/1000]",
+			want: "r00[h000RS:4000/10000 h001:1000/1000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:1000/1000]",
 		},
 		{
 			// A dead representative's place goes to the rack's other host;
 			// the other rack's keep theirs.
 			name: "dead representative", dcs: 1, racks: 2, hosts: 3, dead: []string{"h001"},
-			want: "r00[h000RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:0/10000]",
+			want: "r00[h000RS:4000/10000 h002RD:4000/10000] r01[h010RD:4000/10000 h011RS:4000/10000 h012:4000/10000]",
 		},
 		{
 			// One representative per rack, three racks: five per
 			// datacenter would be more than there are, so all three are,
 			// and share the datacenter link's 8 MB/s.
 			name: "one per rack", dcs: 1, racks: 3, hosts: 2, rackReps: 1,
-			want: "r00[h000:0/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:0/10000] r02[h020:0/10000 h021RD:2666/10000]",
+			want: "r00[h000:2666/10000 h001RD:2666/10000] r01[h010RD:2666/10000 h011:2666/10000] r02[h020:2666/10000 h021RD:2666/10000]",
 		},
 		{
 			// Two datacenters of three racks: three active representatives
@@ -111,7 +112,7 @@ func TestPlan(t *testing.T) {
 			// Hosts of 10 Mbit: both representatives are needed to fill a
 			// 4 MB/s uplink budget, each held to its own link's 1 MB/s.
 			name: "slow links", dcs: 1, racks: 1, hosts: 3, slow: []string{"h000", "h001", "h002"},
-			want: "r00[h000:0/1000 h001RD:1000/1000 h002RD:1000/1000]",
+			want: "r00[h000:1000/1000 h001RD:1000/1000 h002RD:1000/1000]",
 		},
 		{
 			name: "a selection", dcs: 1, racks: 2, hosts: 3, pick: []string{"h000", "h011", "h012"},
