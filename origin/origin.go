@@ -745,6 +745,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// A dashboard's stream never ends by itself: end it, rather than wait
 	// out the grace for it.
 	hs.RegisterOnShutdown(s.dash.EndStreams)
+	if t := s.cfg.Tracker; t != nil {
+		hs.RegisterOnShutdown(t.CloseWebSockets) // WebSocket signalling (tracker/ws.go)
+	}
 	stopping := func() {
 		s.log.Info("shutting down", "transfers_active", s.gate.activeCount(), "grace", s.cfg.ShutdownGrace)
 	}

@@ -93,6 +93,8 @@ type wsHub struct {
 	swarms map[swarmKey]map[PeerID]*wsConn
 	conns  int
 	bySrc  map[netip.Prefix]int // connections by source
+	open   map[*wsConn]bool     // every connection, for CloseWebSockets
+	closed bool                 // CloseWebSockets was called: no more
 }
 
 // enter counts a connection from src (ok false: no source, as loopback),
@@ -100,7 +102,7 @@ type wsHub struct {
 func (h *wsHub) enter(src netip.Prefix, ok bool) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.conns >= MaxWSConns || ok && h.bySrc[src] >= MaxWSConnsPerSrc {
+	if h.closed || h.conns >= MaxWSConns || ok && h.bySrc[src] >= MaxWSConnsPerSrc {
 		return false
 	}
 	h.conns++
@@ -233,6 +235,10 @@ func (t *Tracker) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	conn := &wsConn{send: make(chan []byte, wsSendQueue), cancel: cancel,
 		peers: map[swarmKey]PeerID{}, pending: map[wsOffer]time.Time{}}
+	if !h.track(conn) {
+		c.Close(websocket.StatusGoingAway, "the tracker is shutting down")
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -496,6 +502,35 @@ func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage,
 	return nil
 }
 
+// track adds conn to the connections CloseWebSockets ends, and forgets
+// it when it ends; false once they were ended.
+func (h *wsHub) track(conn *wsConn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	if h.open == nil {
+		h.open = map[*wsConn]bool{}
+	}
+	h.open[conn] = true
+	return true
+}
+
+// CloseWebSockets ends every WebSocket connection and refuses new ones.
+// An http.Server's Shutdown does not wait for a connection taken over
+// by a WebSocket: call this from its RegisterOnShutdown (origin.Serve
+// does), or the connections outlive the server.
+func (t *Tracker) CloseWebSockets() {
+	h := &t.ws
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for conn := range h.open {
+		conn.cancel()
+	}
+}
+
 // leave forgets conn in every swarm it announced in, and tells the store
 // those peers stopped.
 func (h *wsHub) leave(conn *wsConn, t *Tracker, ip netip.Addr) {
@@ -511,6 +546,7 @@ func (h *wsHub) leave(conn *wsConn, t *Tracker, ip netip.Addr) {
 		left[key] = id
 	}
 	conn.peers = nil
+	delete(h.open, conn)
 	h.mu.Unlock()
 	for key, id := range left {
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.StoreTimeout)

@@ -328,3 +328,28 @@ func TestWSSourceRate(t *testing.T) {
 		t.Errorf("third announce of the source, on a new connection: %+v", m)
 	}
 }
+
+// TestCloseWebSockets: CloseWebSockets ends the connections a server's
+// Shutdown does not wait for, and refuses new ones.
+func TestCloseWebSockets(t *testing.T) {
+	tr, srv := newWSServer(t, Config{})
+	p := dialWS(t, srv, 1)
+	p.announce(0)
+	tr.CloseWebSockets()
+	if m, err := p.read(); err == nil {
+		t.Errorf("read %+v after CloseWebSockets, want the connection closed", m)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+WellKnownPath, nil); err == nil {
+		c.CloseNow()
+		t.Error("a connection accepted after CloseWebSockets")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tr.WSPeers(testRoot, testSize) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("WSPeers = %d after CloseWebSockets, want 0", tr.WSPeers(testRoot, testSize))
+		}
+		time.Sleep(10 * time.Millisecond) // the connection's goroutine leaves on its own
+	}
+}
