@@ -48,9 +48,13 @@ function remember(path, j) {
   manifests.set(path, j);
 }
 
+// saving is peer.js's test: its page runs no swarm then, so asking it
+// would only cost the wait for an answer that never comes.
+const saving = () => { const c = self.navigator.connection; return !!c && (c.saveData || c.type === 'cellular'); };
+
 self.addEventListener('fetch', (e) => {
   const r = e.request;
-  if (off || r.method !== 'GET' || r.mode === 'navigate' || r.headers.has('range') || r.headers.get('save-data') === 'on') return;
+  if (off || r.method !== 'GET' || r.mode === 'navigate' || r.headers.has('range') || r.headers.get('save-data') === 'on' || saving()) return;
   const u = new URL(r.url);
   if (u.origin !== self.location.origin || u.search || u.pathname.startsWith('/.well-known/')) return;
   if (manifests.get(u.pathname) === null) return;
