@@ -109,6 +109,17 @@ func (c *Cache) Put(k Key, m *dns.Msg, now time.Time) bool {
 	}
 	m = m.Copy()
 	m.Extra = withoutPseudo(m.Extra)
+	// No record is served with a TTL longer than the answer is held: a
+	// record past a cap, or a negative answer's SOA whose TTL is above
+	// its MINIMUM (RFC 2308 section 5 has the SOA's TTL carry the
+	// negative TTL), would otherwise be cached downstream for longer.
+	secs := uint32(ttl / time.Second)
+	for _, section := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range section {
+			h := rr.Header()
+			h.Ttl = min(h.Ttl, secs)
+		}
+	}
 	e := &cacheEntry{key: k, msg: m, stored: now, expires: now.Add(ttl)}
 	if el, ok := c.m[k]; ok {
 		el.Value = e

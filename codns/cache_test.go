@@ -102,6 +102,31 @@ func TestCacheAgesAndExpires(t *testing.T) {
 	}
 }
 
+// A record is served with no longer a TTL than the answer is held: a
+// negative answer's SOA carries the negative TTL (RFC 2308 section 5),
+// and a capped answer the cap.
+func TestCacheServesHeldTTL(t *testing.T) {
+	c := NewCache(CacheConfig{MaxTTL: time.Hour})
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		m    *dns.Msg
+		want uint32
+	}{
+		{negative(t, dns.RcodeNameError, "example. 900 IN SOA ns.example. admin.example. 1 7200 3600 1209600 60"), 40},
+		{answer(t, "a.example.", "a.example. 604800 IN A 192.0.2.1"), 3600 - 20},
+	} {
+		k := KeyOf(tc.m.Question[0], false)
+		if !c.Put(k, tc.m, t0) {
+			t.Fatalf("%v not cached", tc.m.Question[0])
+		}
+		got := c.Get(k, t0.Add(20*time.Second))
+		rr := append(got.Answer, got.Ns...)[0]
+		if rr.Header().Ttl != tc.want {
+			t.Errorf("%v after 20 s: TTL %d, want %d", tc.m.Question[0].Name, rr.Header().Ttl, tc.want)
+		}
+	}
+}
+
 func TestCacheLRU(t *testing.T) {
 	c := NewCache(CacheConfig{Entries: 2})
 	now := time.Unix(1000, 0)
