@@ -2,8 +2,8 @@ package codns
 
 import (
 	"bytes"
-	"fmt"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
