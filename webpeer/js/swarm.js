@@ -29,7 +29,9 @@ export class Limiter {
     if (this.sent + n > this.total) return false;
     for (;;) {
       const now = performance.now();
-      this.tokens = Math.min(this.rate, this.tokens + ((now - this.last) / 1000) * this.rate);
+      // A bucket of a second's rate, or of n if larger: else a rate below
+      // n a second would never let n through.
+      this.tokens = Math.min(Math.max(this.rate, n), this.tokens + ((now - this.last) / 1000) * this.rate);
       this.last = now;
       if (this.tokens >= n) break;
       await sleep(Math.ceil(((n - this.tokens) / this.rate) * 1000));
