@@ -105,7 +105,10 @@ type Config struct {
 	PeerRate  float64
 	PeerBurst int
 	// MaxLookups bounds the lookups under way, clients' and peers'
-	// together (default 1024); past it a query gets REFUSED.
+	// together (default 1024); past it a query gets REFUSED. It bounds
+	// as well the queries to the upstream under way, which may outlive
+	// their lookup (a peer answered first): past it, a lookup asks the
+	// peers alone.
 	MaxLookups int
 	// Delay tunes the adaptive delay before peers are asked, Cache the
 	// cache; their zero values are their defaults.
@@ -138,6 +141,7 @@ type Forwarder struct {
 	signedLimiter *rate.Limiter
 	tsig          map[string]string // Key for miekg/dns: name to base64 secret
 	slots         chan struct{}     // MaxLookups of them
+	upstreamSlots chan struct{}     // MaxLookups of them: upstream queries may outlive their lookup
 	life          context.Context   // ends when Serve returns
 	stop          context.CancelFunc
 	wg            sync.WaitGroup // upstream queries, which may outlive their lookup
@@ -187,15 +191,16 @@ func New(cfg Config) (*Forwarder, error) {
 	}
 	cfg.Delay = cfg.Delay.withDefaults()
 	f := &Forwarder{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		limiters: make(map[netip.Addr]*rate.Limiter),
-		slots:    make(chan struct{}, cfg.MaxLookups),
-		cache:    NewCache(cfg.Cache),
-		delay:    NewDelay(cfg.Delay),
-		peers:    NewPeers(cfg.Peers),
-		flights:  make(map[flightKey]*flight),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		now:           cfg.Now,
+		limiters:      make(map[netip.Addr]*rate.Limiter),
+		slots:         make(chan struct{}, cfg.MaxLookups),
+		upstreamSlots: make(chan struct{}, cfg.MaxLookups),
+		cache:         NewCache(cfg.Cache),
+		delay:         NewDelay(cfg.Delay),
+		peers:         NewPeers(cfg.Peers),
+		flights:       make(map[flightKey]*flight),
 	}
 	f.life, f.stop = context.WithCancel(context.Background())
 	for _, p := range cfg.Peers {

@@ -647,3 +647,34 @@ func TestForwarderBusy(t *testing.T) {
 		t.Errorf("refused busy %v, want 1", got)
 	}
 }
+
+// Queries to the upstream that outlive their lookups (a peer answered
+// first) are bounded by MaxLookups too: past it, a lookup asks the peers
+// alone, at once.
+func TestForwarderUpstreamBusy(t *testing.T) {
+	sick := startFake(t, "127.0.0.1", stall(t))
+	healthy := startFake(t, "127.0.0.1", answerA)
+	peer := startNode(t, "127.0.0.2", Config{Upstream: healthy.addr})
+	n := startNode(t, "127.0.0.3", Config{
+		Upstream:   sick.addr,
+		Peers:      []netip.AddrPort{netip.MustParseAddrPort(peer.addr)},
+		MaxLookups: 1,
+		Timeout:    time.Minute,
+		Delay:      DelayConfig{Initial: 20 * time.Millisecond},
+	})
+	// The first lookup is the peer's; its upstream query stalls on.
+	for _, name := range []string{"first.example.", "second.example."} {
+		if r := ask(t, "udp", n.addr, "", name); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("%s: answer %v", name, r)
+		}
+	}
+	if got := counter(t, n.f, "upstream_failures", "busy"); got != 1 {
+		t.Errorf("upstream not asked (busy) %v times, want 1: the second lookup's", got)
+	}
+	if got := counter(t, n.f, "lookups", "peer"); got != 2 {
+		t.Errorf("lookups won by peers %v, want 2", got)
+	}
+	if got := sick.queries.Load(); got > 1 {
+		t.Errorf("the upstream got %d queries, want the first lookup's alone", got)
+	}
+}

@@ -197,8 +197,17 @@ func (f *Forwarder) resolve(ctx context.Context, q dns.Question, do, coop bool) 
 	f.mu.Unlock()
 
 	results := make(chan result, 1+len(order))
-	f.wg.Add(1)
-	go f.askUpstream(ctx, q, do, results)
+	select {
+	case f.upstreamSlots <- struct{}{}:
+		f.wg.Add(1)
+		go f.askUpstream(ctx, q, do, results)
+	default:
+		// MaxLookups queries to the upstream under way, most of them
+		// past their lookups: it is stalling, and the peers are asked
+		// at once rather than one more socket held on it.
+		f.m.upstreamFailures[upstreamBusy].Inc()
+		results <- result{err: errUpstreamBusy}
+	}
 	pending, asked := 1, 0
 	var timer *time.Timer
 	var tick <-chan time.Time
@@ -283,7 +292,8 @@ func (f *Forwarder) countLosers(results <-chan result, pending int) {
 	}()
 }
 
-// askUpstream asks the upstream for q and sends its answer to results.
+// askUpstream asks the upstream for q and sends its answer to results;
+// it releases the slot in upstreamSlots its caller took.
 // It is not cut short when the lookup ends: how long the upstream took is
 // what the delay learns from, and the query ends within Timeout anyway.
 // A query unanswered after upstreamRetry is sent again (a UDP packet may
@@ -291,6 +301,7 @@ func (f *Forwarder) countLosers(results <-chan result, pending int) {
 // way: at most upstreamTries in all, each a new socket and ID.
 func (f *Forwarder) askUpstream(lookup context.Context, q dns.Question, do bool, results chan<- result) {
 	defer f.wg.Done()
+	defer func() { <-f.upstreamSlots }()
 	var tries sync.WaitGroup
 	defer tries.Wait()
 	ctx, cancel := context.WithTimeout(f.life, f.cfg.Timeout)
@@ -386,6 +397,10 @@ const tsigRoom = 100
 
 // errMismatch is an answer to another question than the one asked.
 var errMismatch = errors.New("codns: the answer is to another question")
+
+// errUpstreamBusy is the upstream not asked, for MaxLookups queries to it
+// are under way.
+var errUpstreamBusy = errors.New("codns: too many queries to the upstream under way")
 
 // errUnsigned is a peer's answer without a signature when there is a key.
 var errUnsigned = errors.New("codns: the peer's answer is not signed")

@@ -28,10 +28,11 @@ const (
 	upstreamTimeout = iota // no answer in time
 	upstreamError          // a network error or an answer that does not parse or match
 	upstreamRcode          // an answer neither NOERROR nor NXDOMAIN (SERVFAIL, REFUSED...)
+	upstreamBusy           // not asked: MaxLookups queries to it under way
 	numUpstreamFails
 )
 
-var upstreamFailNames = [numUpstreamFails]string{"timeout", "error", "rcode"}
+var upstreamFailNames = [numUpstreamFails]string{"timeout", "error", "rcode", "busy"}
 
 // Why a query was refused.
 const (
@@ -90,7 +91,7 @@ func newSeries(f *Forwarder) *series {
 	copy(m.peerRequests[:], c.Counters("stampede_dns_peer_requests_total",
 		"Queries from peers answered, by what answered them (never another peer).", "by", answeredByNames[:]))
 	copy(m.upstreamFailures[:], c.Counters("stampede_dns_upstream_failures_total",
-		"Queries the local resolver failed, by how: timeout, error (network, or an answer that does not parse or match), rcode (neither NOERROR nor NXDOMAIN).", "reason", upstreamFailNames[:]))
+		"Queries the local resolver failed, by how: timeout, error (network, or an answer that does not parse or match), rcode (neither NOERROR nor NXDOMAIN), busy (not asked: as many queries to it under way as lookups may be, the peers asked alone).", "reason", upstreamFailNames[:]))
 	m.tcpRetries = c.Counter("stampede_dns_tcp_retries_total",
 		"Queries asked again over TCP because the answer over UDP was truncated.")
 	copy(m.refused[:], c.Counters("stampede_dns_refused_total",
