@@ -146,8 +146,8 @@ class Conn {
   }
   onRequest(m) {
     const s = this.swarm;
-    if (!s.have.has(m.piece) || !s.serving) return this.send({ type: wire.T.REJECT, ...m, reason: wire.REJECT.DONT_HAVE });
-    if (this.uploads.length >= UPLOAD_QUEUE) return this.send({ type: wire.T.REJECT, ...m, reason: wire.REJECT.BUSY });
+    if (!s.have.has(m.piece) || !s.serving) return this.send({ ...m, type: wire.T.REJECT, reason: wire.REJECT.DONT_HAVE });
+    if (this.uploads.length >= UPLOAD_QUEUE) return this.send({ ...m, type: wire.T.REJECT, reason: wire.REJECT.BUSY });
     this.uploads.push({ piece: m.piece, offset: m.offset, length: m.length });
     if (!this.serving) this.serveUploads();
   }
@@ -163,7 +163,7 @@ class Conn {
         if (!(await s.limiter.take(n))) {
           // The page's upload allowance is spent: serve no one.
           s.serving = false;
-          for (const u of this.uploads.splice(0)) this.send({ type: wire.T.REJECT, ...u, reason: wire.REJECT.CHOKED });
+          for (const u of this.uploads.splice(0)) this.send({ ...u, type: wire.T.REJECT, reason: wire.REJECT.CHOKED });
           this.send({ type: wire.T.CHOKE });
           break;
         }
