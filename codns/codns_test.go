@@ -678,3 +678,26 @@ func TestForwarderUpstreamBusy(t *testing.T) {
 		t.Errorf("the upstream got %d queries, want the first lookup's alone", got)
 	}
 }
+
+// A peer that does not answer within PeerTimeout fails the query: three
+// in a row, and it is asked last.
+func TestForwarderPeerTimeoutsCount(t *testing.T) {
+	failing := startFake(t, "127.0.0.1", servfail)
+	mute := startFake(t, "127.0.0.2", stall(t))
+	n := startNode(t, "127.0.0.3", Config{
+		Upstream:    failing.addr,
+		Peers:       []netip.AddrPort{netip.MustParseAddrPort(mute.addr)},
+		PeerTimeout: 50 * time.Millisecond,
+	})
+	for i := range peerFailures {
+		if r := ask(t, "udp", n.addr, "", fmt.Sprintf("t%d.example.", i)); r.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("rcode %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+		}
+	}
+	n.f.mu.Lock()
+	down := n.f.peers.down(n.f.now())
+	n.f.mu.Unlock()
+	if down != 1 {
+		t.Errorf("%d peers down after %d timeouts in a row, want 1", down, peerFailures)
+	}
+}

@@ -356,9 +356,10 @@ func (f *Forwarder) askUpstream(lookup context.Context, q dns.Question, do bool,
 	results <- r
 }
 
-// askPeer asks peer for q and sends its answer to results.
-func (f *Forwarder) askPeer(ctx context.Context, peer netip.AddrPort, q dns.Question, do bool, results chan<- result) {
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.PeerTimeout)
+// askPeer asks peer for q, within the lookup, and sends its answer to
+// results.
+func (f *Forwarder) askPeer(lookup context.Context, peer netip.AddrPort, q dns.Question, do bool, results chan<- result) {
+	ctx, cancel := context.WithTimeout(lookup, f.cfg.PeerTimeout)
 	defer cancel()
 	src := f.peerIP
 	if src.IsValid() && src.IsLoopback() != peer.Addr().IsLoopback() {
@@ -376,7 +377,9 @@ func (f *Forwarder) askPeer(ctx context.Context, peer netip.AddrPort, q dns.Ques
 	if err != nil {
 		f.log.Debug("dns peer", "peer", peer, "name", q.Name, "err", err)
 	}
-	if ctx.Err() == nil || r.good() {
+	// A query cut short because its lookup ended says nothing of the
+	// peer; one past PeerTimeout is a failure.
+	if lookup.Err() == nil || r.good() {
 		f.mu.Lock()
 		f.peers.Result(peer, r.good(), f.now())
 		f.mu.Unlock()
