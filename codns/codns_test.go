@@ -701,3 +701,57 @@ func TestForwarderPeerTimeoutsCount(t *testing.T) {
 		t.Errorf("%d peers down after %d timeouts in a row, want 1", down, peerFailures)
 	}
 }
+
+// An answer is taken only from the upstream's address and port, with the
+// query's ID and to its question: a forged one is neither given nor
+// cached.
+func TestForwarderRejectsForgedAnswers(t *testing.T) {
+	forged := func(r *dns.Msg, name string) *dns.Msg {
+		m := new(dns.Msg).SetReply(r)
+		m.Question[0].Name = name
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 66)})
+		return m
+	}
+	up := startFake(t, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
+		switch name := r.Question[0].Name; name {
+		case "id.example.":
+			m := forged(r, name)
+			m.Id++
+			w.WriteMsg(m)
+		case "port.example.", "addr.example.":
+			src := "127.0.0.1:0"
+			if name == "addr.example." {
+				src = "127.0.0.5:0"
+			}
+			c, err := net.ListenPacket("udp", src)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := forged(r, name).Pack()
+			c.WriteTo(b, w.RemoteAddr())
+			c.Close()
+		case "question.example.":
+			w.WriteMsg(forged(r, "evil.example."))
+			return
+		}
+		answerA(w, r)
+	})
+	n := startNode(t, "127.0.0.1", Config{Upstream: up.addr})
+	for _, name := range []string{"id.example.", "port.example.", "addr.example."} {
+		r := ask(t, "udp", n.addr, "", name)
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.1" {
+			t.Errorf("%s: answer %v, want the upstream's own (192.0.2.1)", name, r)
+		}
+	}
+	if r := ask(t, "udp", n.addr, "", "question.example."); r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("an answer to another question: %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	n.f.mu.Lock()
+	defer n.f.mu.Unlock()
+	for _, name := range []string{"question.example.", "evil.example."} {
+		if m := n.f.cache.Get(KeyOf(dns.Question{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}, false), n.f.now()); m != nil {
+			t.Errorf("%s cached from an answer to another question: %v", name, m)
+		}
+	}
+}
