@@ -80,7 +80,7 @@ func newSeries() *series {
 	m.late = c.Counter("stampede_tracker_announces_late_total", `Announces, other than "started", from a peer that said "stopped" within the last interval (one sent before overtaken by it): answered, not added back.`)
 	m.addressFull = c.Counter("stampede_tracker_announces_address_full_total", "Announces of a peer new to a swarm whose table holds max-peers-per-address peers of its source (address, IPv6 /64) already: answered, not added.")
 	m.swarmsFull = c.Counter("stampede_tracker_announces_swarms_full_total", "Announces to a new swarm while max-swarms swarms were kept, none of which it may push out (no source over its share, no lone swarm it may take): answered as alone, the swarm not kept.")
-	m.throttled = c.Counter("stampede_tracker_announces_throttled_total", "Requests refused with 429: their source (address, IPv6 /64) was past its announce rate.")
+	m.throttled = c.Counter("stampede_tracker_announces_throttled_total", "Announces refused because their source (address, IPv6 /64) was past its announce rate: HTTP ones with 429, WebSocket ones with an error message.")
 	m.unauthorized = c.Counter("stampede_tracker_announces_unauthorized_total", "Announces refused with 403 by a private tracker (--trust-key): without a token, or with one refused.")
 	m.untracked = c.Counter("stampede_tracker_announces_untracked_total", "Announces refused with 403: to a swarm this tracker does not track (an origin's tracker tracks the files it serves).")
 	m.rejected = c.Counter("stampede_tracker_announces_rejected_total", "Announces refused with 400 for bad parameters.")

@@ -146,6 +146,7 @@ go to /announce (or /.well-known/stampede/tracker/announce); metrics are at
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	hs.RegisterOnShutdown(tr.CloseWebSockets) // Shutdown leaves hijacked connections alone
 	switch err := httpserve.Run(ctx, hs, ln, trackerShutdownGrace, nil); {
 	case errors.Is(err, httpserve.ErrGraceExpired):
 		log.Warn("announces were still in flight after the shutdown grace; their connections were closed")
