@@ -144,21 +144,14 @@ func benchNames(workload string, n int) []string {
 // benchServer is a resolver for the benchmark: healthy, it answers every
 // A query at once (TTL 300 s); sick, it first stalls 20% of them for 5 s.
 type benchServer struct {
-	addr    string
-	queries atomic.Int64
-	mu      sync.Mutex     // guards seen
-	seen    map[string]int // times each name was asked
+	*fakeDNS
+	mu   sync.Mutex     // guards seen
+	seen map[string]int // times each name was asked
 }
 
 func startBenchServer(b *testing.B, sick bool) *benchServer {
 	s := &benchServer{seen: make(map[string]int)}
-	pc, ln, err := Listen("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.addr = pc.LocalAddr().String()
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		s.queries.Add(1)
+	s.fakeDNS = startFake(b, "127.0.0.1", func(w dns.ResponseWriter, r *dns.Msg) {
 		name := strings.ToLower(r.Question[0].Name)
 		if sick {
 			s.mu.Lock()
@@ -176,13 +169,6 @@ func startBenchServer(b *testing.B, sick bool) *benchServer {
 		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(192, 0, 2, 1)})
 		w.WriteMsg(m)
 	})
-	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		go srv.ActivateAndServe()
-		<-started
-		b.Cleanup(func() { srv.Shutdown() })
-	}
 	return s
 }
 

@@ -29,7 +29,7 @@ type fakeDNS struct {
 	queries atomic.Int64
 }
 
-func startFake(t *testing.T, ip string, h func(w dns.ResponseWriter, r *dns.Msg)) *fakeDNS {
+func startFake(t testing.TB, ip string, h func(w dns.ResponseWriter, r *dns.Msg)) *fakeDNS {
 	t.Helper()
 	pc, ln, err := Listen(net.JoinHostPort(ip, "0"))
 	if err != nil {
