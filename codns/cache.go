@@ -2,6 +2,7 @@ package codns
 
 import (
 	"container/list"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,33 +140,50 @@ func (c *Cache) Put(k Key, m *dns.Msg, now time.Time) bool {
 // maxNegative for a negative answer, and false when it must not be: a
 // failure (neither NOERROR nor NXDOMAIN), a truncated answer, a negative
 // answer without the SOA record RFC 2308 takes its TTL from, or a TTL of
-// 0. A positive answer lasts as long as its shortest-lived answer record;
-// a negative one, as the smaller of its SOA's TTL and MINIMUM.
+// 0. A positive answer lasts as long as its shortest-lived answer record.
+// A negative one, NXDOMAIN or NODATA (NOERROR without a record of the
+// type asked, RFC 2308 section 2.2), lasts as the smaller of its SOA's
+// TTL and MINIMUM, and no longer than the CNAMEs that led to the missing
+// name, if any.
 func TTL(m *dns.Msg, maxTTL, maxNegative time.Duration) (time.Duration, bool) {
 	if m.Truncated || m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError {
 		return 0, false
 	}
 	var ttl uint32
 	var found bool
-	if m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
-		for _, rr := range m.Answer {
-			if t := rr.Header().Ttl; !found || t < ttl {
-				ttl, found = t, true
-			}
+	for _, rr := range m.Answer {
+		if t := rr.Header().Ttl; !found || t < ttl {
+			ttl, found = t, true
 		}
+	}
+	if m.Rcode == dns.RcodeSuccess && answered(m) {
 		maxNegative = maxTTL
 	} else {
-		for _, rr := range m.Ns {
-			if soa, ok := rr.(*dns.SOA); ok {
-				ttl, found = min(soa.Hdr.Ttl, soa.Minttl), true
-				break
-			}
+		i := slices.IndexFunc(m.Ns, func(rr dns.RR) bool { _, ok := rr.(*dns.SOA); return ok })
+		if i < 0 {
+			return 0, false
+		}
+		soa := m.Ns[i].(*dns.SOA)
+		if neg := min(soa.Hdr.Ttl, soa.Minttl); !found || neg < ttl {
+			ttl, found = neg, true
 		}
 	}
 	if !found || ttl == 0 {
 		return 0, false
 	}
 	return min(time.Duration(ttl)*time.Second, maxNegative), true
+}
+
+// answered reports whether the answer section of m holds a record of the
+// type its question asks for, which a CNAME chain alone does not.
+func answered(m *dns.Msg) bool {
+	if len(m.Question) != 1 {
+		return len(m.Answer) > 0
+	}
+	q := m.Question[0].Qtype
+	return slices.ContainsFunc(m.Answer, func(rr dns.RR) bool {
+		return q == dns.TypeANY || rr.Header().Rrtype == q
+	})
 }
 
 // withoutPseudo returns extra without its EDNS OPT and TSIG records,

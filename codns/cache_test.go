@@ -38,6 +38,20 @@ func negative(t *testing.T, rcode int, soa string) *dns.Msg {
 	return m
 }
 
+func withSOA(m *dns.Msg, soa string) *dns.Msg {
+	rr, err := dns.NewRR(soa)
+	if err != nil {
+		panic(err)
+	}
+	m.Ns = append(m.Ns, rr)
+	return m
+}
+
+func nxdomain(m *dns.Msg) *dns.Msg {
+	m.Rcode = dns.RcodeNameError
+	return m
+}
+
 func TestTTL(t *testing.T) {
 	const soa = "example. 900 IN SOA ns.example. admin.example. 1 7200 3600 1209600 60"
 	servfail := answer(t, "a.example.", "a.example. 60 IN A 192.0.2.1")
@@ -57,6 +71,10 @@ func TestTTL(t *testing.T) {
 		{"nodata: SOA TTL", negative(t, dns.RcodeSuccess, "example. 30 IN SOA ns.example. admin.example. 1 7200 3600 1209600 600"), 30 * time.Second, true},
 		{"negative capped", negative(t, dns.RcodeNameError, "example. 86400 IN SOA ns.example. admin.example. 1 7200 3600 1209600 86400"), 5 * time.Minute, true},
 		{"negative without SOA", negative(t, dns.RcodeNameError, ""), 0, false},
+		{"nodata after a CNAME: SOA minimum", withSOA(answer(t, "a.example.", "a.example. 3600 IN CNAME b.example."), soa), 60 * time.Second, true},
+		{"nxdomain after a shorter CNAME", nxdomain(withSOA(answer(t, "a.example.", "a.example. 30 IN CNAME b.example."), soa)), 30 * time.Second, true},
+		{"a CNAME alone, no SOA", answer(t, "a.example.", "a.example. 3600 IN CNAME b.example."), 0, false},
+		{"an SOA beside the answer", withSOA(answer(t, "a.example.", "a.example. 300 IN A 192.0.2.1"), soa), 300 * time.Second, true},
 		{"servfail", servfail, 0, false},
 		{"truncated", truncated, 0, false},
 	} {
