@@ -108,7 +108,8 @@ type Config struct {
 	// together (default 1024); past it a query gets REFUSED. It bounds
 	// as well the queries to the upstream under way, which may outlive
 	// their lookup (a peer answered first): past it, a lookup asks the
-	// peers alone.
+	// peers alone; and the TCP connections open, each a goroutine until
+	// its idle timeout: past it, a new one is closed as it comes.
 	MaxLookups int
 	// Delay tunes the adaptive delay before peers are asked, Cache the
 	// cache; their zero values are their defaults.
@@ -229,7 +230,7 @@ func (f *Forwarder) Serve(ctx context.Context, pc net.PacketConn, ln net.Listene
 	notify := func() { started <- struct{}{} }
 	servers := []*dns.Server{
 		{PacketConn: pc, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig, UDPSize: udpQuerySize},
-		{Listener: ln, Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
+		{Listener: f.limitConns(ln), Handler: f, NotifyStartedFunc: notify, TsigSecret: f.tsig},
 	}
 	errc := make(chan error, len(servers))
 	for _, s := range servers {
@@ -288,6 +289,46 @@ func (f *Forwarder) forgetSelf(self netip.AddrPort) {
 	for _, a := range local {
 		f.peers.remove(netip.AddrPortFrom(a, self.Port()))
 	}
+}
+
+// limitConns returns ln holding at most MaxLookups connections open at
+// once: past them, a new one is closed as it comes. Anyone may open one,
+// allowed or not, and miekg/dns gives each a goroutine until it goes idle.
+func (f *Forwarder) limitConns(ln net.Listener) net.Listener {
+	return &connLimit{Listener: ln, slots: make(chan struct{}, f.cfg.MaxLookups), refused: f.m.refused[refusedConns]}
+}
+
+type connLimit struct {
+	net.Listener
+	slots   chan struct{} // one per connection open
+	refused prometheus.Counter
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &slotConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+		default:
+			l.refused.Inc()
+			c.Close()
+		}
+	}
+}
+
+// slotConn is a connection that gives its slot back when closed.
+type slotConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }
 
 // addrPortOf returns a's address and port, the address unmapped (a v4

@@ -737,3 +737,57 @@ func TestForwarderRejectsForgedAnswers(t *testing.T) {
 		}
 	}
 }
+
+// Past MaxLookups TCP connections open, a new one is closed as it comes;
+// one closing makes room.
+func TestConnLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})
+	l := &connLimit{Listener: ln, slots: make(chan struct{}, 1), refused: refused}
+	defer l.Close()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	// The second is closed: its read ends.
+	second := dial()
+	second.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := second.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("read %d bytes, %v, from a connection past the limit; want it closed", n, err)
+	}
+	if got := testutil.ToFloat64(refused); got != 1 {
+		t.Errorf("refused %v, want 1", got)
+	}
+	first.Close()
+	first.Close() // gives its slot back once
+	dial()
+	c := <-accepted
+	if c == nil {
+		t.Fatal("no third connection after the first closed")
+	}
+	c.Close()
+	if len(l.slots) != 0 {
+		t.Errorf("%d slots held with every connection closed, want 0", len(l.slots))
+	}
+}

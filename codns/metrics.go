@@ -40,10 +40,11 @@ const (
 	refusedRateLimited         // a peer past its rate
 	refusedBusy                // MaxLookups lookups under way
 	refusedBadSignature        // signed, but not with Config.Key (NOTAUTH)
+	refusedConns               // a TCP connection closed as it came: MaxLookups open
 	numRefused
 )
 
-var refusedNames = [numRefused]string{"not-allowed", "rate-limited", "busy", "bad-signature"}
+var refusedNames = [numRefused]string{"not-allowed", "rate-limited", "busy", "bad-signature", "tcp-busy"}
 
 // Outcomes of queries sent to peers.
 const (
@@ -95,7 +96,7 @@ func newSeries(f *Forwarder) *series {
 	m.tcpRetries = c.Counter("stampede_dns_tcp_retries_total",
 		"Queries asked again over TCP because the answer over UDP was truncated.")
 	copy(m.refused[:], c.Counters("stampede_dns_refused_total",
-		"Queries refused, by reason: not-allowed (source neither in --allow nor a peer), rate-limited (a peer past its rate), busy (too many lookups under way): REFUSED; bad-signature (TSIG not made with --key): NOTAUTH.", "reason", refusedNames[:]))
+		"Queries refused, by reason: not-allowed (source neither in --allow nor a peer), rate-limited (a peer past its rate), busy (too many lookups under way): REFUSED; bad-signature (TSIG not made with --key): NOTAUTH; tcp-busy (a TCP connection closed as it came, too many open).", "reason", refusedNames[:]))
 	m.lookupDuration = c.Histogram("stampede_dns_lookup_duration_seconds",
 		"Time to answer a lookup of a client, the cache's answers included.", lookupBuckets)
 	m.collectors = append(m.collectors, metrics.CollectFunc{
