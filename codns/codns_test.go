@@ -409,7 +409,7 @@ func TestForwarderIgnoresItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := netip.MustParseAddrPort(pc.LocalAddr().String())
-	other := netip.MustParseAddrPort("127.0.0.9:53")
+	other := netip.MustParseAddrPort(startFake(t, "127.0.0.9", stall(t)).addr)
 	f, err := New(Config{Upstream: up.addr, Peers: []netip.AddrPort{self, other}, PeerTimeout: 100 * time.Millisecond, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,14 @@ func TestDNSCommand(t *testing.T) {
 	healthy := startDNSUpstream(t, false)
 	sick := startDNSUpstream(t, true)
 	peer := startDNSCommand(t, 1, "--listen", "127.0.0.2:0", "--upstream", healthy, "-q")[0]
-	addrs := startDNSCommand(t, 2, "--listen", "127.0.0.3:0", "--upstream", sick, "--peers", peer+",127.0.0.9:53",
+	// The peer that is not there: a socket no one reads, not port 53,
+	// where a local resolver bound to every address would answer.
+	absent, err := net.ListenPacket("udp", "127.0.0.9:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer absent.Close()
+	addrs := startDNSCommand(t, 2, "--listen", "127.0.0.3:0", "--upstream", sick, "--peers", peer+","+absent.LocalAddr().String(),
 		"--metrics-listen", "127.0.0.1:0", "-q")
 	node, metricsAddr := addrs[0], addrs[1]
 	for _, network := range []string{"udp", "tcp"} {
