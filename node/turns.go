@@ -44,8 +44,8 @@ import (
 // without it: one stalled neighbour never holds the others' pieces back.
 // So is one held past turnSlow times the time its piece takes at its
 // share of our uplink (the turns' count times the piece over the most
-// upload we have measured, slowAfter): a neighbour whose downlink is
-// slower than that share. Without it, in a crowd of 20 peers with 20 Mbit/s
+// upload we have measured, slowAfter), when another piece waits for a
+// turn: a neighbour whose downlink is slower than that share. Without it, in a crowd of 20 peers with 20 Mbit/s
 // uplinks and 20 with 1/10 Mbit/s links, the fast peers' turns went to
 // pieces for slow peers, each moving at what the slow downlink had left,
 // and the fast uplinks sent 7 Mbit/s of their 20 (issue 30's mixed crowd).
@@ -280,9 +280,28 @@ func newTurn(ts *Turns, p *peerConn) *turn {
 	sockopt.NotSentLowat(p.c, turnLowat)
 	t.stall = time.AfterFunc(turnStall, t.giveBack)
 	if peak := p.n.uploadPeak(); peak > 0 {
-		t.slow = time.AfterFunc(slowAfter(ts.n, p.n.m.PieceSize, peak), t.giveBack)
+		d := slowAfter(ts.n, p.n.m.PieceSize, peak)
+		t.slow = time.AfterFunc(d, func() { t.slowBack(d) })
 	}
 	return t
+}
+
+// slowBack gives the turn back past slowAfter if another piece waits for
+// one; else it looks again after d. A lone requester's pieces keep their
+// turn: giving it back would only pile its next pieces into the kernel.
+func (t *turn) slowBack(d time.Duration) {
+	if t.ts.anyWaiting() {
+		t.giveBack()
+		return
+	}
+	t.slow.Reset(d)
+}
+
+// anyWaiting reports whether a piece waits for a turn.
+func (ts *Turns) anyWaiting() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.waiting) > 0
 }
 
 // slowAfter is how long a turn is held at most, for turns turns, pieces of
