@@ -646,6 +646,11 @@ func TestForwarderUpstreamBusy(t *testing.T) {
 	})
 	// The first lookup is the peer's; its upstream query stalls on.
 	for _, name := range []string{"first.example.", "second.example."} {
+		// The lookup before frees its slot just after its answer is
+		// written: wait for it, or this one is refused as busy.
+		for deadline := time.Now().Add(5 * time.Second); len(n.f.slots) > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		if r := ask(t, "udp", n.addr, "", name); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 			t.Fatalf("%s: answer %v", name, r)
 		}
