@@ -488,9 +488,15 @@ func (e *end) startSend() {
 }
 
 // turnSlow: the head's turn goes back while it is still sent or drained,
-// as node's does past slowAfter; the piece goes on without it.
+// as node's does past slowAfter, if another piece waits for one (else it
+// looks again after as long: node's slowBack); the piece goes on without
+// it.
 func (e *end) turnSlow(seq int) {
 	if seq != e.sendSeq || e.turnBack || (e.ws != wsSend && e.ws != wsDrain) {
+		return
+	}
+	if len(e.n.waiters) == 0 {
+		e.n.s.after(slowAfter(uploadTurns, e.n.s.pieceLen(0), e.n.capPeak), event{kind: evTurnSlow, e: e, i: seq})
 		return
 	}
 	e.turnBack = true
