@@ -58,9 +58,10 @@ import (
 // uplinks, the fast ones otherwise sent each requester about the same
 // share, and the slow peers, with a fifth of the fast ones' downlink,
 // had 75% of the file when the fast ones had it all and left. In the
-// simulator (docs/sim.md, three seeds each), that crowd's last peer came
-// at 40-75 s with this order against 71-80 s without, its mean at 36-48 s
-// against 54-72 s; flash50, adsl and fast-origin moved by under 1%.
+// simulator (docs/benchmarks.md, three seeds each), that crowd's last
+// peer came at 68-76 s with this order against 75-95 s without, its mean
+// at 43-47 s against 44-55 s; flash50, adsl and fast-origin moved by
+// under 1%.
 // Within an eighth, the rank is 0 when no neighbour of ours has the
 // piece, 1 when one has, 2 past that. A piece few of the
 // neighbours have is one the swarm has just got: sent first, it reaches
