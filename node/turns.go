@@ -45,11 +45,12 @@ import (
 // So is one held past turnSlow times the time its piece takes at its
 // share of our uplink (the turns' count times the piece over the most
 // upload we have measured, slowAfter), when another piece waits for a
-// turn: a neighbour whose downlink is slower than that share. Without it, in a crowd of 20 peers with 20 Mbit/s
-// uplinks and 20 with 1/10 Mbit/s links, the fast peers' turns went to
-// pieces for slow peers, each moving at what the slow downlink had left,
-// and the fast uplinks sent 7 Mbit/s of their 20 (issue 30's mixed crowd).
-// With equal links a piece takes its share's time and keeps its turn.
+// turn: its neighbour's downlink is slower than that share. Else, in a
+// crowd of 20 peers with 20 Mbit/s uplinks and 20 with 1/10 Mbit/s links,
+// the fast peers' turns went to pieces for slow peers, each moving at
+// what the slow downlink had left, and the fast uplinks sent 7 Mbit/s of
+// their 20 (issue 30's mixed crowd). With equal links a piece takes its
+// share's time and keeps its turn.
 //
 // A turn that comes free goes to the waiting piece of the lowest rank
 // (Node.uploadRank), the first that came among equals. The rank is first
@@ -291,11 +292,14 @@ func newTurn(ts *Turns, p *peerConn) *turn {
 // one; else it looks again after d. A lone requester's pieces keep their
 // turn: giving it back would only pile its next pieces into the kernel.
 func (t *turn) slowBack(d time.Duration) {
-	if t.ts.anyWaiting() {
-		t.giveBack()
+	switch {
+	case t.given.Load(): // done meanwhile: no more looks
 		return
+	case t.ts.anyWaiting():
+		t.giveBack()
+	default:
+		t.slow.Reset(d)
 	}
-	t.slow.Reset(d)
 }
 
 // anyWaiting reports whether a piece waits for a turn.
