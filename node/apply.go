@@ -105,7 +105,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			if p := n.peers[a.Peer]; p != nil {
 				if n.uploadsFull() {
 					p.refuseBusy(a.Piece)
-				} else if p.serve(a.Piece, n.uploadRank(a.Peer, a.Piece)) {
+				} else if p.serve(a.Piece, n.uploadRank(a.Piece)) {
 					continue
 				}
 				// Refused after all: the scheduler takes back what it

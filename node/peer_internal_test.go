@@ -327,16 +327,14 @@ func TestTurnsByRank(t *testing.T) {
 	}
 }
 
-// TestUploadRank: an upload's rank is first the eighths of the file its
-// requester has, then how many neighbours have the piece, up to
-// uploadRanks-1.
+// TestUploadRank: a piece's upload rank is how many neighbours have it, up
+// to uploadRanks-1.
 func TestUploadRank(t *testing.T) {
 	now := time.Now()
-	const pieces = 8
+	const pieces = 4
 	sched := swarm.New(swarm.Config{NumPieces: pieces, PieceLen: func(int) int64 { return 16 << 10 }}, pieceset.New(pieces), now)
-	n := &Node{sched: sched, m: &manifest.Manifest{Size: pieces * 16 << 10, PieceSize: 16 << 10}}
-	// Piece i is held by the neighbours 1..i, so neighbour id has the
-	// pieces id..7: 8-id of them.
+	n := &Node{sched: sched}
+	// Piece i is held by the neighbours 1..i.
 	for id := swarm.PeerID(1); id < pieces; id++ {
 		set := pieceset.New(pieces)
 		for i := int(id); i < pieces; i++ {
@@ -345,27 +343,9 @@ func TestUploadRank(t *testing.T) {
 		sched.Step(swarm.PeerUp{Peer: id, Addr: fmt.Sprintf("192.0.2.1:%d", id)}, now)
 		sched.Step(swarm.HaveSet{Peer: id, Set: set}, now)
 	}
-	const nobody = swarm.PeerID(100) // not connected: has nothing we know of
 	for i, want := range []int{0, 1, 2, 2} {
-		if got := n.uploadRank(nobody, i); got != want {
-			t.Errorf("piece %d (%d holders) to a peer with nothing: rank %d, want %d", i, sched.Holders(i), got, want)
+		if got := n.uploadRank(i); got != want {
+			t.Errorf("piece %d (%d holders): rank %d, want %d", i, sched.Holders(i), got, want)
 		}
-	}
-	for _, c := range []struct {
-		to          swarm.PeerID
-		piece, want int
-	}{
-		{7, 0, 1 * uploadRanks},   // 1 of 8 pieces: the second eighth, a piece nobody has
-		{7, 3, 1*uploadRanks + 2}, // the same requester, a common piece
-		{1, 0, 7 * uploadRanks},   // 7 of 8: the last eighth
-		{2, 1, 6*uploadRanks + 1}, // 6 of 8
-		{3, 0, 5 * uploadRanks},   // 5 of 8
-	} {
-		if got := n.uploadRank(c.to, c.piece); got != c.want {
-			t.Errorf("piece %d to neighbour %d (%d pieces): rank %d, want %d", c.piece, c.to, sched.PeerPieces(c.to), got, c.want)
-		}
-	}
-	if n.uploadRank(7, 3) >= n.uploadRank(1, 0) {
-		t.Error("a common piece to a requester with an eighth of the file does not go before a rare one to a requester with all but one")
 	}
 }

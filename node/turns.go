@@ -53,18 +53,8 @@ import (
 // share's time and keeps its turn.
 //
 // A turn that comes free goes to the waiting piece of the lowest rank
-// (Node.uploadRank), the first that came among equals. The rank is first
-// how far its requester is from the file, in eighths: a neighbour that
-// has less goes first. In a crowd where half the peers have 1 Mbit/s
-// uplinks, the fast ones otherwise sent each requester about the same
-// share, and the slow peers, with a fifth of the fast ones' downlink,
-// had 75% of the file when the fast ones had it all and left. In the
-// simulator (docs/benchmarks.md, three seeds each), that crowd's last
-// peer came at 68-76 s with this order against 75-95 s without, its mean
-// at 43-47 s against 44-55 s; flash50, adsl and fast-origin moved by
-// under 1%.
-// Within an eighth, the rank is 0 when no neighbour of ours has the
-// piece, 1 when one has, 2 past that. A piece few of the
+// (Node.uploadRank: 0 when no neighbour of ours has the piece, 1 when one
+// has, 2 past that), the first that came among equals. A piece few of the
 // neighbours have is one the swarm has just got: sent first, it reaches
 // its next holders sooner, who pass it on in turn, while the pieces
 // already common wait a little. Ranked by the holders count itself, the

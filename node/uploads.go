@@ -124,21 +124,15 @@ func (n *Node) uploadsQueued() int {
 	return q
 }
 
-// uploadRanks is how many ranks of rarity the upload turns order pieces by
+// uploadRanks is how many ranks the upload turns order pieces by
 // (turns.go): the pieces no neighbour of ours has, those one has, and the
-// rest; progressSteps, how many of progress, the eighths of the file the
-// neighbour has, before them.
-const (
-	uploadRanks   = 3
-	progressSteps = 8
-)
+// rest.
+const uploadRanks = 3
 
-// uploadRank is the rank of an upload of piece to neighbour id (turns.go):
-// the further behind the neighbour is, then the fewer of our neighbours
-// have the piece, the sooner it goes.
-func (n *Node) uploadRank(id swarm.PeerID, piece int) int {
-	behind := min(n.sched.PeerPieces(id)*progressSteps/max(n.m.NumPieces(), 1), progressSteps-1)
-	return behind*uploadRanks + min(n.sched.Holders(piece), uploadRanks-1)
+// uploadRank is the rank of an upload of piece: the fewer neighbours have
+// it, the sooner it goes (turns.go).
+func (n *Node) uploadRank(piece int) int {
+	return min(n.sched.Holders(piece), uploadRanks-1)
 }
 
 // uploadsFull reports whether a request is to be refused as busy now: the

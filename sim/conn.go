@@ -420,7 +420,7 @@ func (e *end) serve(piece int) bool {
 	if len(e.queue) >= uploadQueue {
 		return false
 	}
-	e.queue = append(e.queue, upload{piece: piece, rank: e.n.uploadRank(e.id, piece)})
+	e.queue = append(e.queue, upload{piece: piece, rank: e.n.uploadRank(piece)})
 	e.n.queued++
 	e.pump()
 	return true

@@ -27,7 +27,6 @@ const (
 	turnLowat     = 16 << 10               // node.turnLowat
 	turnSlow      = 2                      // node.turnSlow
 	turnSlowMin   = 50 * time.Millisecond  // node.turnSlowMin
-	progressSteps = 8                      // node.progressSteps
 	maxLateKept   = 4                      // node.maxLateKept
 
 	uploadQueueTime  = 500 * time.Millisecond // node.uploadQueueTime
@@ -557,9 +556,8 @@ func (n *node) remove(e *end) {
 // giveTurn hands an upload turn back: to the waiting piece of the lowest
 // rank, the first that came among equals (Turns.giveAt).
 // uploadRank is node.uploadRank.
-func (n *node) uploadRank(id swarm.PeerID, piece int) int {
-	behind := min(n.sched.PeerPieces(id)*progressSteps/max(n.s.pieces, 1), progressSteps-1)
-	return behind*uploadRanks + min(n.sched.Holders(piece), uploadRanks-1)
+func (n *node) uploadRank(piece int) int {
+	return min(n.sched.Holders(piece), uploadRanks-1)
 }
 
 func (n *node) giveTurn() {

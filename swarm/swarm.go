@@ -641,18 +641,9 @@ func (s *Scheduler) Holders(i int) int {
 	return s.pieces[i].avail
 }
 
-// PeerPieces reports how many pieces connected peer id has, by the
-// have-set and HAVEs it sent but at least the pieces we sent it (so that
-// one hiding its HAVEs cannot look poorer than it is); 0 for a peer not
-// connected. A node orders its uploads by it (node/turns.go).
-func (s *Scheduler) PeerPieces(id PeerID) int {
-	if p := s.peers[id]; p != nil {
-		return s.piecesOf(p)
-	}
-	return 0
-}
-
-// piecesOf is PeerPieces for p.
+// piecesOf is how many pieces p has, by the have-set and HAVEs it sent but
+// at least the pieces we sent it, so that one hiding its HAVEs cannot look
+// poorer than it is (catchUp).
 func (s *Scheduler) piecesOf(p *peer) int {
 	return max(p.has.Count(), int(float64(p.upTotal)/s.avgLen))
 }
