@@ -52,6 +52,10 @@ type Scenario struct {
 	GetArgs   []string `json:"get_args,omitempty"`
 	// Source is the scenario file's text, kept in reports.
 	Source string `json:"source,omitempty"`
+	// Mode is ModeCrowd (a flash crowd; "" in scenarios built in code) or
+	// ModePush (one file to every host of Push's cluster: push.go).
+	Mode string        `json:"mode,omitempty"`
+	Push *PushTopology `json:"push,omitempty"`
 }
 
 // Class is a group of identical peers.
@@ -156,8 +160,11 @@ const (
 	BackendNetns    = "netns"
 )
 
-// Peers is the size of the crowd.
+// Peers is the size of the crowd (of the cluster, in mode = push).
 func (s *Scenario) Peers() int {
+	if s.Mode == ModePush && s.Push != nil {
+		return s.Push.Hosts()
+	}
 	n := 0
 	for _, c := range s.Classes {
 		n += c.Count
@@ -180,6 +187,9 @@ func (s *Scenario) RepsFor(system string) int {
 
 // Summary is a one-line description of the setup.
 func (s *Scenario) Summary() string {
+	if s.Mode == ModePush && s.Push != nil {
+		return s.pushSummary()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d peers, %s, origin %s up", s.Peers(), units.Bytes(s.Size), rateString(s.OriginUp))
 	for _, c := range s.Classes {
@@ -209,6 +219,9 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
 
 // Validate checks a scenario built in code (ParseScenario calls it too).
 func (s *Scenario) Validate() error {
+	if s.Mode == ModePush {
+		return s.validatePush()
+	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if s.Size <= 0 {
@@ -290,6 +303,24 @@ func (s *Scenario) Validate() error {
 //	serve_args = --max-transfers 256   # appended to stampede serve
 //	get_args   = --parallel 8          # appended to the stampede peers' get
 //
+// With "mode = push" the scenario is a cluster instead of a crowd (see
+// push.go): peers, peer_up, peer_down, class, arrivals, departure, fault,
+// serve_args and get_args give way to
+//
+//	mode           = push
+//	racks          = 4        # per datacenter, with datacenters
+//	hosts_per_rack = 6
+//	host_up        = 100Mbit
+//	host_down      = 100Mbit
+//	rack_uplink    = 40Mbit   # each way
+//	reserve        = 20%      # of every shared link (the default)
+//	datacenters    = 2        # optional, with dc_uplink
+//	dc_uplink      = 80Mbit
+//	rack_representatives = 2  # optional: the cluster file's
+//	systems        = push,aria2,tree,http   # the default
+//
+// and the backend is netns.
+//
 // Errors name the file and line.
 func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 	p := parser{name: name, seen: map[string]int{}}
@@ -303,6 +334,9 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		descr             []string
 		sawKey            bool
 		sizeSeen, originS bool
+		push              PushTopology
+		systemsVal        string
+		lineOf            = map[string]int{} // each key's first line
 	)
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -330,6 +364,9 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		if val == "" {
 			p.errorf("%s: empty value", key)
 			continue
+		}
+		if _, ok := lineOf[key]; !ok {
+			lineOf[key] = p.line
 		}
 		if key != "class" && key != "fault" {
 			if prev, dup := p.seen[key]; dup {
@@ -378,11 +415,17 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 			s.Faults = append(s.Faults, f)
 		case key == "systems":
 			s.Systems, err = ParseSystems(val)
+			systemsVal = val
+		case key == "mode":
+			s.Mode = val
+			if val != ModeCrowd && val != ModePush {
+				err = fmt.Errorf("want %s or %s, got %q", ModeCrowd, ModePush, val)
+			}
 		case key == "reps":
 			s.Reps, err = parsePositive(val)
 		case strings.HasPrefix(key, "reps."):
 			sys := strings.TrimPrefix(key, "reps.")
-			if !slices.Contains(knownSystems, sys) {
+			if !slices.Contains(knownSystems, sys) && !slices.Contains(pushSystems, sys) {
 				err = fmt.Errorf("unknown system %q (known: %s)", sys, strings.Join(knownSystems, ", "))
 				break
 			}
@@ -406,8 +449,12 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		case key == "get_args":
 			s.GetArgs = strings.Fields(val)
 		default:
-			err = fmt.Errorf("unknown key (known: name, description, size, origin_up, peers, peer_up, peer_down, " +
-				"class, arrivals, departure, fault, systems, reps, reps.SYSTEM, backend, timeout, seed, serve_args, get_args)")
+			var known bool
+			if known, err = push.set(key, val); !known {
+				err = fmt.Errorf("unknown key (known: name, description, mode, size, origin_up, peers, peer_up, peer_down, "+
+					"class, arrivals, departure, fault, systems, reps, reps.SYSTEM, backend, timeout, seed, serve_args, get_args; "+
+					"with mode = push: %s)", strings.Join(pushKeys, ", "))
+			}
 		}
 		if err != nil {
 			p.errorf("%s: %v", key, err)
@@ -422,6 +469,21 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 	}
 	if s.Description == "" {
 		s.Description = strings.TrimSpace(strings.Join(descr, " "))
+	}
+	if s.Mode == ModePush {
+		return p.finishPush(s, &push, systemsVal, lineOf)
+	}
+	for _, k := range pushKeys {
+		if line, ok := p.seen[k]; ok {
+			p.line = line
+			p.errorf("%s: a key of mode = push only (add mode = push)", k)
+		}
+	}
+	for _, sys := range s.Systems {
+		if !slices.Contains(knownSystems, sys) {
+			p.line = lineOf["systems"]
+			p.errorf("systems: %q is a system of mode = push only (known: %s)", sys, strings.Join(knownSystems, ", "))
+		}
 	}
 	p.line = 0 // whole-file errors name no line
 	switch {
@@ -618,13 +680,15 @@ func ParseFault(s string) (Fault, error) {
 	return Fault{}, bad
 }
 
-// ParseSystems parses a comma-separated list of systems.
+// ParseSystems parses a comma-separated list of systems, of either mode
+// (Validate checks them against the scenario's).
 func ParseSystems(s string) ([]string, error) {
 	var out []string
 	for _, sys := range strings.Split(s, ",") {
 		sys = strings.TrimSpace(sys)
-		if !slices.Contains(knownSystems, sys) {
-			return nil, fmt.Errorf("unknown system %q (known: %s)", sys, strings.Join(knownSystems, ", "))
+		if !slices.Contains(knownSystems, sys) && !slices.Contains(pushSystems, sys) {
+			return nil, fmt.Errorf("unknown system %q (known: %s; with mode = push: %s)", sys,
+				strings.Join(knownSystems, ", "), strings.Join(pushSystems, ", "))
 		}
 		if slices.Contains(out, sys) {
 			return nil, fmt.Errorf("system %q listed twice", sys)

@@ -8,7 +8,7 @@ import (
 
 func TestStandardScenariosParse(t *testing.T) {
 	names := StandardScenarios()
-	for _, want := range []string{"ci", "faults", "flash20", "flash50", "staggered", "poisson", "pool", "mixed", "adsl", "fast-origin", "big", "tiny", "churn"} {
+	for _, want := range []string{"ci", "faults", "flash20", "flash50", "staggered", "poisson", "pool", "mixed", "adsl", "fast-origin", "big", "tiny", "churn", "push-4x6", "push-2dc"} {
 		found := false
 		for _, n := range names {
 			found = found || n == want
@@ -141,17 +141,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"several errors", "size = x\norigin_up = y\npeers = 2\npeer_up = 1\npeer_down = 1\n", []string{"bad.txt:1: size", "bad.txt:2: origin_up"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseScenario("bad.txt", strings.NewReader(tt.text))
-			if err == nil {
-				t.Fatalf("no error for:\n%s", tt.text)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q\ndoes not contain %q", err, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.text, tt.want) })
 	}
 }
 
@@ -181,6 +171,102 @@ func TestArrivalStrings(t *testing.T) {
 		d, err := ParseDeparture(s)
 		if err != nil || d.String() != s {
 			t.Errorf("ParseDeparture(%q) = %v, %v", s, d, err)
+		}
+	}
+}
+
+func TestParsePushScenario(t *testing.T) {
+	sc, err := ParseScenario("cluster.txt", strings.NewReader(`
+# Two datacenters.
+mode           = push
+size           = 8MiB
+origin_up      = 40Mbit
+datacenters    = 2
+dc_uplink      = 80Mbit
+racks          = 3
+hosts_per_rack = 5
+host_up        = 100Mbit
+host_down      = 50Mbit
+rack_uplink    = 40Mbit
+reserve        = 25%
+rack_representatives = 1
+reps           = 2
+reps.http      = 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PushTopology{Racks: 3, HostsPerRack: 5, HostUp: 12.5e6, HostDown: 6.25e6, RackUplink: 5e6, Reserve: 0.25,
+		Datacenters: 2, DCUplink: 10e6, RackRepresentatives: 1}
+	if sc.Mode != ModePush || sc.Push == nil || *sc.Push != want {
+		t.Fatalf("mode %q topology %+v, want %+v", sc.Mode, sc.Push, want)
+	}
+	if sc.Backend != BackendNetns || strings.Join(sc.Systems, ",") != "push,aria2,tree,http" ||
+		sc.RepsFor(SysHTTP) != 1 || sc.RepsFor(SysPush) != 2 {
+		t.Errorf("defaults: backend %s systems %v reps %d %v", sc.Backend, sc.Systems, sc.Reps, sc.RepsBy)
+	}
+	if sc.Peers() != 30 || sc.Push.RackCount() != 6 {
+		t.Errorf("%d hosts in %d racks, want 30 in 6", sc.Peers(), sc.Push.RackCount())
+	}
+	if s := sc.Summary(); !strings.Contains(s, "2 datacenters × 3 racks × 5 hosts") || !strings.Contains(s, "reserve 25%") {
+		t.Errorf("summary %q", s)
+	}
+	sc, err = ParseScenario("min.txt", strings.NewReader("mode=push\nsize=1MiB\norigin_up=1MB\nracks=2\nhosts_per_rack=2\n"+
+		"host_up=1MB\nhost_down=1MB\nrack_uplink=1MB\nreserve=0.1\nsystems=push,tree\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Push.Reserve != 0.1 || strings.Join(sc.Systems, ",") != "push,tree" {
+		t.Errorf("reserve %g systems %v", sc.Push.Reserve, sc.Systems)
+	}
+}
+
+func TestParsePushScenarioErrors(t *testing.T) {
+	const base = "mode = push\nsize = 1MiB\norigin_up = 8Mbit\nracks = 2\nhosts_per_rack = 3\nhost_up = 100Mbit\n" +
+		"host_down = 100Mbit\nrack_uplink = 40Mbit\n"
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"misspelt key", base + "rack_uplnk = 40Mbit\n", []string{"bad.txt:9: rack_uplnk: unknown key", "with mode = push: racks, hosts_per_rack"}},
+		{"bad mode", strings.Replace(base, "mode = push", "mode = pull", 1), []string{"bad.txt:1: mode: want crowd or push"}},
+		{"crowd key", base + "peers = 3\n", []string{"bad.txt:9: peers: not a key of mode = push"}},
+		{"fault", base + "fault = kill 1 at 2s\n", []string{"bad.txt:9: fault: not a key of mode = push"}},
+		{"push key without mode", "size = 1MiB\norigin_up = 1MB\npeers = 2\npeer_up = 1MB\npeer_down = 1MB\nracks = 2\n",
+			[]string{"bad.txt:6: racks: a key of mode = push only"}},
+		{"push system in a crowd", "size = 1MiB\norigin_up = 1MB\npeers = 2\npeer_up = 1MB\npeer_down = 1MB\nsystems = stampede,tree\n",
+			[]string{`bad.txt:6: systems: "tree" is a system of mode = push only`}},
+		{"crowd system", base + "systems = push,stampede\n", []string{`bad.txt:9: systems: "stampede" is not a system of mode = push`}},
+		{"unknown system", base + "systems = push,ftp\n", []string{`bad.txt:9: systems: unknown system "ftp"`}},
+		{"reps of a crowd system", base + "reps.stampede = 2\n", []string{`bad.txt:9: reps.stampede: "stampede" is not a system of mode = push`}},
+		{"loopback", base + "backend = loopback\n", []string{"bad.txt:9: backend: mode = push runs on the netns backend only"}},
+		{"zero racks", strings.Replace(base, "racks = 2", "racks = 0", 1), []string{"bad.txt:4: racks: want a positive integer"}},
+		{"bad rate", strings.Replace(base, "rack_uplink = 40Mbit", "rack_uplink = wide", 1), []string{"bad.txt:8: rack_uplink:"}},
+		{"zero rate", strings.Replace(base, "host_up = 100Mbit", "host_up = 0", 1), []string{"bad.txt:6: host_up: want a positive rate"}},
+		{"bad reserve", base + "reserve = 120%\n", []string{"bad.txt:9: reserve: want a share in [0, 100%)"}},
+		{"dc_uplink alone", base + "dc_uplink = 80Mbit\n", []string{"bad.txt:9: dc_uplink: needs datacenters"}},
+		{"datacenters alone", base + "datacenters = 2\n", []string{"bad.txt:9: datacenters: needs dc_uplink"}},
+		{"missing uplink", strings.Replace(base, "rack_uplink = 40Mbit\n", "", 1), []string{"bad.txt: missing rack_uplink (e.g. rack_uplink = 40Mbit)"}},
+		{"missing origin", strings.Replace(base, "origin_up = 8Mbit\n", "", 1), []string{"bad.txt: missing origin_up"}},
+		{"too many representatives", base + "rack_representatives = 4\n", []string{"rack_representatives 4: a rack has only 3 hosts"}},
+		{"twice", base + "racks = 3\n", []string{"bad.txt:9: racks given twice (first on line 4)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.text, tt.want) })
+	}
+}
+
+// wantParseErrors checks that text fails to parse with an error holding
+// every string of want.
+func wantParseErrors(t *testing.T, text string, want []string) {
+	t.Helper()
+	_, err := ParseScenario("bad.txt", strings.NewReader(text))
+	if err == nil {
+		t.Fatalf("no error for:\n%s", text)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\ndoes not contain %q", err, w)
 		}
 	}
 }
