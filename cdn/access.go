@@ -239,16 +239,60 @@ func allowedOriginSet(origins map[string]*url.URL, allow []string) (map[string]b
 }
 
 // originDialer dials addr, or the configured address of the origin whose
-// name addr is (on its scheme's port).
-func originDialer(origins map[string]*url.URL, d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// name addr is (on its scheme's port). With lookup, a host name is looked
+// up with it, and its addresses dialed in turn, each given a share of the
+// time left, as net.Dialer does.
+func originDialer(origins map[string]*url.URL, d *net.Dialer, lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
-		if err == nil {
-			if base, ok := origins[strings.ToLower(host)]; ok && port == hostPortPort(base.Scheme) {
-				addr = hostPort(base)
+		if err != nil {
+			return d.DialContext(ctx, network, addr)
+		}
+		if base, ok := origins[strings.ToLower(host)]; ok && port == hostPortPort(base.Scheme) {
+			addr = hostPort(base)
+			host, port, _ = net.SplitHostPort(addr)
+		}
+		if _, err := netip.ParseAddr(host); err == nil || lookup == nil {
+			return d.DialContext(ctx, network, addr)
+		}
+		ipNet := "ip"
+		switch network {
+		case "tcp4":
+			ipNet = "ip4"
+		case "tcp6":
+			ipNet = "ip6"
+		}
+		ips, err := lookup(ctx, ipNet, host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+		if d.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+			defer cancel()
+		}
+		var first error
+		for i, ip := range ips {
+			actx, cancel := ctx, context.CancelFunc(func() {})
+			if dl, ok := ctx.Deadline(); ok && i < len(ips)-1 {
+				actx, cancel = context.WithDeadline(ctx, time.Now().Add(max(time.Until(dl)/time.Duration(len(ips)-i), 2*time.Second)))
+			}
+			c, err := d.DialContext(actx, network, net.JoinHostPort(ip.String(), port))
+			cancel()
+			if err == nil {
+				return c, nil
+			}
+			if first == nil {
+				first = err
+			}
+			if ctx.Err() != nil {
+				break
 			}
 		}
-		return d.DialContext(ctx, network, addr)
+		if first == nil {
+			first = &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no address", Name: host, IsNotFound: true}}
+		}
+		return nil, first
 	}
 }
 

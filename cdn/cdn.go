@@ -44,6 +44,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/originclient"
 )
@@ -103,6 +105,14 @@ type Config struct {
 	BeatInterval, BeatTimeout time.Duration
 	// Members tunes when nodes leave and return, and peer choice.
 	Members MembersConfig
+	// LookupIP, if set, looks up the host names of origins, for every
+	// connection to an origin (stampede cdn --dns: the node's CoDNS
+	// forwarder, codns.Forwarder.LookupNetIP); default, the system's
+	// resolver. The addresses are dialed in turn.
+	LookupIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
+	// Collector, if set, is served among the node's metrics (stampede cdn
+	// --dns: the forwarder's stampede_dns_ series).
+	Collector prometheus.Collector
 	// RTT, if set, replaces the measured round-trip time of a beat to a
 	// node (tests; the testbed has no latency emulation).
 	RTT func(node string, measured time.Duration) time.Duration
@@ -215,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.MaxIdleConnsPerHost = 64
-	tr.DialContext = originDialer(origins, &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	tr.DialContext = originDialer(origins, &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, cfg.LookupIP)
 	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	n := &Node{cfg: cfg, log: cfg.Logger, self: cfg.Self, allow: cfg.Allow, client: client,
 		metas: make(map[string]*meta), byID: make(map[string]*meta), varyNames: make(map[string][]string),

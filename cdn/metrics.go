@@ -122,6 +122,9 @@ func newSeries(n *Node) *series {
 	})
 	reg := metrics.NewRegistry()
 	reg.MustRegister(c)
+	if n.cfg.Collector != nil {
+		reg.MustRegister(n.cfg.Collector)
+	}
 	m.handler = metrics.Handler(reg, n.log)
 	return m
 }

@@ -146,9 +146,9 @@ type Forwarder struct {
 	life          context.Context   // ends when Serve returns
 	stop          context.CancelFunc
 	wg            sync.WaitGroup // upstream queries, which may outlive their lookup
-	peerIP        netip.Addr     // the source of queries to peers, when set
 
 	mu      sync.Mutex // guards the following
+	peerIP  netip.Addr // the source of queries to peers, when set
 	cache   *Cache
 	delay   *Delay
 	peers   *Peers

@@ -361,7 +361,9 @@ func (f *Forwarder) askUpstream(lookup context.Context, q dns.Question, do bool,
 func (f *Forwarder) askPeer(lookup context.Context, peer netip.AddrPort, q dns.Question, do bool, results chan<- result) {
 	ctx, cancel := context.WithTimeout(lookup, f.cfg.PeerTimeout)
 	defer cancel()
-	src := f.peerIP
+	f.mu.Lock()
+	src := f.peerIP // set as Serve starts, maybe after a lookup of LookupNetIP
+	f.mu.Unlock()
 	if src.IsValid() && src.IsLoopback() != peer.Addr().IsLoopback() {
 		src = netip.Addr{} // a loopback source cannot reach another host, nor the reverse
 	}

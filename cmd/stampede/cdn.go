@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/cdn"
+	"github.com/stampede-dev/stampede/codns"
 	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/internal/units"
 	"github.com/stampede-dev/stampede/sign"
@@ -32,7 +33,9 @@ pieces, each verified, or fixed byte ranges); each chunk has an owner among the
 healthy nodes (rendezvous hashing with bounded loads), the only node that asks
 the origin for it. Give every node the same --nodes list (it may name the node
 itself) and, to authenticate node requests, the same --key. Clients are served
-only from --allow networks; CONNECT is never proxied. See docs/cdn.md.`)
+only from --allow networks; CONNECT is never proxied. With --dns, the node looks
+its origins' names up through a cooperative DNS forwarder of its own (as stampede
+dns), whose peers are the other nodes' forwarders. See docs/cdn.md.`)
 	listen := fs.String("listen", "127.0.0.1:8480", "listen on `HOST:PORT`; as other nodes reach it, it is this node's name on --nodes")
 	nodes := fs.StringSlice("nodes", nil, "every node of the cluster, `HOST:PORT,...` (repeatable; may include this one)")
 	cacheDir := fs.String("cache-dir", "", "keep chunks in `DIR` (required)")
@@ -43,6 +46,9 @@ only from --allow networks; CONNECT is never proxied. See docs/cdn.md.`)
 	keyFile := fs.String("key", "", "authenticate node requests with the ed25519 key in `FILE` (stampede keygen; the same on every node); without it, node requests are taken from --nodes addresses only")
 	chunkSize := fs.String("chunk-size", "1MiB", "cut files whose origin publishes no manifest into chunks of `SIZE` (16KiB to 64MiB)")
 	maxPeers := fs.Int("max-peers", 0, "pick at most `N` peers, the nearest by heartbeat round-trip time (0: every healthy node)")
+	dnsListen := fs.String("dns", "", "run a cooperative DNS forwarder (as stampede dns) on `HOST:PORT`, UDP and TCP, and look origin names up through it")
+	dnsPeerList := fs.StringSlice("dns-peers", nil, "the forwarders --dns asks when its resolver is slow, `HOST:PORT,...` (default: every node of --nodes, on --dns's port)")
+	dnsUpstreamFlag := fs.String("dns-upstream", "", "the local resolver of --dns, `HOST[:PORT]` (default: the first nameserver of /etc/resolv.conf)")
 	quiet := fs.BoolP("quiet", "q", false, "log only warnings and errors")
 	verbose := fs.BoolP("verbose", "v", false, "log each chunk re-forwarded and request passed through")
 	pos, err := fs.parse(args)
@@ -101,7 +107,30 @@ only from --allow networks; CONNECT is never proxied. See docs/cdn.md.`)
 	}
 	log := e.logger(*quiet, *verbose)
 	cfg.Logger = log
+	var dnsCfg *codns.Config
+	if *dnsListen == "" {
+		if len(*dnsPeerList) > 0 || *dnsUpstreamFlag != "" {
+			return usageErrorf("--dns-peers and --dns-upstream go with --dns HOST:PORT")
+		}
+	} else if dnsCfg, err = cdnDNSConfig(ctx, *dnsListen, *dnsPeerList, *dnsUpstreamFlag, &cfg); err != nil {
+		return err
+	}
 
+	// The node and its forwarder stop together, when ctx ends or the
+	// forwarder fails.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if dnsCfg != nil {
+		wait, err := startCDNDNS(ctx, stop, *dnsListen, *dnsCfg, &cfg, e)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if derr := wait(); err == nil {
+				err = derr
+			}
+		}()
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -135,6 +164,72 @@ only from --allow networks; CONNECT is never proxied. See docs/cdn.md.`)
 		return fmt.Errorf("serve on %s: %w", addr, err)
 	}
 	return nil
+}
+
+// cdnDNSConfig is the configuration of the node's forwarder, on listen:
+// its peers (the nodes on listen's port, unless given), its upstream, the
+// clients of cfg.Allow, and a TSIG secret drawn from cfg.Key.
+func cdnDNSConfig(ctx context.Context, listen string, peers []string, upstream string, cfg *cdn.Config) (*codns.Config, error) {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, usageErrorf("--dns %q: want HOST:PORT", listen)
+	}
+	if len(peers) == 0 {
+		if port == "0" && len(cfg.Nodes) > 1 {
+			return nil, usageErrorf("--dns %s: the nodes' forwarders are on --dns's port, which must then be fixed (or name them with --dns-peers)", listen)
+		}
+		for _, n := range cfg.Nodes {
+			host, _, _ := net.SplitHostPort(n)
+			peers = append(peers, net.JoinHostPort(host, port))
+		}
+	}
+	dc := codns.Config{Allow: cfg.Allow, Logger: cfg.Logger.With("part", "dns")}
+	if dc.Upstream, err = dnsUpstream("--dns-upstream", upstream); err != nil {
+		return nil, err
+	}
+	if dc.Peers, err = dnsPeers(ctx, "--dns-peers", peers); err != nil {
+		return nil, err
+	}
+	if cfg.Key != nil {
+		dc.Key = dnsTSIGSecret(cfg.Key)
+	}
+	return &dc, nil
+}
+
+// startCDNDNS starts the node's forwarder on listen and makes cfg look
+// origin names up through it and serve its metrics. The forwarder runs
+// until ctx ends; if it fails, it calls stop. wait calls stop, waits for
+// its end and returns its failure.
+func startCDNDNS(ctx context.Context, stop func(), listen string, dc codns.Config, cfg *cdn.Config, e *env) (wait func() error, err error) {
+	f, err := codns.New(dc)
+	if err != nil {
+		return nil, err
+	}
+	pc, ln, err := codns.Listen(listen)
+	if err != nil {
+		return nil, err
+	}
+	addr := pc.LocalAddr().String()
+	if err := checkNotSelf("--dns-upstream", dc.Upstream, addr); err != nil {
+		pc.Close()
+		ln.Close()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := f.Serve(ctx, pc, ln)
+		if err != nil {
+			stop()
+		}
+		done <- err
+	}()
+	cfg.LookupIP = f.LookupNetIP
+	cfg.Collector = f.Collector()
+	fmt.Fprintf(e.stderr, "cdn dns on %s (udp, tcp), upstream %s, %d peers\n", addr, dc.Upstream, len(dc.Peers))
+	return func() error {
+		stop()
+		return <-done
+	}, nil
 }
 
 // parseOrigins reads --origin NAME=URL flags.

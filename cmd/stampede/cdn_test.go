@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stampede-dev/stampede/cdn"
 )
@@ -85,19 +86,11 @@ func TestCDNFrontsServe(t *testing.T) {
 	origin := start("serve", dir, "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--no-tracker")
 	node := start("cdn", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--allow-origin", origin, "-q")
 
-	res, err := http.Get("http://" + node + "/http://" + origin + "/big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil || res.StatusCode != 200 || !bytes.Equal(body, data) {
-		t.Fatalf("GET through the node: %s, %d bytes, %v", res.Status, len(body), err)
-	}
+	res := getThrough(t, "http://"+node+"/http://"+origin+"/big.bin", data)
 	if res.Header.Get(cdn.Header) != "chunks" || res.Header.Get(cdn.CheckHeader) != "manifest" {
 		t.Errorf("answered %q, checked by %q; want chunks, manifest", res.Header.Get(cdn.Header), res.Header.Get(cdn.CheckHeader))
 	}
-	res, err = http.Get("http://" + node + "/http://example.com/big.bin")
+	res, err := http.Get("http://" + node + "/http://example.com/big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,4 +108,69 @@ func TestCDNFrontsServe(t *testing.T) {
 	if err != nil || cr.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("CONNECT: %v %v", cr, err)
 	}
+}
+
+// TestCDNOriginNameThroughDNS: with --dns, a node looks its origin's name
+// up through its own forwarder; its resolver stalls, so the answer is the
+// peer's (stampede dns), and the file comes through. The name is one no
+// system resolver knows.
+func TestCDNOriginNameThroughDNS(t *testing.T) {
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("stampede cdn dns "), 20_000)
+	if err := os.WriteFile(filepath.Join(dir, "f.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	origin, _ := startDaemon(t, "serve", dir, "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--no-tracker", "-q")
+	_, port, _ := net.SplitHostPort(origin)
+	const name = "origin.stampede.test"
+	healthy := startResolver(t, answerEvery(net.IPv4(127, 0, 0, 1)))
+	sick := startDNSUpstream(t, true)
+	peer := startDNSCommand(t, 1, "--listen", "127.0.0.2:0", "--upstream", healthy, "-q")[0]
+	node, _ := startDaemon(t, "cdn", "--listen", "127.0.0.1:0", "--cache-dir", t.TempDir(), "--allow-origin", name+":"+port,
+		"--dns", "127.0.0.3:0", "--dns-upstream", sick, "--dns-peers", peer, "-q")
+
+	getThrough(t, "http://"+node+"/http://"+name+":"+port+"/f.bin", data)
+	base := "http://" + node
+	if got := metric(t, base, `stampede_dns_lookups_total{by="peer"}`); got < 1 {
+		t.Errorf("origin name lookups won by the peer: %v, want at least 1", got)
+	}
+	if got := metric(t, base, `stampede_dns_lookups_total{by="local"}`); got != 0 {
+		t.Errorf("lookups answered by the stalled resolver: %v", got)
+	}
+}
+
+func TestCDNDNSUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	base := []string{"cdn", "--listen", "127.0.0.1:0", "--cache-dir", dir}
+	for _, args := range [][]string{
+		{"--dns-peers", "127.0.0.1:5353"},
+		{"--dns-upstream", "127.0.0.1"},
+		{"--dns", "nowhere", "--dns-upstream", "127.0.0.1"},
+		{"--dns", "127.0.0.1:0", "--dns-upstream", "host:port"},
+		{"--dns", "127.0.0.1:0", "--dns-upstream", "127.0.0.1", "--dns-peers", "nowhere"},
+		{"--dns", "127.0.0.1:0", "--dns-upstream", "127.0.0.1", "--nodes", "127.0.0.1:8480,127.0.0.2:8480"},
+	} {
+		var stderr bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr,
+			ready: func(string) { t.Errorf("cdn %q started", args) }}
+		if code := run(t.Context(), append(base, args...), e); code != exitUsage {
+			t.Errorf("cdn %q: exit %d, want %d: %s", args, code, exitUsage, stderr.String())
+		}
+	}
+}
+
+// getThrough gets u, which must answer 200 with want.
+func getThrough(t *testing.T, u string, want []byte) *http.Response {
+	t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second}
+	res, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || !bytes.Equal(body, want) {
+		t.Fatalf("GET %s: %s, %d bytes, %v", u, res.Status, len(body), err)
+	}
+	return res
 }

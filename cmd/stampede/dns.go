@@ -28,7 +28,7 @@ var resolvConf = "/etc/resolv.conf"
 const dnsPeerResolveTimeout = 5 * time.Second
 
 func runDNS(ctx context.Context, e *env, args []string) (err error) {
-	fs := newFlagSet(e, "dns", "[--listen HOST:PORT] [--upstream HOST:PORT] [--peers HOST:PORT,...]", `Run a cooperative DNS forwarder, as CoDNS did: each lookup goes to the local
+	fs := newFlagSet(e, "dns", "[--listen HOST:PORT] [--upstream HOST[:PORT]] [--peers HOST:PORT,...]", `Run a cooperative DNS forwarder, as CoDNS did: each lookup goes to the local
 resolver (--upstream) first, and when that is slower than usual (an adaptive
 delay drawn from its recent response times) or fails, to the other nodes of
 --peers too, each of which answers from its own resolver and cache; the first
@@ -87,10 +87,10 @@ See docs/dns.md.`)
 	if cfg.Allow, err = parseNetworks("--allow", *allow); err != nil {
 		return err
 	}
-	if cfg.Upstream, err = dnsUpstream(*upstream); err != nil {
+	if cfg.Upstream, err = dnsUpstream("--upstream", *upstream); err != nil {
 		return err
 	}
-	if cfg.Peers, err = dnsPeers(ctx, *peers); err != nil {
+	if cfg.Peers, err = dnsPeers(ctx, "--peers", *peers); err != nil {
 		return err
 	}
 	if *keyFile != "" {
@@ -111,10 +111,10 @@ See docs/dns.md.`)
 		return err
 	}
 	addr := pc.LocalAddr().String()
-	if up, err := netip.ParseAddrPort(cfg.Upstream); err == nil && net.UDPAddrFromAddrPort(up).String() == addr {
+	if err := checkNotSelf("--upstream", cfg.Upstream, addr); err != nil {
 		pc.Close()
 		ln.Close()
-		return usageErrorf("--upstream %s is this forwarder's own address: name the local resolver", cfg.Upstream)
+		return err
 	}
 	// The metrics server ends with the forwarder, whether its context
 	// ended or it failed.
@@ -150,13 +150,14 @@ func dnsTSIGSecret(key ed25519.PrivateKey) []byte {
 	return h.Sum(nil)
 }
 
-// dnsUpstream returns the upstream resolver flag names, HOST:PORT (port
-// 53 when none is given), or the first nameserver of resolvConf.
-func dnsUpstream(flag string) (string, error) {
+// dnsUpstream returns the upstream resolver the flag called name gives,
+// HOST:PORT (port 53 when none is given), or the first nameserver of
+// resolvConf.
+func dnsUpstream(name, flag string) (string, error) {
 	if flag == "" {
 		conf, err := dns.ClientConfigFromFile(resolvConf)
 		if err != nil || len(conf.Servers) == 0 {
-			return "", usageErrorf("no --upstream, and no nameserver in %s: %v", resolvConf, err)
+			return "", usageErrorf("no %s, and no nameserver in %s: %v", name, resolvConf, err)
 		}
 		return net.JoinHostPort(conf.Servers[0], conf.Port), nil
 	}
@@ -166,17 +167,26 @@ func dnsUpstream(flag string) (string, error) {
 	}
 	host, port, err := net.SplitHostPort(hostport)
 	if _, perr := net.LookupPort("udp", port); err != nil || perr != nil || host == "" || strings.ContainsAny(host, "[]/ ") {
-		return "", usageErrorf("--upstream %q: want HOST[:PORT]", flag)
+		return "", usageErrorf("%s %q: want HOST[:PORT]", name, flag)
 	}
 	if _, err := netip.ParseAddr(host); err != nil && strings.Contains(host, ":") {
-		return "", usageErrorf("--upstream %q: want HOST[:PORT]", flag)
+		return "", usageErrorf("%s %q: want HOST[:PORT]", name, flag)
 	}
 	return hostport, nil
 }
 
-// dnsPeers returns the addresses --peers names, host names looked up
-// (once, now, with the system's resolver).
-func dnsPeers(ctx context.Context, vals []string) ([]netip.AddrPort, error) {
+// checkNotSelf refuses an upstream (the flag called name) that is the
+// forwarder's own address, listening: it would ask itself.
+func checkNotSelf(name, upstream, listening string) error {
+	if up, err := netip.ParseAddrPort(upstream); err == nil && net.UDPAddrFromAddrPort(up).String() == listening {
+		return usageErrorf("%s %s is this forwarder's own address: name the local resolver", name, upstream)
+	}
+	return nil
+}
+
+// dnsPeers returns the addresses the flag called name gives, host names
+// looked up (once, now, with the system's resolver).
+func dnsPeers(ctx context.Context, name string, vals []string) ([]netip.AddrPort, error) {
 	var out []netip.AddrPort
 	for _, v := range vals {
 		v = strings.TrimSpace(v)
@@ -189,17 +199,17 @@ func dnsPeers(ctx context.Context, vals []string) ([]netip.AddrPort, error) {
 		}
 		host, port, err := net.SplitHostPort(v)
 		if err != nil || host == "" {
-			return nil, usageErrorf("--peers %q: want HOST:PORT", v)
+			return nil, usageErrorf("%s %q: want HOST:PORT", name, v)
 		}
 		pn, err := net.LookupPort("udp", port)
 		if err != nil {
-			return nil, usageErrorf("--peers %q: bad port", v)
+			return nil, usageErrorf("%s %q: bad port", name, v)
 		}
 		lctx, cancel := context.WithTimeout(ctx, dnsPeerResolveTimeout)
 		ips, err := net.DefaultResolver.LookupNetIP(lctx, "ip", host)
 		cancel()
 		if err != nil || len(ips) == 0 {
-			return nil, fmt.Errorf("--peers %q: %w", v, err)
+			return nil, fmt.Errorf("%s %q: %w", name, v, err)
 		}
 		out = append(out, netip.AddrPortFrom(ips[0].Unmap(), uint16(pn)))
 	}

@@ -18,19 +18,35 @@ import (
 // with 192.0.2.7, or, stalled, never answers until the test ends.
 func startDNSUpstream(t *testing.T, stalled bool) string {
 	t.Helper()
+	if stalled {
+		return startResolver(t, func(w dns.ResponseWriter, r *dns.Msg) { <-t.Context().Done() })
+	}
+	return startResolver(t, answerEvery(net.IPv4(192, 0, 2, 7)))
+}
+
+// answerEvery answers every A query with ip, and other types with no
+// data (a SOA, so that the answer is cached).
+func answerEvery(ip net.IP) dns.HandlerFunc {
+	return func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg).SetReply(r)
+		if q := r.Question[0]; q.Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: ip})
+		} else {
+			m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "test.", Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 60},
+				Ns: "ns.test.", Mbox: "hostmaster.test.", Minttl: 60})
+		}
+		w.WriteMsg(m)
+	}
+}
+
+// startResolver runs a resolver on loopback, UDP and TCP, answering with
+// h until the test ends.
+func startResolver(t *testing.T, h dns.HandlerFunc) string {
+	t.Helper()
 	pc, ln, err := codns.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		if stalled {
-			<-t.Context().Done()
-			return
-		}
-		m := new(dns.Msg).SetReply(r)
-		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 7)})
-		w.WriteMsg(m)
-	})
 	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
 		started := make(chan struct{})
 		s.NotifyStartedFunc = func() { close(started) }
