@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,9 @@ func run(t *testing.T, args ...string) {
 	}
 }
 
+// nsAddr is the address of namespace wp-b<i>.
+func nsAddr(i int) string { return fmt.Sprintf("%s%d", netPrefix, 10+i) }
+
 // setupNet makes the bridge and n namespaces wp-b0... wp-b<n-1> with a
 // veth on it each, and removes them when the test ends.
 func setupNet(t *testing.T, n int) []string {
@@ -76,7 +80,7 @@ func setupNet(t *testing.T, n int) []string {
 		run(t, "ip", "link", "add", host, "type", "veth", "peer", "name", peer)
 		run(t, "ip", "link", "set", peer, "netns", ns)
 		run(t, "ip", "link", "set", host, "master", bridge, "up")
-		run(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("%s%d/24", netPrefix, 10+i), "dev", peer)
+		run(t, "ip", "-n", ns, "addr", "add", nsAddr(i)+"/24", "dev", peer)
 		run(t, "ip", "-n", ns, "link", "set", peer, "up")
 		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
 		run(t, "ip", "-n", ns, "route", "add", "default", "via", bridgeIP)
@@ -95,6 +99,24 @@ type testOrigin struct {
 	blocked atomic.Bool
 	off     atomic.Bool  // the kill switch: the peer is served off
 	bodies  atomic.Int64 // bytes of /obj.bin sent
+	byIP    sync.Map     // client IP -> *atomic.Int64: bytes of /obj.bin sent to it
+	asks    sync.Map     // path -> *atomic.Int64: requests of its manifest
+}
+
+// manifestAsks is how many times path's manifest was asked for.
+func (o *testOrigin) manifestAsks(path string) int64 {
+	if n, ok := o.asks.Load(path); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// sentTo is how many bytes of /obj.bin the origin sent to ip.
+func (o *testOrigin) sentTo(ip string) int64 {
+	if n, ok := o.byIP.Load(ip); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
 }
 
 func startOrigin(t *testing.T) *testOrigin { return startOriginRate(t, 0, testPeerConfig) }
@@ -146,9 +168,15 @@ func startOriginRate(t *testing.T, rate int64, wcfg webpeer.Config) *testOrigin 
 				http.Error(w, "blocked by the test", http.StatusServiceUnavailable)
 				return
 			}
-			cw := &countingWriter{ResponseWriter: w, n: &o.bodies}
+			ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+			n, _ := o.byIP.LoadOrStore(ip, new(atomic.Int64))
+			cw := &countingWriter{ResponseWriter: w, n: &o.bodies, ip: n.(*atomic.Int64)}
 			h.ServeHTTP(cw, r)
 			return
+		}
+		if p, ok := strings.CutPrefix(r.URL.Path, webpeer.Prefix+"manifest"); ok {
+			n, _ := o.asks.LoadOrStore(p, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
 		}
 		h.ServeHTTP(w, r)
 	})}
@@ -160,12 +188,13 @@ func startOriginRate(t *testing.T, rate int64, wcfg webpeer.Config) *testOrigin 
 
 type countingWriter struct {
 	http.ResponseWriter
-	n *atomic.Int64
+	n, ip *atomic.Int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.ResponseWriter.Write(p)
 	c.n.Add(int64(n))
+	c.ip.Add(int64(n))
 	return n, err
 }
 
@@ -254,6 +283,9 @@ type stats struct {
 	Corrupt    int   `json:"corrupt"`
 	Banned     int   `json:"banned"`
 	Peers      int   `json:"peers"`
+	Offers     int   `json:"offers"`   // made
+	Answers    int   `json:"answers"`  // to them, received
+	OffersIn   int   `json:"offersIn"` // received
 }
 
 type fetched struct {

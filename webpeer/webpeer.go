@@ -56,6 +56,7 @@ const (
 	DefaultHiddenStop  = 60 * time.Second
 	DefaultCheckEvery  = 5 * time.Minute
 	DefaultMaxPeers    = 8
+	DefaultMaxMemory   = 64 << 20
 )
 
 // Config is what the origin tells every visitor's peer, in peer.json.
@@ -85,6 +86,12 @@ type Config struct {
 	// MaxPeers bounds the data channels one page keeps per object.
 	// Default DefaultMaxPeers.
 	MaxPeers int
+	// MaxMemory bounds the bytes of the objects one page holds to serve
+	// (and is downloading): a page about to pass it drops the objects it
+	// used least recently, and an object it cannot make room for (larger
+	// than MaxMemory, or every other one still downloading) goes to the
+	// origin as before. Default DefaultMaxMemory.
+	MaxMemory int64
 	// ICEServers are the STUN (and TURN) URLs the browsers use, e.g.
 	// "stun:example.org:3478"; "{host}" in one stands for the host name
 	// the visitor reached the site by ("stun:{host}:3478": the origin's
@@ -125,6 +132,7 @@ func (c Config) withDefaults() Config {
 	def(&c.UploadRate, DefaultUploadRate)
 	def(&c.UploadTotal, DefaultUploadTotal)
 	def(&c.MinSize, DefaultMinSize)
+	def(&c.MaxMemory, DefaultMaxMemory)
 	for _, d := range []struct {
 		v *time.Duration
 		d time.Duration
@@ -149,6 +157,7 @@ type document struct {
 	HiddenStopMS int64 `json:"hidden_stop_ms,omitempty"`
 	CheckEveryMS int64 `json:"check_every_ms,omitempty"`
 	MaxPeers     int   `json:"max_peers,omitempty"`
+	MaxMemory    int64 `json:"max_memory,omitempty"`
 	ICEServers   []any `json:"ice_servers,omitempty"` // URLs, and a TURN server as {urls, username, credential}
 }
 
@@ -169,7 +178,7 @@ func Handler(cfg Config) http.Handler {
 		doc = document{
 			Enabled: true, UploadRate: cfg.UploadRate, UploadTotal: cfg.UploadTotal, MinSize: cfg.MinSize,
 			DeadlineMS: cfg.Deadline.Milliseconds(), HiddenStopMS: cfg.HiddenStop.Milliseconds(),
-			CheckEveryMS: cfg.CheckEvery.Milliseconds(), MaxPeers: cfg.MaxPeers,
+			CheckEveryMS: cfg.CheckEvery.Milliseconds(), MaxPeers: cfg.MaxPeers, MaxMemory: cfg.MaxMemory,
 		}
 		for _, u := range cfg.ICEServers {
 			doc.ICEServers = append(doc.ICEServers, u)

@@ -14,6 +14,7 @@ import { Signal, Swarm, Limiter } from './peer/swarm.js';
 
 const CONFIG = '/.well-known/stampede/peer.json';
 const WORKER = '/.well-known/stampede/peer/sw.js';
+const DEFAULT_MAX_MEMORY = 64 << 20; // webpeer.DefaultMaxMemory, for a peer.json without it
 
 const wsURL = (u) => u.replace(/^http/, 'ws');
 
@@ -25,6 +26,7 @@ class Page {
     this.signals = new Map();
     this.swarms = new Map();
     this.hidden = null;
+    this.retired = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0, banned: 0 }; // of the swarms dropped
     this.asleep = false;
     this.log = (...a) => { if (self.stampedeDebug) console.log('stampede:', ...a); };
   }
@@ -35,6 +37,7 @@ class Page {
     return this.signals.get(t);
   }
   async onWorker(e) {
+    if (e.data && e.data.op === 'who') { hello(); return; }
     const port = e.ports[0];
     if (!port || !e.data || e.data.op !== 'get') return;
     if (this.asleep) { port.postMessage({ op: 'refuse' }); return; }
@@ -44,12 +47,40 @@ class Page {
     if (!s) {
       let m;
       try { m = await Manifest.parse(j); } catch (err) { this.log(err.message); port.postMessage({ op: 'refuse' }); return; }
-      s = new Swarm({ manifest: m, url: e.data.url, peerId: this.peerId, signal: this.signal(m), cfg: this.cfg, limiter: this.limiter, log: this.log });
-      this.swarms.set(key, s);
+      s = this.swarms.get(key); // made while the manifest was checked
+      if (!s) {
+        if (!this.makeRoom(m.size)) { this.log('no room for', e.data.url); port.postMessage({ op: 'refuse' }); return; }
+        s = new Swarm({ manifest: m, url: e.data.url, peerId: this.peerId, signal: this.signal(m), cfg: this.cfg, limiter: this.limiter, log: this.log });
+        this.swarms.set(key, s);
+      }
     }
+    this.swarms.delete(key); // the latest used last, for makeRoom
+    this.swarms.set(key, s);
     port.postMessage({ op: 'accept' });
     s.get((i, bytes) => port.postMessage({ op: 'piece', i, bytes }))
       .then(() => port.postMessage({ op: 'done' }), () => port.postMessage({ op: 'fail' }));
+  }
+  // makeRoom drops the swarms used least recently, those no download
+  // waits for, until an object of size fits in cfg.max_memory with the
+  // rest; false if it cannot.
+  makeRoom(size) {
+    const max = this.cfg.max_memory || DEFAULT_MAX_MEMORY;
+    let held = 0;
+    for (const s of this.swarms.values()) held += s.m.size;
+    if (held + size <= max) return true;
+    const idle = [...this.swarms].filter(([, s]) => !s.listeners.size);
+    let free = 0;
+    for (const [, s] of idle) free += s.m.size;
+    if (held - free + size > max) return false;
+    for (const [key, s] of idle) {
+      if (held + size <= max) break;
+      s.close();
+      for (const k of Object.keys(s.stats)) this.retired[k] += s.stats[k];
+      this.retired.banned += s.banned.size;
+      this.swarms.delete(key);
+      held -= s.m.size;
+    }
+    return true;
   }
   // sleep stops every swarm once the page has been hidden for
   // cfg.hidden_stop_ms; wake starts them again.
@@ -61,12 +92,15 @@ class Page {
     clearTimeout(this.hidden);
     if (this.asleep) { this.asleep = false; for (const s of this.swarms.values()) s.start(); }
   }
-  // stats adds up what the page's swarms did: bytes from peers and from
-  // the origin, bytes uploaded, corrupt pieces, peers banned.
+  // stats adds up what the page's swarms did, those dropped included:
+  // bytes from peers and from the origin, bytes uploaded, corrupt pieces,
+  // peers banned; and the bytes of the objects it holds now.
   stats() {
-    const t = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, banned: 0, peers: 0 };
+    const t = { ...this.retired, peers: 0, held: 0, timeline: {} };
     for (const s of this.swarms.values()) {
-      for (const k of ['fromPeers', 'fromOrigin', 'uploaded', 'corrupt', 'connected']) t[k] += s.stats[k];
+      t.held += s.m.size;
+      t.timeline = s.timeline; // the latest swarm's
+      for (const k of Object.keys(s.stats)) t[k] += s.stats[k];
       t.banned += s.banned.size;
       t.peers += s.conns.size;
     }
@@ -98,7 +132,20 @@ async function main() {
   if (!navigator.serviceWorker.controller) {
     await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
   }
+  await hello();
   return 'on';
+}
+
+// hello tells the worker that this page runs the peer, so that it routes
+// the page's requests here (it lets every other page's through), and
+// resolves once the worker has heard it.
+function hello() {
+  const w = navigator.serviceWorker.controller;
+  if (!w) return Promise.resolve();
+  const ch = new MessageChannel();
+  const heard = new Promise((r) => { ch.port1.onmessage = r; setTimeout(r, 1000); });
+  w.postMessage({ op: 'hello' }, [ch.port2]);
+  return heard;
 }
 
 // stampede.ready resolves to 'on' once the worker controls the page, or to

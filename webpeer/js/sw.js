@@ -1,8 +1,9 @@
 // sw.js: the service worker of the browser peer, registered by peer.js for
 // the whole site (served with Service-Worker-Allowed: /). It intercepts
-// same-origin GETs of objects that have a manifest and gets them through
-// the page's swarm; it lets through everything else (navigations, ranges,
-// queries, /.well-known/, objects below min_size, Save-Data), falls back
+// same-origin GETs of objects that have a manifest, from pages that run
+// peer.js, and gets them through the page's swarm; it lets through
+// everything else (navigations, every request of a page without the tag,
+// ranges, queries, /.well-known/, objects below min_size, Save-Data) untouched, falls back
 // to the origin when the page does not take the object within a second or
 // stalls past the deadline, and unregisters itself when the origin says
 // off (peer.json, or Stampede-Peer: off on a manifest's answer).
@@ -15,8 +16,18 @@ const MEMO = 256; // manifests (and their absence) remembered
 let cfg = null, cfgAt = 0, off = false;
 const manifests = new Map(); // path -> manifest JSON, or null: none
 
+// The worker's scope is the whole site, and only pages with the tag run a
+// swarm: a request of any other page goes through untouched, without even
+// a manifest's lookup. A page that runs peer.js says hello (its client
+// ID, which its requests carry); a page whose path said hello before is
+// one too from its navigation on, so that what it asks before peer.js
+// has run (its images) waits for it rather than passing it by.
+const peers = new Map(); // client ID -> true, of the pages that said hello
+const pageOf = new Map(); // client ID -> path, from navigations
+const tagged = new Map(); // paths of the pages that said hello -> true
+
 self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (e) => e.waitUntil(Promise.all([self.clients.claim(), config()])));
+self.addEventListener('activate', (e) => e.waitUntil(Promise.all([self.clients.claim().then(who), config()])));
 
 function standDown() {
   off = true;
@@ -43,10 +54,24 @@ async function config() {
   return cfg;
 }
 
-function remember(path, j) {
-  if (manifests.size >= MEMO) manifests.delete(manifests.keys().next().value);
-  manifests.set(path, j);
+// put sets m's key k, forgetting the oldest entries past MEMO.
+function put(m, k, v) {
+  m.delete(k);
+  if (m.size >= MEMO) m.delete(m.keys().next().value);
+  m.set(k, v);
 }
+const remember = (path, j) => put(manifests, path, j);
+
+self.addEventListener('message', (e) => {
+  if (!e.data || e.data.op !== 'hello' || !e.source) return;
+  put(peers, e.source.id, true);
+  put(tagged, new URL(e.source.url).pathname, true);
+  if (e.ports[0]) e.ports[0].postMessage('ok');
+});
+// A worker started afresh knows no page: the open ones say hello again.
+const who = () => self.clients.matchAll({ type: 'window', includeUncontrolled: true })
+  .then((cs) => { for (const c of cs) c.postMessage({ op: 'who' }); }, () => {});
+who();
 
 // saving is peer.js's test: its page runs no swarm then, so asking it
 // would only cost the wait for an answer that never comes.
@@ -54,7 +79,12 @@ const saving = () => { const c = self.navigator.connection; return !!c && (c.sav
 
 self.addEventListener('fetch', (e) => {
   const r = e.request;
-  if (off || r.method !== 'GET' || r.mode === 'navigate' || r.headers.has('range') || r.headers.get('save-data') === 'on' || saving()) return;
+  if (r.mode === 'navigate') {
+    if (e.resultingClientId) put(pageOf, e.resultingClientId, new URL(r.url).pathname);
+    return;
+  }
+  if (!peers.has(e.clientId) && !tagged.has(pageOf.get(e.clientId))) return;
+  if (off || r.method !== 'GET' || r.headers.has('range') || r.headers.get('save-data') === 'on' || saving()) return;
   const u = new URL(r.url);
   if (u.origin !== self.location.origin || u.search || u.pathname.startsWith('/.well-known/')) return;
   if (manifests.get(u.pathname) === null) return;

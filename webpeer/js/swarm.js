@@ -16,6 +16,14 @@ const ICE_WAIT_MS = 3000;
 const ORIGIN_PARALLEL = 2;
 const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
 const TRIES = 2; // peers a piece is asked of before the origin
+// Bytes asked of one peer at once, at most (and at least two pieces): its
+// link's queue and the data channel's round trips must not leave it idle
+// between requests. A connection starts at two pieces and asks one more
+// for each piece it delivers; a busy refusal (a native peer refuses past
+// half a second of its upload queued) halves it and pauses it for
+// BUSY_PAUSE_MS, and is no failed try: the piece is asked again.
+const PIPELINE = 256 << 10;
+const BUSY_PAUSE_MS = 100;
 
 const hex = wire.toHex;
 const randomHex = (n) => hex(crypto.getRandomValues(new Uint8Array(n)));
@@ -84,6 +92,8 @@ class Conn {
     this.their = new wire.Bits(swarm.m.n);
     this.unchoked = false; // they serve us
     this.inflight = new Map(); // piece -> {buf, got}
+    this.depth = 2; // pieces asked at once (PIPELINE)
+    this.pausedUntil = 0; // after a busy refusal
     this.cancelled = new Set(); // pieces whose request we cancelled: their late DATA is no error
     this.uploads = [];
     this.serving = false;
@@ -138,11 +148,22 @@ class Conn {
       case wire.T.REQUEST: this.onRequest(m); break;
       case wire.T.CANCEL: this.uploads = this.uploads.filter((r) => r.piece !== m.piece || r.offset !== m.offset); break;
       case wire.T.DATA: this.onPieceData(m); break;
-      case wire.T.REJECT: if (this.inflight.delete(m.piece)) s.requeue(m.piece, this); break;
+      case wire.T.REJECT: this.onReject(m); break;
       case wire.T.GOODBYE: this.close(); break;
       default: break; // START, STOP, RATE, RECOMMEND, GETLAYER: hints a browser does without
     }
     s.schedule();
+  }
+  onReject(m) {
+    const s = this.swarm;
+    if (!this.inflight.delete(m.piece)) return;
+    if (m.reason === wire.REJECT.BUSY) {
+      this.depth = Math.max(1, this.depth >> 1);
+      this.pausedUntil = performance.now() + BUSY_PAUSE_MS;
+      s.tries.set(m.piece, Math.max(0, (s.tries.get(m.piece) || 1) - 1));
+      setTimeout(() => s.schedule(), BUSY_PAUSE_MS);
+    }
+    s.requeue(m.piece, this);
   }
   onRequest(m) {
     const s = this.swarm;
@@ -193,6 +214,8 @@ class Conn {
     const s = this.swarm;
     if (await s.m.verify(m.piece, f.buf)) {
       s.stats.fromPeers += f.buf.length;
+      this.depth = Math.min(this.depth + 1, Math.max(2, Math.floor(PIPELINE / s.m.pieceSize)));
+      s.mark('fromPeer');
       s.complete(m.piece, f.buf);
     } else {
       s.stats.corrupt++;
@@ -241,12 +264,14 @@ export class Swarm {
     this.originBusy = 0;
     this.serving = true;
     this.listeners = new Set();
-    this.stats = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0 };
+    this.stats = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0 };
+    this.timeline = {}; // when each step first came (performance.now()): what a slow download waited for
     this.swarmSize = 0;
     this.started = performance.now();
     this.stopped = false;
     if (signal) signal.swarms.set(this.m.rootHex + ':' + this.m.size, this);
   }
+  mark(step) { if (!(step in this.timeline)) this.timeline[step] = Math.round(performance.now()); }
   key() { return { root: this.m.rootHex, size: this.m.size, peer_id: hex(this.peerId) }; }
 
   // get calls onPiece(i, bytes) for every piece, verified, as each comes
@@ -268,6 +293,7 @@ export class Swarm {
     if (this.running) return;
     this.running = true;
     this.stopped = false;
+    this.mark('start');
     this.timer = setInterval(() => this.schedule(), 250);
     if (!this.signal) { this.toOriginAll(); return; }
     // First without offers, which take a moment to gather: a visitor
@@ -287,6 +313,13 @@ export class Swarm {
     for (const c of [...this.conns.values()]) c.bye(wire.BYE.SHUTDOWN, 'page hidden');
     for (const o of this.offers.values()) o.pc.close();
     this.offers.clear();
+  }
+  // close leaves the swarm for good and lets go of its pieces.
+  close() {
+    this.stop();
+    if (this.signal) this.signal.swarms.delete(this.m.rootHex + ':' + this.m.size);
+    this.serving = false;
+    this.pieces = [];
   }
   left() { let l = 0; for (let i = 0; i < this.m.n; i++) if (!this.have.has(i)) l += this.m.pieceLen(i); return l; }
 
@@ -309,16 +342,21 @@ export class Swarm {
       offers.push({ offer_id: id, offer: { type: 'offer', sdp: pc.localDescription.sdp } });
     }));
     this.signal.send({ ...this.key(), left: this.left(), event, numwant: offers.length, offers });
+    if (offers.length) this.mark('offered');
+    this.stats.offers += offers.length;
   }
   async onSignal(m) {
     if (this.stopped) return;
     if (m.error) { this.log('tracker:', m.error); return; }
     if (m.swarm_size !== undefined) {
+      this.mark('tracker');
       this.swarmSize = m.swarm_size;
-      if (m.swarm_size <= 1) this.toOriginAll(); // alone: no one to wait for
+      if (m.swarm_size <= 1) { this.mark('alone'); this.toOriginAll(); } // alone: no one to wait for
       return;
     }
     if (m.offer) {
+      this.mark('offerIn');
+      this.stats.offersIn++;
       if (this.banned.has(m.peer_id) || this.conns.has(m.peer_id) || this.conns.size >= this.cfg.max_peers) return;
       const pc = this.newPC();
       pc.ondatachannel = (e) => { e.channel.onopen = () => this.connected(pc, e.channel); };
@@ -333,6 +371,8 @@ export class Swarm {
       const o = this.offers.get(m.offer_id);
       if (!o) return;
       this.offers.delete(m.offer_id);
+      this.mark('answer');
+      this.stats.answers++;
       if (this.banned.has(m.peer_id) || this.conns.has(m.peer_id)) { o.pc.close(); return; }
       o.dc.onopen = () => this.connected(o.pc, o.dc);
       await o.pc.setRemoteDescription(m.answer);
@@ -341,6 +381,7 @@ export class Swarm {
   connected(pc, dc) {
     if (this.stopped) { pc.close(); return; }
     this.stats.connected++;
+    this.mark('connected');
     new Conn(this, pc, dc);
   }
 
@@ -349,8 +390,13 @@ export class Swarm {
     this.have.add(i);
     this.pieces[i] = bytes;
     this.asked.delete(i);
-    for (const c of this.conns.values()) c.send({ type: wire.T.HAVE, piece: i });
+    for (const c of this.conns.values()) {
+      const f = c.inflight.get(i);
+      if (f) { c.send({ type: wire.T.CANCEL, piece: i, offset: 0, length: f.buf.length }); c.inflight.delete(i); c.cancelled.add(i); }
+      c.send({ type: wire.T.HAVE, piece: i });
+    }
     for (const l of [...this.listeners]) l(i, bytes);
+    if (this.have.complete()) this.mark('done');
     if (this.have.complete() && this.signal) this.signal.send({ ...this.key(), left: 0, event: 'completed' });
   }
   requeue(i, conn) {
@@ -368,10 +414,11 @@ export class Swarm {
         if (now - f.at > this.cfg.deadline_ms) { c.send({ type: wire.T.CANCEL, piece: i, offset: 0, length: f.buf.length }); c.inflight.delete(i); c.cancelled.add(i); this.requeue(i, c); this.tries.set(i, TRIES); this.toOrigin(i); }
       }
     }
-    const conns = [...this.conns.values()].filter((c) => c.unchoked && c.reader);
+    const conns = [...this.conns.values()].filter((c) => c.unchoked && c.reader && c.pausedUntil <= now);
+    let unasked = 0;
     for (let i = 0; i < this.m.n; i++) {
       if (this.have.has(i) || this.asked.has(i)) continue;
-      const holders = conns.filter((c) => c.their.has(i) && c.inflight.size < 2);
+      const holders = conns.filter((c) => c.their.has(i) && c.inflight.size < c.depth);
       if (holders.length) {
         const c = holders.reduce((a, b) => (b.inflight.size < a.inflight.size ? b : a));
         this.asked.add(i);
@@ -379,12 +426,27 @@ export class Swarm {
         c.request(i);
       } else if (now - this.started > this.cfg.deadline_ms || (this.swarmSize === 1 && !conns.length)) {
         this.toOrigin(i);
+      } else unasked++;
+    }
+    if (!unasked) this.endgame(conns);
+  }
+  // endgame: every piece still missing is asked of someone; a peer with
+  // room asks for those in flight with another peer too, so that the last
+  // pieces do not wait for the slowest peer (complete cancels the other).
+  endgame(conns) {
+    for (const c of conns) {
+      for (let i = 0; i < this.m.n && c.inflight.size < c.depth; i++) {
+        if (this.have.has(i) || c.inflight.has(i) || !c.their.has(i)) continue;
+        let with_ = 0;
+        for (const o of conns) if (o.inflight.has(i)) with_++;
+        if (with_ === 1) c.request(i);
       }
     }
   }
   toOriginAll() { for (let i = 0; i < this.m.n; i++) if (!this.have.has(i) && !this.asked.has(i)) this.toOrigin(i); }
   toOrigin(i) {
     if (this.have.has(i) || this.originQueue.includes(i)) return;
+    this.mark('toOrigin');
     this.asked.add(i);
     this.originQueue.push(i);
     // Once the caller has queued all it will, so that runs go together.
