@@ -129,6 +129,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sc.Mode == ModePush {
+		return runPush(ctx, cfg, &sc, bin, feats, log)
+	}
 
 	rep := &Report{Scenario: &sc, Backend: sc.Backend, Command: cfg.Command, Started: time.Now().UTC(),
 		Machine: machine(), Bin: bin, Features: feats}

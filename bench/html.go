@@ -18,6 +18,7 @@ import (
 
 var systemColors = map[string]string{
 	SysStampede: "#d62728", SysHTTP: "#1f77b4", SysCurl: "#17becf", SysAria2: "#2ca02c", SysNginx: "#9467bd",
+	SysPush: "#d62728", SysTree: "#ff7f0e",
 }
 
 func colorOf(system string) string {
@@ -63,9 +64,13 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 	if h, ok := r.Headline(); ok {
 		b.WriteString(h.html())
 	}
-	fmt.Fprintf(&b, "<p>Bounds (fluid model): <b>T<sub>KR</sub> = %s</b>, the least time any system could take with these caps; "+
-		"plain HTTP needs at least <b>%s</b>. They are explained under the table.</p>\n",
-		esc(secs(r.TKR)), esc(secs(r.HTTPBound)))
+	if r.Push != nil {
+		b.WriteString(r.pushHTML())
+	} else {
+		fmt.Fprintf(&b, "<p>Bounds (fluid model): <b>T<sub>KR</sub> = %s</b>, the least time any system could take with these caps; "+
+			"plain HTTP needs at least <b>%s</b>. They are explained under the table.</p>\n",
+			esc(secs(r.TKR)), esc(secs(r.HTTPBound)))
+	}
 	if r.TKRB > 0 {
 		b.WriteString(r.budgetHTML())
 	}
@@ -94,11 +99,19 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table></div>\n")
-	b.WriteString(r.helpHTML())
+	if r.Push != nil {
+		b.WriteString(r.pushHelpHTML())
+	} else {
+		b.WriteString(r.helpHTML())
+	}
 
 	b.WriteString("<h2>Completion</h2>\n")
 	b.WriteString(r.cdfPlot().svg())
-	b.WriteString("<figcaption>Fraction of the peers done against their completion time, per system. Dashed: T<sub>KR</sub> (black) and the HTTP bound (grey); dotted: T<sub>KR</sub>(B) (black) and T<sub>KR</sub>(R) of each system where they exceed T<sub>KR</sub>.</figcaption>\n")
+	if r.Push != nil {
+		b.WriteString("<figcaption>Fraction of the hosts done against their completion time, per system. Dashed: the topology bound.</figcaption>\n")
+	} else {
+		b.WriteString("<figcaption>Fraction of the peers done against their completion time, per system. Dashed: T<sub>KR</sub> (black) and the HTTP bound (grey); dotted: T<sub>KR</sub>(B) (black) and T<sub>KR</sub>(R) of each system where they exceed T<sub>KR</sub>.</figcaption>\n")
+	}
 
 	b.WriteString("<h2>Origin</h2>\n")
 	b.WriteString(r.originRatePlot().svg())
@@ -106,9 +119,14 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 	b.WriteString(r.originCopiesPlot().svg())
 	b.WriteString("<figcaption>The origin's bytes so far, in copies of the file (R at the end).</figcaption>\n")
 
-	b.WriteString("<h2>Peers</h2>\n")
-	b.WriteString(r.peerUploadPlot().svg())
-	b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for runs under 20 s), as the peers count it (stampede get reports its bytes sent to peers every 0.5 s). Systems marked derived have clients that do not count it (aria2c, curl): their curve is the peers' verified bytes minus the origin's bytes, per interval, which lags and catches up in bursts, so it is clipped at the peers' total upload cap (dashed).</figcaption>\n")
+	if r.Push != nil {
+		b.WriteString(r.pushLinksHTML())
+		b.WriteString("<h2>Hosts</h2>\n")
+	} else {
+		b.WriteString("<h2>Peers</h2>\n")
+		b.WriteString(r.peerUploadPlot().svg())
+		b.WriteString("<figcaption>What the peers uploaded to each other (Mbit/s, over 1 s, or 0.5 s for runs under 20 s), as the peers count it (stampede get reports its bytes sent to peers every 0.5 s). Systems marked derived have clients that do not count it (aria2c, curl): their curve is the peers' verified bytes minus the origin's bytes, per interval, which lags and catches up in bursts, so it is clipped at the peers' total upload cap (dashed).</figcaption>\n")
+	}
 	for _, s := range r.Systems {
 		if len(s.Runs) == 0 {
 			continue
@@ -208,8 +226,12 @@ func (r *Report) cdfPlot() *plot {
 	if r.TKRB > r.TKR*1.01 {
 		p.VLines = append(p.VLines, marker{At: r.TKRB, Label: "T_KR(B)", Color: "#000", Dash: "2,3"})
 	}
-	p.VLines = append(p.VLines, marker{At: r.TKR, Label: "T_KR", Color: "#000", Dash: "6,4"},
-		marker{At: r.HTTPBound, Label: "HTTP bound", Color: "#888", Dash: "6,4"})
+	if r.Push != nil {
+		p.VLines = append(p.VLines, marker{At: r.Push.BoundSeconds, Label: "bound", Color: "#000", Dash: "6,4"})
+	} else {
+		p.VLines = append(p.VLines, marker{At: r.TKR, Label: "T_KR", Color: "#000", Dash: "6,4"},
+			marker{At: r.HTTPBound, Label: "HTTP bound", Color: "#888", Dash: "6,4"})
+	}
 	// Times an order of magnitude apart (a swarm and plain HTTP) share a
 	// logarithmic axis, where both can be read.
 	lo, hi := math.Inf(1), 0.0
@@ -324,7 +346,11 @@ func (r *Report) progressPlot(s *SystemResult) *plot {
 		}
 		p.Lines = append(p.Lines, plotLine{Color: colorOf(s.System), Pts: pts, Width: 1, Opacity: 0.55})
 	}
-	p.VLines = append(p.VLines, marker{At: r.TKR, Label: "T_KR", Color: "#000", Dash: "6,4"})
+	if r.Push != nil {
+		p.VLines = append(p.VLines, marker{At: r.Push.BoundSeconds, Label: "bound", Color: "#000", Dash: "6,4"})
+	} else {
+		p.VLines = append(p.VLines, marker{At: r.TKR, Label: "T_KR", Color: "#000", Dash: "6,4"})
+	}
 	return p
 }
 

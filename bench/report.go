@@ -41,6 +41,8 @@ type Report struct {
 	// Demo marks the report of stampede demo (false: stampede bench's),
 	// titled as the demo: its reader came to see stampede, not a benchmark.
 	Demo bool `json:"demo,omitempty"`
+	// Push is set for a scenario of mode = push (push_report.go).
+	Push *PushReport `json:"push,omitempty"`
 }
 
 // SystemResult is one system's runs and their figures over the runs
@@ -62,6 +64,8 @@ type SystemResult struct {
 	// Shown is the run plotted in report.html: the one with the median
 	// last completion.
 	Shown int `json:"shown"`
+	// Push: the figures of a push system (mode = push).
+	Push *PushSystemFigures `json:"push,omitempty"`
 }
 
 func (r *Report) note(format string, args ...any) {
@@ -69,7 +73,9 @@ func (r *Report) note(format string, args ...any) {
 }
 
 func (r *Report) summarize() {
-	r.budgetBounds()
+	if r.Push == nil {
+		r.budgetBounds()
+	}
 	for _, s := range r.Systems {
 		var mean, p50, p90, last, ob, rr, lt, ltr []float64
 		s.Complete = len(s.Runs) > 0
@@ -204,6 +210,9 @@ func (r *Report) multiRep() bool {
 // system. With several runs, each time is the median over them and the last
 // completion also shows its range.
 func (r *Report) tableRows() [][]string {
+	if r.Push != nil {
+		return r.pushTableRows()
+	}
 	multi := r.multiRep()
 	var header []string
 	for _, c := range columns {
@@ -255,6 +264,9 @@ func secs(s float64) string {
 // WriteTable prints the summary for a terminal: the setup, the bounds, the
 // table, the headline and the notes.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.Push != nil {
+		return r.writePushTable(w)
+	}
 	fmt.Fprintf(w, "%s: %s\n", r.Title(), r.Scenario.Summary())
 	fmt.Fprintf(w, "bounds: T_KR %s, HTTP %s (T_KR(R) per system, R = origin bytes / file size)\n",
 		secs(r.TKR), secs(r.HTTPBound))
@@ -298,6 +310,9 @@ func firstLine(s string, n int) string {
 // WriteMarkdown writes the report as a docs/benchmarks.md section: the
 // setup, the command, the table and the notes.
 func (r *Report) WriteMarkdown(w io.Writer, scenarioPath string) error {
+	if r.Push != nil {
+		return r.writePushMarkdown(w, scenarioPath)
+	}
 	sc := r.Scenario
 	fmt.Fprintf(w, "### %s (%s backend)\n\n", sc.Name, r.Backend)
 	if sc.Description != "" {

@@ -114,6 +114,8 @@ type RunResult struct {
 	// on a shared machine, other work slows every system down.
 	MaxLoad float64  `json:"max_load"`
 	Notes   []string `json:"notes,omitempty"`
+	// Push: the figures of a push-mode run (push_report.go).
+	Push *PushRunFigures `json:"push,omitempty"`
 }
 
 // CorruptInfo is the outcome of a "corrupt K" fault: the peers that sent
