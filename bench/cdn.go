@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,7 +36,13 @@ import (
 //     asking the origin once however many wait (proxy_cache_lock, its
 //     timeout raised so that the baseline is at its best);
 //   - nginx-solo: the same without cooperation, each node the owner of
-//     every slice it is asked.
+//     every slice it is asked;
+//   - varnish-cdn: Varnish on every node, with a front and a back socket.
+//     The front sends each request to the URL's owner among the nodes'
+//     backs (the shard director: consistent hashing, health probes) and
+//     caches what it gets; the back caches it from the origin, one fetch
+//     however many wait (Varnish's request coalescing). Open-source
+//     Varnish has no slicing: a file travels whole, from one owner.
 //
 // The origin is "stampede serve" for both (it publishes manifests, which
 // only stampede's nodes use), capped at OriginUp; its bytes are its own
@@ -53,6 +61,7 @@ const (
 	// CDNNginxSolo is the baseline without cooperation: each nginx node
 	// its own owner of every slice.
 	CDNNginxSolo = "nginx-solo"
+	CDNVarnish   = "varnish-cdn"
 )
 
 // CDNConfig is one CDN experiment.
@@ -143,9 +152,9 @@ func RunCDN(ctx context.Context, cfg CDNConfig, system string) (res *CDNResult, 
 	if cfg.Nodes < 2 || cfg.Clients < 1 || cfg.Size <= 0 {
 		return nil, errors.New("cdn bench: want 2 nodes or more, a client, a size")
 	}
-	if system == CDNNginx || system == CDNNginxSolo {
-		if _, err := exec.LookPath("nginx"); err != nil {
-			return nil, fmt.Errorf("cdn bench: %s needs nginx: %w", system, err)
+	if prog := cdnProgram(system); prog != "" {
+		if _, err := exec.LookPath(prog); err != nil {
+			return nil, fmt.Errorf("cdn bench: %s needs %s: %w", system, prog, err)
 		}
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
@@ -254,6 +263,8 @@ func (r *cdnRun) setup(ctx context.Context, system string) error {
 	switch system {
 	case CDNNginx, CDNNginxSolo:
 		return r.startNginx(ctx, system == CDNNginxSolo)
+	case CDNVarnish:
+		return r.startVarnish(ctx)
 	case CDNStampede:
 		return r.startStampede(ctx)
 	}
@@ -261,6 +272,17 @@ func (r *cdnRun) setup(ctx context.Context, system string) error {
 }
 
 func cdnFile(i int) string { return fmt.Sprintf("f%d.bin", i) }
+
+// cdnProgram is the program a baseline system needs, "" for stampede.
+func cdnProgram(system string) string {
+	switch system {
+	case CDNNginx, CDNNginxSolo:
+		return "nginx"
+	case CDNVarnish:
+		return "varnishd"
+	}
+	return ""
+}
 
 // nodePorts picks each node's port(s): fixed on netns, where every node
 // has its own address; free ones on loopback.
@@ -436,8 +458,161 @@ func (r *cdnRun) startNginx(ctx context.Context, solo bool) error {
 	return nil
 }
 
+// varnishVCL is a node's Varnish configuration: the front socket sends a
+// request to the URL's owner among the backs (a retry to the next one),
+// the back to the origin; both cache what they get for an hour.
+const varnishVCL = `vcl 4.1;
+# written by stampede bench (cdn)
+import directors;
+import std;
+
+backend origin {
+	.host = "%[1]s";
+	.port = "%[2]s";
+	.connect_timeout = 2s;
+	.first_byte_timeout = 300s;
+	.between_bytes_timeout = 300s;
+}
+%[3]s
+sub vcl_init {
+	new owners = directors.shard();
+%[4]s	owners.reconfigure();
+}
+
+sub vcl_recv {
+	if (req.url == "/.probe") {
+		return (synth(200));
+	}
+	if (req.url == "/.ready") {
+		if (%[5]s) {
+			return (synth(200));
+		}
+		return (synth(503));
+	}
+	# One object per URL and socket, whichever node the client asked: a
+	# front and a back object of the same node must differ, or a front
+	# that owns its URL would wait on itself.
+	set req.http.Host = "stampede-bench-" + local.socket;
+	unset req.http.X-Tier;
+	if (local.socket == "back") {
+		set req.backend_hint = origin;
+	} else {
+		set req.http.X-Tier = "front";
+		set req.backend_hint = owners.backend(by=URL);
+	}
+	return (hash);
+}
+
+sub vcl_backend_fetch {
+	if (bereq.http.X-Tier == "front" && bereq.retries > 0) {
+		set bereq.backend = owners.backend(by=URL, alt=bereq.retries);
+	}
+}
+
+sub vcl_backend_error {
+	if (bereq.retries < 2) {
+		return (retry);
+	}
+}
+
+sub vcl_backend_response {
+	set beresp.ttl = 1h;
+	set beresp.grace = 0s;
+	set beresp.do_stream = true;
+	unset beresp.http.Set-Cookie;
+	return (deliver);
+}
+`
+
+const varnishBackend = `backend n%[1]d {
+	.host = "%[2]s";
+	.port = "%[3]d";
+	.connect_timeout = 2s;
+	.first_byte_timeout = 300s;
+	.between_bytes_timeout = 60s;
+	.probe = { .url = "/.probe"; .interval = 1s; .timeout = 1s; .window = 3; .threshold = 2; .initial = 2; }
+}
+`
+
+// startVarnish starts varnishd on every node, its front socket for the
+// clients and its back one for the other nodes.
+func (r *cdnRun) startVarnish(ctx context.Context) error {
+	c := r.cfg
+	front, err := r.nodePorts(8080)
+	if err != nil {
+		return err
+	}
+	back, err := r.nodePorts(8081)
+	if err != nil {
+		return err
+	}
+	var backends, adds strings.Builder
+	var healthy []string
+	for i, h := range r.nodes {
+		fmt.Fprintf(&backends, varnishBackend, i, h.IP, back[i])
+		fmt.Fprintf(&adds, "\towners.add_backend(n%d);\n", i)
+		healthy = append(healthy, fmt.Sprintf("std.healthy(n%d)", i))
+	}
+	ohost, oport, err := net.SplitHostPort(r.oaddr)
+	if err != nil {
+		return err
+	}
+	vcl := fmt.Sprintf(varnishVCL, ohost, oport, backends.String(), adds.String(), strings.Join(healthy, " && "))
+	for i, h := range r.nodes {
+		dir := filepath.Join(c.Dir, fmt.Sprintf("varnish%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		conf := filepath.Join(dir, "cdn.vcl")
+		if err := os.WriteFile(conf, []byte(vcl), 0o644); err != nil {
+			return err
+		}
+		argv := h.Command("varnishd", "-F", "-n", filepath.Join(dir, "work"), "-f", conf, "-j", "none",
+			"-a", "front="+h.Addr(front[i]), "-a", "back="+h.Addr(back[i]), "-T", "none", "-s", "malloc,1G",
+			"-p", "default_grace=0", "-p", "thread_pool_min=50",
+			// A failed connection to a node does not fail the next ones
+			// at once for a while: the retry goes to the next owner.
+			"-p", "backend_remote_error_holddown=0", "-p", "backend_local_error_holddown=0")
+		p, err := startProc(procSpec{name: h.Name, argv: argv})
+		if err != nil {
+			return err
+		}
+		r.nprocs = append(r.nprocs, p)
+		r.naddrs = append(r.naddrs, h.Addr(front[i]))
+	}
+	for i, h := range r.nodes {
+		for _, port := range []int{front[i], back[i]} {
+			// varnishd compiles the VCL first (cc), a few seconds.
+			if err := waitListening(ctx, h, h.Addr(port), r.nprocs[i]); err != nil {
+				return fmt.Errorf("%s: %w", h.Name, err)
+			}
+		}
+	}
+	// As for stampede, the crowd comes to a cluster whose nodes all see
+	// each other: probes that failed while the others started take a few
+	// seconds to pass again.
+	deadline := time.Now().Add(15 * time.Second)
+	for i, h := range r.nodes {
+		for {
+			resp, err := h.HTTPClient().Get("http://" + r.naddrs[i] + "/.ready")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = errors.New(resp.Status)
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s does not see every node healthy after 15s: %v", h.Name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 func waitListening(ctx context.Context, h *Host, addr string, p *proc) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
 		c, err := h.DialContext(dctx, "tcp", addr)
@@ -450,7 +625,7 @@ func waitListening(ctx context.Context, h *Host, addr string, p *proc) error {
 			return fmt.Errorf("exited: %s", p.describe())
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("not listening on %s after 10s: %w", addr, err)
+			return fmt.Errorf("not listening on %s after 30s: %w", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -514,7 +689,10 @@ func (r *cdnRun) run(ctx context.Context, system string) (*CDNResult, error) {
 	if c.KillAt > 0 {
 		select {
 		case <-time.After(c.KillAt):
-			r.nprocs[len(r.nprocs)-1].kill()
+			p := r.nprocs[len(r.nprocs)-1]
+			// The whole group: varnishd's worker is a child of its manager.
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			p.kill()
 		case <-ctx.Done():
 		}
 	}

@@ -23,11 +23,11 @@ func TestCDNLoopback(t *testing.T) {
 	}
 	cfg := CDNConfig{Binary: stampedeBin(t), Backend: BackendLoopback, Nodes: 3, Clients: 6, Size: 3 << 20, Files: 2,
 		Timeout: time.Minute, Seed: 1, Log: testLogger(t)}
-	for _, sys := range []string{CDNStampede, CDNNginx, CDNNginxSolo} {
+	for _, sys := range []string{CDNStampede, CDNNginx, CDNNginxSolo, CDNVarnish} {
 		t.Run(sys, func(t *testing.T) {
-			if sys != CDNStampede {
-				if _, err := exec.LookPath("nginx"); err != nil {
-					t.Skip("needs nginx (scripts/install-test-deps.sh)")
+			if prog := cdnProgram(sys); prog != "" {
+				if _, err := exec.LookPath(prog); err != nil {
+					t.Skipf("needs %s (scripts/install-test-deps.sh)", prog)
 				}
 			}
 			cfg.Dir = filepath.Join(t.TempDir(), "run")
@@ -39,7 +39,7 @@ func TestCDNLoopback(t *testing.T) {
 			if res.Failed != 0 || len(res.Times) != cfg.Clients {
 				t.Errorf("%d clients failed", res.Failed)
 			}
-			if sys == CDNStampede && res.Copies > 1.1 {
+			if sys != CDNNginxSolo && res.Copies > 1.1 {
 				t.Errorf("the origin sent %.2f copies", res.Copies)
 			}
 		})
@@ -56,8 +56,9 @@ type cdnForm struct {
 // Mbit/s, 24 clients at 20/50, the origin at 50, 64 MiB, each system three
 // times, in the plain, hot-spot and node-killed forms.
 // STAMPEDETEST_CDN_BENCH_OUT names a JSON file for the results;
-// STAMPEDETEST_CDN_BENCH_REPS, _SYSTEMS (default stampede-cdn,nginx-cdn;
-// also nginx-solo) and _FORMS (plain,hot-spot,node-killed) narrow it.
+// STAMPEDETEST_CDN_BENCH_REPS, _SYSTEMS (default
+// stampede-cdn,nginx-cdn,varnish-cdn; also nginx-solo) and _FORMS
+// (plain,hot-spot,node-killed) narrow it.
 func TestCDNBench(t *testing.T) {
 	if os.Getenv("STAMPEDETEST_CDN_BENCH") == "" {
 		t.Skip("set STAMPEDETEST_CDN_BENCH=1 to run the CDN testbed (root, netns, minutes)")
@@ -88,7 +89,7 @@ func TestCDNBench(t *testing.T) {
 			reps = n
 		}
 	}
-	systems := []string{CDNStampede, CDNNginx}
+	systems := []string{CDNStampede, CDNNginx, CDNVarnish}
 	if s := os.Getenv("STAMPEDETEST_CDN_BENCH_SYSTEMS"); s != "" {
 		systems = strings.Split(s, ",")
 	}

@@ -12,7 +12,8 @@
 #            promtool checks every server's /metrics), chromium (the
 #            dashboard's test loads it in a headless browser; the browser
 #            peer's tests run several), iproute2 (the netns testbed, as
-#            root) and nodejs (the browser peer's JavaScript tests);
+#            root), nodejs (the browser peer's JavaScript tests) and varnish
+#            (a baseline of the CDN testbed, bench/cdn.go);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
@@ -44,6 +45,7 @@ deps_test=(
 	ip:iproute2
 	tc:iproute2
 	node:nodejs
+	varnishd:varnish
 )
 deps_bench=(
 	aria2c:aria2
