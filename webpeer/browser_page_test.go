@@ -96,3 +96,60 @@ func TestBrowserMemory(t *testing.T) {
 		t.Errorf("the page holds %d bytes, over its bound of %d", f.Stats.Held, cfg.MaxMemory)
 	}
 }
+
+// TestBrowserBundle: the assets of a page, each too small to swarm, come
+// through the swarm of the page's bundle (origin/bundle.go): the first
+// visitor's from the origin, the next one's from the first, every byte
+// the asset's.
+func TestBrowserBundle(t *testing.T) {
+	needBrowser(t)
+	nss := setupNet(t, 2)
+	o := startOrigin(t)
+	assets := map[string][]byte{}
+	for _, name := range []string{"a.png", "b.png"} {
+		b := make([]byte, 40<<10) // under min_size: no swarm of its own
+		rand.Read(b)
+		assets[name] = b
+		os.WriteFile(filepath.Join(o.www, name), b, 0o644)
+	}
+	os.WriteFile(filepath.Join(o.www, "gallery.html"), []byte(`<!doctype html><title>gallery</title>
+<script type="module" src="/.well-known/stampede/peer.js"></script><img src="a.png"><img src="/b.png">`), 0o644)
+	get := func(b *browser, name string) fetched {
+		var f struct {
+			fetched
+			Same bool `json:"same"`
+		}
+		b.eval(`(async () => {
+  const r = await fetch('/`+name+`');
+  const got = new Uint8Array(await r.arrayBuffer());
+  const want = new Uint8Array(await (await fetch('/`+name+`?plain')).arrayBuffer());
+  return {via: r.headers.get('stampede-via') || '', len: got.length, same: got.length === want.length && got.every((x, i) => x === want[i]), stats: stampede.page.stats()};
+})()`, &f)
+		if f.Via != "swarm" || f.Len != len(assets[name]) || !f.Same {
+			t.Fatalf("%s: %s: %d bytes via %q, the file's: %v; want its %d through the swarm", b.name, name, f.Len, f.Via, f.Same, len(assets[name]))
+		}
+		return f.fetched
+	}
+	open := func(ns, name string) *browser {
+		b := blank(t, ns, name, o)
+		b.do(chromedp.Navigate(o.url + "/gallery.html"))
+		var ready string
+		b.eval(`stampede.ready`, &ready)
+		if ready != "on" {
+			t.Fatalf("%s: the peer is %q", name, ready)
+		}
+		return b
+	}
+	a := open(nss[0], "A")
+	get(a, "a.png")
+	f := get(a, "b.png")
+	bundle := f.Stats.FromOrigin
+	if bundle < 80<<10 || f.Stats.FromPeers != 0 {
+		t.Errorf("A, alone: %+v, want the bundle (the page and both assets) from the origin", f.Stats)
+	}
+	b := open(nss[1], "B")
+	get(b, "b.png")
+	if f := get(b, "a.png"); f.Stats.FromPeers != bundle || f.Stats.FromOrigin != 0 {
+		t.Errorf("B: %+v, want the %d-byte bundle from A", f.Stats, bundle)
+	}
+}

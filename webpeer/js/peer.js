@@ -57,7 +57,10 @@ class Page {
     this.swarms.delete(key); // the latest used last, for makeRoom
     this.swarms.set(key, s);
     port.postMessage({ op: 'accept' });
-    s.get((i, bytes) => port.postMessage({ op: 'piece', i, bytes }))
+    // The pieces the worker wants: all of them, or those of a bundle's
+    // member.
+    const first = e.data.first ?? 0, last = e.data.last ?? s.m.n - 1;
+    s.get((i, bytes) => { if (i >= first && i <= last) port.postMessage({ op: 'piece', i, bytes }); })
       .then(() => port.postMessage({ op: 'done' }), () => port.postMessage({ op: 'fail' }));
   }
   // makeRoom drops the swarms used least recently, those no download

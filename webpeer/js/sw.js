@@ -10,11 +10,13 @@
 
 const CONFIG = '/.well-known/stampede/peer.json';
 const MANIFEST = '/.well-known/stampede/manifest';
+const BUNDLE_INDEX = '/.well-known/stampede/bundle-index';
 const ACCEPT_MS = 1000;
 const MEMO = 256; // manifests (and their absence) remembered
 
 let cfg = null, cfgAt = 0, off = false;
 const manifests = new Map(); // path -> manifest JSON, or null: none
+const bundles = new Map(); // page path -> its bundle (bundleOf), or null: none
 
 // The worker's scope is the whole site, and only pages with the tag run a
 // swarm: a request of any other page goes through untouched, without even
@@ -106,27 +108,61 @@ async function swarmed(e, u) {
   try {
     const c = await config();
     if (off || !c || !c.enabled) return fetch(e.request);
-    const j = await manifestOf(u.pathname);
-    if (!j || j.size < c.min_size) return fetch(e.request);
     const client = await self.clients.get(e.clientId);
     if (!client) return fetch(e.request);
-    return await fromPage(client, j, u, e.request, c);
+    const j = await manifestOf(u.pathname);
+    if (j && j.size >= c.min_size) {
+      return await fromPage(client, j, e.request, c, { url: u.pathname, offset: 0, size: j.size, type: typeOf(u.pathname), etag: j.etag });
+    }
+    // Too small to swarm alone: from the page's bundle, if it has one
+    // that holds it.
+    const b = await bundleOf(new URL(client.url).pathname);
+    const m = b && b.manifest.size >= c.min_size && b.members.get(u.pathname);
+    if (!m) return fetch(e.request);
+    return await fromPage(client, b.manifest, e.request, c, { url: u.pathname, offset: m.offset, size: m.size, type: m.content_type || typeOf(u.pathname), etag: m.etag });
   } catch {
     return fetch(e.request);
   }
 }
 
+// bundleOf is the bundle of the page at path (origin/bundle.go: the page
+// and its assets as one object), as {manifest, members: path -> member},
+// or null. The index must be the version the manifest is of (their ETags
+// agree): the offsets of another would cut the wrong bytes.
+async function bundleOf(path) {
+  if (path.endsWith('/')) path += 'index.html';
+  if (bundles.has(path)) return bundles.get(path);
+  let b = null;
+  const r = await fetch(BUNDLE_INDEX + path, { credentials: 'omit' });
+  if (troubled(r)) return null; // not remembered: asked again next time
+  const idx = r.ok ? await r.json().catch(() => null) : null;
+  if (idx && idx.version === 1 && Array.isArray(idx.members)) {
+    const bundle = new URL(idx.bundle, new URL(BUNDLE_INDEX + path, self.location.origin)).pathname;
+    const j = await manifestOf(bundle);
+    if (j && j.size === idx.size && j.etag && j.etag === r.headers.get('etag')) {
+      const members = new Map();
+      for (const m of idx.members) if (m.offset >= 0 && m.size > 0 && m.offset + m.size <= j.size) members.set(m.path, m);
+      b = { manifest: { ...j, url: bundle }, members };
+    }
+  }
+  put(bundles, path, b);
+  return b;
+}
+
 const TYPES = { html: 'text/html', js: 'text/javascript', mjs: 'text/javascript', css: 'text/css', json: 'application/json', svg: 'image/svg+xml', png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif', webp: 'image/webp', avif: 'image/avif', mp4: 'video/mp4', webm: 'video/webm', mp3: 'audio/mpeg', wasm: 'application/wasm', woff2: 'font/woff2', txt: 'text/plain', pdf: 'application/pdf' };
 const typeOf = (p) => TYPES[(p.split('.').pop() || '').toLowerCase()] || 'application/octet-stream';
 
-// fromPage streams the object's pieces, in order, as the page verifies
-// them; what the page cannot give in time comes from the origin.
-function fromPage(client, j, u, req, c) {
+// fromPage streams the bytes of want ({url, offset, size, type, etag}:
+// the object, or a member of a bundle) from the pieces of the object of
+// manifest j, in order, as the page verifies them; what the page cannot
+// give in time comes from the origin (want.url, from the bytes sent on).
+function fromPage(client, j, req, c, want) {
   return new Promise((resolve) => {
     const ch = new MessageChannel();
-    const n = Math.ceil(j.size / j.piece_size);
+    const first = Math.floor(want.offset / j.piece_size);
+    const last = Math.max(first, Math.ceil((want.offset + want.size) / j.piece_size) - 1);
     const pieces = new Map();
-    let next = 0, sent = 0, accepted = false, finished = false, lastAt = Date.now(), ctrl;
+    let next = first, sent = 0, accepted = false, finished = false, lastAt = Date.now(), ctrl;
     const stream = new ReadableStream({ start(k) { ctrl = k; } });
     const end = () => { finished = true; ch.port1.close(); clearInterval(watch); clearTimeout(timer); };
     const fallback = () => { end(); resolve(fetch(req)); };
@@ -135,19 +171,21 @@ function fromPage(client, j, u, req, c) {
       while (pieces.has(next)) {
         const b = pieces.get(next);
         pieces.delete(next);
-        ctrl.enqueue(b);
-        sent += b.length;
+        // The part of the piece that is want's.
+        const at = next * j.piece_size;
+        const from = Math.max(0, want.offset + sent - at), to = Math.min(b.length, want.offset + want.size - at);
+        if (to > from) { ctrl.enqueue(b.subarray(from, to)); sent += to - from; }
         next++;
       }
-      if (next === n) { end(); ctrl.close(); }
+      if (sent === want.size) { end(); ctrl.close(); }
     };
     // rest has the origin finish what the page could not.
     const rest = async () => {
       end();
       try {
         const h = { Range: `bytes=${sent}-` };
-        if (j.etag) h['If-Range'] = j.etag;
-        const r = await fetch(u.pathname, { headers: h, credentials: 'omit' });
+        if (want.etag) h['If-Range'] = want.etag;
+        const r = await fetch(want.url, { headers: h, credentials: 'omit' });
         if (r.status !== 206) throw new Error('the origin answered ' + r.status + ' to a range');
         const rd = r.body.getReader();
         for (;;) {
@@ -166,14 +204,14 @@ function fromPage(client, j, u, req, c) {
           accepted = true;
           clearTimeout(timer);
           resolve(new Response(stream, { status: 200, headers: {
-            'Content-Type': typeOf(u.pathname), 'Content-Length': String(j.size), 'Stampede-Via': 'swarm', ...(j.etag ? { ETag: j.etag } : {}),
+            'Content-Type': want.type, 'Content-Length': String(want.size), 'Stampede-Via': 'swarm', ...(want.etag ? { ETag: want.etag } : {}),
           } }));
           break;
-        case 'piece': lastAt = Date.now(); if (d.i >= next) pieces.set(d.i, d.bytes); flush(); break;
+        case 'piece': lastAt = Date.now(); if (d.i >= next && d.i <= last) pieces.set(d.i, d.bytes); flush(); break;
         case 'refuse': fallback(); break;
         case 'fail': if (accepted) rest(); else fallback(); break;
       }
     };
-    client.postMessage({ op: 'get', url: u.pathname, manifest: j }, [ch.port2]);
+    client.postMessage({ op: 'get', url: j.url || want.url, manifest: j, first, last }, [ch.port2]);
   });
 }
