@@ -3,6 +3,7 @@ package webpeer_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -26,6 +27,24 @@ import (
 // takes a few minutes and logs the table.
 const aimsEnv = "STAMPEDETEST_BROWSER_AIMS"
 
+// aimsStayEnv, a duration, is a variant: every peer stays that long once
+// done (a browser's page stays open, a native peer seeds for it) instead
+// of leaving at once.
+const aimsStayEnv = "STAMPEDETEST_BROWSER_AIMS_STAY"
+
+// aimsStay is $STAMPEDETEST_BROWSER_AIMS_STAY, or 0.
+func aimsStay(t *testing.T) time.Duration {
+	v := os.Getenv(aimsStayEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: %v", aimsStayEnv, err)
+	}
+	return d
+}
+
 const (
 	aimsBrowsers = 4
 	aimsRuns     = 3
@@ -47,7 +66,8 @@ const (
 window.result = (async () => {
   await stampede.ready;
   const b = await (await fetch('/obj.bin')).arrayBuffer();
-  return { t: performance.now(), len: b.byteLength };
+  const t = performance.now();
+  return { t, len: b.byteLength, stats: stampede.page && stampede.page.stats() };
 })();
 </script>`
 	tagPage = `<!doctype html><title>tag</title>
@@ -84,13 +104,63 @@ func shape(t *testing.T, i int, up, down string) {
 	run(t, "tc", "qdisc", "add", "dev", host, "root", "tbf", "rate", down, "burst", "32kbit", "latency", "400ms")
 }
 
-type aimsRun struct {
-	times       []float64 // ms from navigation to the object, by browser
-	originBytes int64
+// The crowd: aimsBrowsers browsers among aimsNatives native peers
+// (stampede get --webrtc, each in a namespace of its own, shaped as the
+// browsers are), arriving one a second. A browser is every fifth arrival,
+// in the middle of each five (the 3rd, 8th, 13th and 18th), so that the
+// browsers are spread through the crowd as its share of it.
+const aimsNatives = 16
+
+// arrival is the i-th arrival: a browser (its index) or a native peer.
+func arrival(i int) (browser int, isBrowser bool) {
+	const every = (aimsBrowsers + aimsNatives) / aimsBrowsers
+	return i / every, i%every == every/2
 }
 
-// runAims runs one arrival of aimsBrowsers browsers at page.
-func runAims(t *testing.T, nss []string, page string, wt bool) aimsRun {
+type aimsRun struct {
+	times       []float64 // ms from navigation to the object, by browser
+	peerShare   float64   // of the browsers' bytes, what did not come from the origin
+	originBytes int64     // all the origin sent
+	natives     []nativeRun
+	stats       []pageStats // the browsers' pages, stampede only
+}
+
+type nativeRun struct {
+	At        int     `json:"-"` // its arrival, in seconds
+	Gone      float64 `json:"-"` // seconds from its arrival until it left
+	Seconds   float64 `json:"seconds"`
+	FromPeers int64   `json:"bytes_from_peers"`
+}
+
+func (n nativeRun) String() string {
+	return fmt.Sprintf("{at %ds: %.2fs, %d KiB from peers, gone at +%.2fs}", n.At, n.Seconds, n.FromPeers>>10, n.Gone)
+}
+
+// pageStats is what a page's peer says of its swarm (Page.stats), with
+// when each step came, in ms from navigation.
+type pageStats struct {
+	stats
+	Timeline map[string]float64 `json:"timeline"`
+}
+
+// buildStampede builds the binary the native peers run, or takes
+// $STAMPEDETEST_BIN.
+func buildStampede(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("STAMPEDETEST_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "stampede")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/stampede-dev/stampede/cmd/stampede").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runAims runs one crowd at page: with bin set, the native peers arrive
+// among the browsers (stampede); without, the browsers alone, one a
+// second (WebTorrent, which has no native peer here).
+func runAims(t *testing.T, nss []string, page string, wt bool, bin string) aimsRun {
 	t.Helper()
 	o := startOriginRate(t, originRate, aimsPeerConfig)
 	os.WriteFile(filepath.Join(o.www, "page.html"), []byte(page), 0o644)
@@ -117,35 +187,99 @@ func runAims(t *testing.T, nss []string, page string, wt bool) aimsRun {
 	for i := range aimsBrowsers {
 		bs = append(bs, blank(t, nss[i], fmt.Sprintf("V%d", i), o))
 	}
-	res := aimsRun{times: make([]float64, len(bs))}
+	res := aimsRun{times: make([]float64, len(bs)), stats: make([]pageStats, len(bs))}
+	var mu sync.Mutex // guards res.natives
 	var wg sync.WaitGroup
 	start := time.Now()
-	for i, b := range bs {
+	visit := func(i int, b *browser) {
+		stay := aimsStay(t)
+		defer func() { time.Sleep(stay); b.cancel() }() // it leaves when done
+		ctx, cancel := context.WithTimeout(b.ctx, 3*time.Minute)
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.Navigate(o.url+"/page.html")); err != nil {
+			t.Errorf("%s: %v", b.name, err)
+			return
+		}
+		var r struct {
+			T     float64    `json:"t"`
+			Len   int        `json:"len"`
+			Stats *pageStats `json:"stats"`
+		}
+		if err := evalInto(ctx, "window.result", &r); err != nil || r.Len != len(o.obj) {
+			t.Errorf("%s: %+v, %v", b.name, r, err)
+			return
+		}
+		res.times[i] = r.T
+		if r.Stats != nil {
+			res.stats[i] = *r.Stats
+		}
+	}
+	natives := 0
+	for k := 0; ; k++ {
+		at := start.Add(time.Duration(k) * time.Second) // the arrival schedule
+		if wt {
+			if k == aimsBrowsers {
+				break
+			}
+			wg.Go(func() { time.Sleep(time.Until(at)); visit(k, bs[k]) })
+			continue
+		}
+		if k == aimsBrowsers+aimsNatives {
+			break
+		}
+		if i, ok := arrival(k); ok {
+			wg.Go(func() { time.Sleep(time.Until(at)); visit(i, bs[i]) })
+			continue
+		}
+		ns := nss[aimsBrowsers+natives]
+		natives++
 		wg.Go(func() {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second))) // the arrival schedule
-			ctx, cancel := context.WithTimeout(b.ctx, 3*time.Minute)
-			defer cancel()
-			if err := chromedp.Do(ctx, chromedp.Navigate(o.url+"/page.html")); err != nil {
-				t.Errorf("%s: %v", b.name, err)
+			time.Sleep(time.Until(at))
+			n, err := runNative(t, ns, bin, o)
+			n.At, n.Gone = k, time.Since(at).Seconds()
+			if err != nil {
+				t.Errorf("native peer in %s: %v", ns, err)
 				return
 			}
-			var r struct {
-				T   float64 `json:"t"`
-				Len int     `json:"len"`
-			}
-			if err := evalInto(ctx, "window.result", &r); err != nil || r.Len != len(o.obj) {
-				t.Errorf("%s: %+v, %v", b.name, r, err)
-				return
-			}
-			res.times[i] = r.T
+			mu.Lock()
+			res.natives = append(res.natives, n)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	slices.SortFunc(res.natives, func(a, b nativeRun) int { return a.At - b.At })
 	res.originBytes = o.bodies.Load()
-	for _, b := range bs {
-		b.cancel()
+	var toBrowsers int64
+	for i := range aimsBrowsers {
+		toBrowsers += o.sentTo(nsAddr(i))
 	}
+	res.peerShare = 1 - float64(toBrowsers)/float64(aimsBrowsers*len(o.obj))
 	return res
+}
+
+// runNative runs stampede get --webrtc in ns until it is done and leaves
+// (the default --seed-time).
+func runNative(t *testing.T, ns, bin string, o *testOrigin) (nativeRun, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "obj.bin")
+	args := []string{"netns", "exec", ns, bin, "get", "--webrtc", "--json", "-q", "--sha256", o.sha, "-o", out}
+	if stay := aimsStay(t); stay > 0 {
+		args = append(args, "--seed-time", stay.String())
+	}
+	cmd := exec.CommandContext(ctx, "ip", append(args, o.url+"/obj.bin")...)
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir()) // no config file of the machine's
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return nativeRun{}, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	var n nativeRun
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nativeRun{}, fmt.Errorf("%w: %s", err, b)
+	}
+	return n, nil
 }
 
 // startWTTracker runs npm bittorrent-tracker's WebSocket server on the
@@ -191,19 +325,24 @@ func TestBrowserAims(t *testing.T) {
 	if _, err := os.Stat("bench/node_modules/webtorrent"); err != nil {
 		t.Skip("no WebTorrent: npm install --prefix webpeer/bench")
 	}
-	nss := setupNet(t, aimsBrowsers)
-	for i := range aimsBrowsers {
+	bin := buildStampede(t)
+	nss := setupNet(t, aimsBrowsers+aimsNatives)
+	for i := range nss {
 		shape(t, i, "8mbit", "20mbit")
 	}
 	size := float64(1 << 20)
 	var sP90, wP90, sPeers, wPeers, alonePeer, aloneFirst, alonePlain []float64
 	for r := range aimsRuns {
-		s := runAims(t, nss, peerPage, false)
-		w := runAims(t, nss, wtPage, true)
+		s := runAims(t, nss, peerPage, false, bin)
+		w := runAims(t, nss, wtPage, true, "")
 		sP90, wP90 = append(sP90, p90(s.times)), append(wP90, p90(w.times))
-		sPeers = append(sPeers, 1-float64(s.originBytes)/(aimsBrowsers*size))
+		sPeers = append(sPeers, s.peerShare)
 		wPeers = append(wPeers, 1-float64(w.originBytes)/(aimsBrowsers*size))
-		t.Logf("run %d: stampede %v ms, origin %d B; webtorrent %v ms, origin %d B", r+1, s.times, s.originBytes, w.times, w.originBytes)
+		t.Logf("run %d: stampede: browsers %.0f ms, %.0f%% of their bytes from peers, origin %d B in all; natives %v", r+1, s.times, 100*s.peerShare, s.originBytes, s.natives)
+		for i, st := range s.stats {
+			t.Logf("run %d:   browser %d: %+v", r+1, i, st)
+		}
+		t.Logf("run %d: webtorrent: browsers %.0f ms, origin %d B", r+1, w.times, w.originBytes)
 		// One visitor alone: without the peer; with its tag, on the
 		// first visit (the worker not controlling the page yet); and on
 		// the next page, the worker getting the object through the
@@ -230,8 +369,10 @@ func TestBrowserAims(t *testing.T) {
 		b.eval("window.result", &res)
 		alonePeer = append(alonePeer, res.T)
 		b.cancel()
+		t.Logf("run %d: alone: without the peer %.0f ms; first visit %.0f ms; through the worker %.0f ms", r+1, alonePlain[r], aloneFirst[r], alonePeer[r])
 	}
-	t.Logf("median of %d runs, %d browsers arriving 1/s, 1 MiB, origin 8 Mbit/s, browsers 8/20 Mbit/s:", aimsRuns, aimsBrowsers)
+	t.Logf("median of %d runs; stampede: %d browsers among %d native peers, WebTorrent: the %d browsers alone; arriving 1/s, 1 MiB, origin 8 Mbit/s, peers 8/20 Mbit/s:",
+		aimsRuns, aimsBrowsers, aimsNatives, aimsBrowsers)
 	t.Logf("  p90 time to object: stampede %.0f ms, WebTorrent %.0f ms: ratio %.2f (aim <= 0.6)", median(sP90), median(wP90), median(sP90)/median(wP90))
 	t.Logf("  browsers' bytes from peers: stampede %.0f%%, WebTorrent %.0f%% (aim >= 80%%)", 100*median(sPeers), 100*median(wPeers))
 	t.Logf("  alone, time to the page's object: without the peer %.0f ms; with its tag, first visit %.0f ms (ratio %.2f), through the worker %.0f ms (ratio %.2f) (aim <= 1.1)",
