@@ -249,6 +249,7 @@ func (b *body) chunk(i int) ([]byte, error) {
 			b.summed += int64(len(f.data))
 			if b.summed == b.m.Size && !bytes.Equal(b.sum.Sum(nil), b.m.ReprDigest) {
 				b.n.met.rejected[fromWhole].Inc()
+				b.n.distrust(b.m)
 				return nil, fmt.Errorf("the file does not match the origin's Repr-Digest")
 			}
 		} else {

@@ -28,6 +28,7 @@ package cdn
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -151,6 +152,7 @@ type Node struct {
 	entryFlights   flights[fetched] // its clients' (clientChunk)
 	served         atomic.Int64     // node requests for chunks in progress
 	lie            atomic.Bool      // tests: corrupt every chunk and manifest served to nodes
+	lieValidators  atomic.Bool      // tests: forge the ETag of every meta and chunk served to nodes
 
 	mu        sync.Mutex // guards the following
 	members   *Members
@@ -162,6 +164,13 @@ type Node struct {
 	manifests map[string]*manifest.Manifest
 	heat      map[string]int
 	owners    []ownerNote // the latest chunks placed, for the status page
+	// checked holds, by variant key, the meta ID (or "uncacheable") of
+	// the latest meta a node handed over that this node checked with the
+	// origin itself.
+	checked map[string]string
+	// distrusted are the IDs of files whose whole body failed its
+	// Repr-Digest here: their chunks come from the origin alone.
+	distrusted map[string]bool
 
 	stop    context.CancelFunc
 	stopped chan struct{}
@@ -229,7 +238,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	client := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	n := &Node{cfg: cfg, log: cfg.Logger, self: cfg.Self, allow: cfg.Allow, client: client,
 		metas: make(map[string]*meta), byID: make(map[string]*meta), varyNames: make(map[string][]string),
-		manifests: make(map[string]*manifest.Manifest), heat: make(map[string]int), stopped: make(chan struct{})}
+		manifests: make(map[string]*manifest.Manifest), heat: make(map[string]int), stopped: make(chan struct{}),
+		checked: make(map[string]string), distrusted: make(map[string]bool)}
 	if len(n.allow) == 0 {
 		n.allow = DefaultAllow
 	}
@@ -404,8 +414,19 @@ func (n *Node) corrupt(data []byte) []byte {
 }
 
 // forge is m as served to nodes: itself, or, in tests of a lying node, a
-// copy whose manifest is of other bytes (zeros) of the same size.
+// copy whose manifest is of other bytes (zeros) of the same size or,
+// without a manifest, with another ETag.
 func (n *Node) forge(m *meta) *meta {
+	if !m.Cacheable {
+		return m
+	}
+	if m.m == nil && n.lieValidators.Load() {
+		out := *m
+		out.ETag = n.forgeValidator(m.ETag)
+		sum := sha256.Sum256([]byte(out.ID + out.ETag))
+		out.ID = "r" + hex.EncodeToString(sum[:16])
+		return &out
+	}
 	if !n.lie.Load() || m.m == nil {
 		return m
 	}
@@ -418,6 +439,15 @@ func (n *Node) forge(m *meta) *meta {
 	out.Manifest, _ = fake.MarshalJSON()
 	out.ID = "m" + hex.EncodeToString(fake.Root[:]) + "-" + strconv.FormatInt(fake.Size, 10)
 	return &out
+}
+
+// forgeValidator is etag as served to nodes: itself, or, in tests of a
+// lying node, another.
+func (n *Node) forgeValidator(etag string) string {
+	if !n.lieValidators.Load() {
+		return etag
+	}
+	return `"forged"`
 }
 
 type zeros struct{}

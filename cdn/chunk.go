@@ -100,6 +100,34 @@ func (n *Node) originChunk(ctx context.Context, m *meta, i int) ([]byte, error) 
 	return data, nil
 }
 
+// idHeader carries, in a node's answer for a chunk, the ID of the file
+// the chunk is of, as the answering node knows it.
+const idHeader = "Stampede-Cdn-Id"
+
+// checkChunkHeader checks a node's answer for the chunk at off (size
+// bytes) against m: the same file ID, the same range of the same size
+// and, without a manifest (whose hashes check the bytes; two nodes may
+// know different validators of the same content), the same validators.
+func (m *meta) checkChunkHeader(h http.Header, off, size int64) error {
+	if got := h.Get(idHeader); got != m.ID {
+		return fmt.Errorf("%w: a chunk of %q, want %q", errMismatch, got, m.ID)
+	}
+	cr, err := httphdr.ParseContentRange(h.Get("Content-Range"))
+	if err != nil || cr.First != off || cr.Last != off+size-1 || cr.Size != m.Size {
+		return fmt.Errorf("%w: Content-Range %q, want bytes %d-%d/%d", errMismatch, h.Get("Content-Range"), off, off+size-1, m.Size)
+	}
+	if m.m != nil {
+		return nil
+	}
+	if h.Get("ETag") != m.ETag || h.Get("Last-Modified") != m.LastModified {
+		return fmt.Errorf("%w: validators %s %q, want %s %q", errMismatch, h.Get("ETag"), h.Get("Last-Modified"), m.ETag, m.LastModified)
+	}
+	return nil
+}
+
+// errMismatch is a node's answer about another file than the one asked.
+var errMismatch = errors.New("the node's answer does not match what this node knows")
+
 // readExactly reads n bytes from r, failing if it ends early or holds
 // more.
 func readExactly(r io.Reader, n int64) ([]byte, error) {
@@ -182,7 +210,13 @@ func (n *Node) remoteChunk(ctx context.Context, node string, m *meta, i int, hop
 		return nil, err
 	}
 	defer resp.Body.Close()
-	_, size := m.chunkRange(i)
+	off, size := m.chunkRange(i)
+	if err := m.checkChunkHeader(resp.Header, off, size); err != nil {
+		n.met.rejected[fromNode].Inc()
+		n.log.Warn("a node sent a chunk of another file", "node", node, "chunk", i, "url", m.URL, "err", err)
+		n.memberFailed(node)
+		return nil, fmt.Errorf("chunk %d from node %s: %w", i, node, err)
+	}
 	data, err := readExactly(resp.Body, size)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d from node %s: %w", i, node, err)
@@ -259,6 +293,10 @@ func (n *Node) keep(key string, data []byte) {
 // next ones cost no node another upload. late reports whether a node was
 // bypassed.
 func (n *Node) clientChunk(ctx context.Context, m *meta, i int, dl time.Duration) (data []byte, late bool, err error) {
+	if n.isDistrusted(m.ID) {
+		data, err := n.originOnlyChunk(ctx, m, i)
+		return data, false, err
+	}
 	if data, ok := n.cached(m, i); ok {
 		return data, false, nil
 	}
@@ -281,6 +319,52 @@ func (n *Node) clientChunk(ctx context.Context, m *meta, i int, dl time.Duration
 		n.keep(key, got.data)
 	}
 	return got.data, got.late, nil
+}
+
+// distrust makes this node get m's chunks for its clients from the
+// origin alone, and drops those of m it holds: m's whole body failed its
+// Repr-Digest here, so a node (or this cache) gave wrong bytes that
+// nothing can single out, and would give them again.
+func (n *Node) distrust(m *meta) {
+	n.mu.Lock()
+	if len(n.distrusted) >= maxMetas {
+		clear(n.distrusted)
+	}
+	n.distrusted[m.ID] = true
+	n.mu.Unlock()
+	for i := range m.numChunks() {
+		n.store.drop(m.chunkKey(i))
+	}
+	n.log.Warn("a body failed its Repr-Digest: its chunks will come from the origin alone here", "url", m.URL)
+}
+
+func (n *Node) isDistrusted(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.distrusted[id]
+}
+
+// originOnlyChunk gets chunk i of a distrusted file from the origin,
+// once however many clients ask, and caches it apart from the chunks
+// nodes gave.
+func (n *Node) originOnlyChunk(ctx context.Context, m *meta, i int) ([]byte, error) {
+	key := m.chunkKey(i) + "/origin"
+	n.met.lookups.Inc()
+	if data, ok := n.store.get(key); ok && m.verify(i, data) == nil {
+		n.met.hits.Inc()
+		n.met.chunks[srcCache].Inc()
+		return data, nil
+	}
+	data, _, err := n.chunkFlights.do(ctx, key, func() ([]byte, error) {
+		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		defer cancel()
+		data, err := n.originChunk(fctx, m, i)
+		if err == nil {
+			n.keep(key, data)
+		}
+		return data, err
+	})
+	return data, err
 }
 
 // fetched is what fetchForClients got: the chunk, whether a node was
@@ -401,8 +485,20 @@ func (n *Node) serveNodeChunk(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Header().Set("Content-Type", "application/octet-stream")
+	h := w.Header()
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	h.Set("Content-Type", "application/octet-stream")
+	// What the chunk is of, as this node knows it: the asking node checks
+	// it against what it knows.
+	off, size := m.chunkRange(i)
+	h.Set(idHeader, m.ID)
+	h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+size-1, m.Size))
+	if m.ETag != "" {
+		h.Set("ETag", n.forgeValidator(m.ETag))
+	}
+	if m.LastModified != "" {
+		h.Set("Last-Modified", m.LastModified)
+	}
 	n.met.servedNodes.Add(float64(len(data)))
 	w.Write(n.corrupt(data))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -127,11 +128,7 @@ func TestLyingNode(t *testing.T) {
 				t.Errorf("client %d: %v", c, err)
 			}
 		}
-		rejected := 0.0
-		for _, n := range nodes[:3] {
-			rejected += counterValue(n.met.rejected[fromNode])
-		}
-		if rejected == 0 {
+		if rejectedFromNodes(nodes[:3]) == 0 {
 			t.Error("no node caught the lying node's chunks")
 		}
 	})
@@ -139,12 +136,7 @@ func TestLyingNode(t *testing.T) {
 		o := newTestOrigin(t)
 		nodes := startCluster(t, 4, o, nil)
 		// A file whose meta the lying node owns: the others ask it first.
-		name := ""
-		for i := 0; name == ""; i++ {
-			if n := fmt.Sprintf("f%d", i); nodes[0].ring().Owner("meta "+o.URL+"/"+n) == nodes[3].addr {
-				name = n
-			}
-		}
+		name := ownedBy(nodes, o, nodes[3])
 		data := randomBytes(256<<10, 13)
 		o.add(name, data, true, nil)
 		nodes[3].lie.Store(true)
@@ -153,11 +145,7 @@ func TestLyingNode(t *testing.T) {
 				t.Errorf("client %d: %v", c, err)
 			}
 		}
-		rejected := 0.0
-		for _, n := range nodes[:3] {
-			rejected += counterValue(n.met.rejected[fromNode])
-		}
-		if rejected == 0 {
+		if rejectedFromNodes(nodes[:3]) == 0 {
 			t.Error("no node caught the forged manifest")
 		}
 	})
@@ -168,19 +156,92 @@ func TestLyingNode(t *testing.T) {
 		o.add("f", data, false, http.Header{"Repr-Digest": {httphdr.FormatReprDigestSHA256(sum[:])}})
 		nodes := startCluster(t, 4, o, nil)
 		nodes[3].lie.Store(true)
-		aborted := 0
-		for _, err := range downloadAll(t, nodes[:3], o.URL+"/f", 6, data) {
+		aborted := map[int]bool{} // entries whose body failed
+		for c, err := range downloadAll(t, nodes[:3], o.URL+"/f", 6, data) {
 			if err != nil {
 				if strings.Contains(err.Error(), "differs") {
 					t.Errorf("a corrupted body arrived complete: %v", err)
 				}
-				aborted++
+				aborted[c%3] = true
 			}
 		}
-		if aborted == 0 {
-			t.Error("no response was aborted, though a node lied")
+		if len(aborted) == 0 {
+			t.Fatal("no response was aborted, though a node lied")
+		}
+		// An entry that saw a body fail takes the file from the origin
+		// alone from then on: its next clients get it whole.
+		for e := range aborted {
+			for c, err := range downloadAll(t, nodes[e:e+1], o.URL+"/f", 2, data) {
+				if err != nil {
+					t.Errorf("node %d's client %d after a failed body: %v", e, c, err)
+				}
+			}
 		}
 	})
+	t.Run("forged validators", func(t *testing.T) {
+		// A file without a manifest whose meta the lying node owns; it
+		// says another ETag (and ID) than the origin's, for the meta and
+		// every chunk.
+		o := newTestOrigin(t)
+		nodes := startCluster(t, 4, o, nil)
+		name := ownedBy(nodes, o, nodes[3])
+		data := randomBytes(512<<10, 14)
+		o.add(name, data, false, nil)
+		nodes[3].lieValidators.Store(true)
+		for c, err := range downloadAll(t, nodes[:3], o.URL+"/"+name, 6, data) {
+			if err != nil {
+				t.Errorf("client %d: %v", c, err)
+			}
+		}
+		if rejectedFromNodes(nodes[:3]) == 0 {
+			t.Error("no node caught the forged meta")
+		}
+	})
+}
+
+// ownedBy is the name of a file of o whose meta's owner is node.
+func ownedBy(nodes []*testNode, o *testOrigin, node *testNode) string {
+	for i := 0; ; i++ {
+		if n := fmt.Sprintf("f%d", i); nodes[0].ring().Owner("meta "+o.URL+"/"+n) == node.addr {
+			return n
+		}
+	}
+}
+
+// rejectedFromNodes is how many answers of other nodes the nodes rejected.
+func rejectedFromNodes(nodes []*testNode) float64 {
+	total := 0.0
+	for _, n := range nodes {
+		total += counterValue(n.met.rejected[fromNode])
+	}
+	return total
+}
+
+// A node's answer for a chunk is checked against what the asking node
+// knows of the file: its ID, the chunk's range and the file's size, and,
+// without a manifest, the validators.
+func TestChunkHeaderChecked(t *testing.T) {
+	m := &meta{ID: "r1", Size: 100, ChunkSize: 40, ETag: `"a"`, LastModified: "Fri, 02 Jan 2026 03:04:05 GMT", Cacheable: true}
+	good := http.Header{idHeader: {"r1"}, "Content-Range": {"bytes 40-79/100"}, "Etag": {`"a"`}, "Last-Modified": {m.LastModified}}
+	if err := m.checkChunkHeader(good, 40, 40); err != nil {
+		t.Fatalf("the right header: %v", err)
+	}
+	for name, edit := range map[string]func(http.Header){
+		"id":            func(h http.Header) { h.Set(idHeader, "r2") },
+		"no id":         func(h http.Header) { h.Del(idHeader) },
+		"range":         func(h http.Header) { h.Set("Content-Range", "bytes 0-39/100") },
+		"size":          func(h http.Header) { h.Set("Content-Range", "bytes 40-79/101") },
+		"unknown size":  func(h http.Header) { h.Set("Content-Range", "bytes 40-79/*") },
+		"etag":          func(h http.Header) { h.Set("ETag", `"b"`) },
+		"no etag":       func(h http.Header) { h.Del("ETag") },
+		"last-modified": func(h http.Header) { h.Set("Last-Modified", "Sat, 03 Jan 2026 03:04:05 GMT") },
+	} {
+		h := good.Clone()
+		edit(h)
+		if err := m.checkChunkHeader(h, 40, 40); !errors.Is(err, errMismatch) {
+			t.Errorf("%s: %v, want errMismatch", name, err)
+		}
+	}
 }
 
 // TestPeersByRTT: a node bounding its peers picks the nearest by the RTT

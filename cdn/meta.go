@@ -385,6 +385,8 @@ func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, interna
 			m, err := n.remoteMeta(fctx, owner, u, fwd, id)
 			if err == nil && m.m != nil {
 				err = n.checkNodeManifest(fctx, m, u)
+			} else if err == nil {
+				m, err = n.checkNodeMeta(fctx, m, u, fwd)
 			}
 			if err == nil {
 				return m, nil
@@ -423,6 +425,49 @@ const maxMetas = 10000
 // maxChunkSize bounds a chunk, which a node holds in memory whole: a
 // manifest with larger pieces is chunked by byte ranges instead.
 const maxChunkSize = 64 << 20
+
+// checkNodeMeta checks a meta without a manifest that another node handed
+// over against the origin, with a HEAD of this node's own, once per
+// version of the file (its ID) and variant: a node's word is not taken
+// for a file's validators, size or cacheability. When they differ, the
+// origin's meta is used, and the node's counted as rejected. A meta
+// already checked is taken, its freshness bounded by its own
+// Cache-Control and Expires.
+func (n *Node) checkNodeMeta(ctx context.Context, m *meta, u *url.URL, fwd http.Header) (*meta, error) {
+	token := m.ID
+	if !m.Cacheable {
+		token = "uncacheable"
+	}
+	key := variantKey(m.URL, m.Vary, fwd)
+	n.mu.Lock()
+	seen := n.checked[key] == token
+	n.mu.Unlock()
+	if seen {
+		if limit := n.now().Add(freshness(m.Header, parseCacheControl(m.Header.Values("Cache-Control")))); m.FreshUntil.After(limit) {
+			m.FreshUntil = limit
+		}
+		return m, nil
+	}
+	own, err := n.originMeta(ctx, u, fwd)
+	if err != nil {
+		return nil, err
+	}
+	ownToken := own.ID
+	if !own.Cacheable {
+		ownToken = "uncacheable"
+	}
+	if ownToken != token {
+		n.met.rejected[fromNode].Inc()
+		n.log.Warn("a node's description of a file is not the origin's", "url", u.Redacted(), "node", m.ID, "origin", own.ID, "why", own.Why)
+	}
+	n.mu.Lock()
+	if len(n.checked) >= maxMetas {
+		clear(n.checked)
+	}
+	n.checked[variantKey(own.URL, own.Vary, fwd)] = ownToken
+	n.mu.Unlock()
+	return own, nil
+}
 
 // checkNodeManifest makes sure the manifest another node's meta carries is
 // the origin's: a node's word decides which chunks are whose, never what

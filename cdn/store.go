@@ -188,6 +188,13 @@ func (s *store) evictLocked() {
 	}
 }
 
+// drop removes the chunk of key, if cached.
+func (s *store) drop(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLocked(storeName(key))
+}
+
 func (s *store) dropLocked(name string) {
 	e, ok := s.items[name]
 	if !ok {
