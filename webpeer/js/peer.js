@@ -131,6 +131,11 @@ async function main() {
   navigator.serviceWorker.addEventListener('message', (e) => page.onWorker(e));
   navigator.serviceWorker.startMessages();
   document.addEventListener('visibilitychange', () => page.onVisibility());
+  // A first visit installs the worker once the page has loaded, so that
+  // fetching and starting it does not compete with the page's own loads.
+  if (!navigator.serviceWorker.controller && document.readyState !== 'complete') {
+    await new Promise((r) => self.addEventListener('load', r, { once: true }));
+  }
   await navigator.serviceWorker.register(WORKER, { scope: '/', type: 'module' });
   if (!navigator.serviceWorker.controller) {
     await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
