@@ -128,6 +128,9 @@ func (r *pushRun) push(ctx context.Context) error {
 				for _, h := range rk.Hosts {
 					if i, ok := index[h.Host]; ok {
 						r.progress(i, h.Done)
+						if h.Installed {
+							r.finished(i, h.Seconds, "")
+						}
 					}
 				}
 			}
