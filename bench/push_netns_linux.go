@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +34,8 @@ type pushNet struct {
 	racks  [][]*Host
 	rackDC []int
 	links  []*pushLink
+	// readers read the links' counters, by namespace.
+	readers map[string]*qdiscReader
 
 	mu     sync.Mutex // guards made
 	made   []string   // namespaces, in the order made
@@ -123,7 +124,18 @@ func newPushNet(ctx context.Context, t *PushTopology, originUp int64, dir string
 		n.racks = append(n.racks, hs)
 		n.rackDC = append(n.rackDC, dc)
 	}
-	return n, n.neighbours(ctx)
+	if err := n.neighbours(ctx); err != nil {
+		return nil, err
+	}
+	n.readers = map[string]*qdiscReader{}
+	for _, l := range n.links {
+		if n.readers[l.ns] == nil {
+			if n.readers[l.ns], err = openQdiscReader(l.ns); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // pushMAC is the k-th host's MAC address (locally administered).
@@ -238,6 +250,11 @@ func (n *pushNet) Close() error {
 	n.closed = true
 	made := n.made
 	n.mu.Unlock()
+	for _, q := range n.readers {
+		if q != nil {
+			q.close()
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var errs []error
@@ -249,41 +266,19 @@ func (n *pushNet) Close() error {
 	return errors.Join(errs...)
 }
 
-// readLinks reads every shared link's qdisc counter: one tc call per
-// namespace, all at once. A link's sample is timed at the middle of its
-// call.
-func (n *pushNet) readLinks(ctx context.Context) []linkSample {
-	byNS := map[string][]int{}
-	for i, l := range n.links {
-		byNS[l.ns] = append(byNS[l.ns], i)
-	}
+// readLinks reads every watched link's qdisc counter, each namespace's
+// at once over its netlink socket.
+func (n *pushNet) readLinks(context.Context) []linkSample {
 	out := make([]linkSample, len(n.links))
-	var wg sync.WaitGroup
-	for ns, idx := range byNS {
-		wg.Go(func() {
-			before := time.Now()
-			data, err := runTool(ctx, "tc", "-s", "-j", "-n", ns, "qdisc", "show")
-			at := before.Add(time.Since(before) / 2)
-			if err != nil {
-				return
-			}
-			var qs []struct {
-				Dev   string `json:"dev"`
-				Root  bool   `json:"root"`
-				Bytes int64  `json:"bytes"`
-			}
-			if json.Unmarshal([]byte(data), &qs) != nil {
-				return
-			}
-			for _, q := range qs {
-				for _, i := range idx {
-					if q.Root && q.Dev == n.links[i].dev {
-						out[i] = linkSample{at: at, bytes: q.Bytes, ok: true}
-					}
-				}
-			}
-		})
+	byNS := map[string]map[string]int64{}
+	at := map[string]time.Time{}
+	for i, l := range n.links {
+		if _, ok := byNS[l.ns]; !ok {
+			byNS[l.ns], at[l.ns], _ = n.readers[l.ns].read()
+		}
+		if b, ok := byNS[l.ns][l.dev]; ok {
+			out[i] = linkSample{at: at[l.ns], bytes: b, ok: true}
+		}
 	}
-	wg.Wait()
 	return out
 }
