@@ -46,6 +46,7 @@ deps_test=(
 	tc:iproute2
 	node:nodejs
 	varnishd:varnish
+	nft:nftables
 )
 deps_bench=(
 	aria2c:aria2

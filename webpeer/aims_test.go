@@ -352,7 +352,8 @@ func TestBrowserAims(t *testing.T) {
 			os.WriteFile(filepath.Join(o.www, p.name), []byte(p.page), 0o644)
 		}
 		var res struct {
-			T float64 `json:"t"`
+			T     float64    `json:"t"`
+			Stats *pageStats `json:"stats"`
 		}
 		b := blank(t, nss[0], "alone", o)
 		b.do(chromedp.Navigate(o.url + "/plain.html"))
@@ -369,7 +370,7 @@ func TestBrowserAims(t *testing.T) {
 		b.eval("window.result", &res)
 		alonePeer = append(alonePeer, res.T)
 		b.cancel()
-		t.Logf("run %d: alone: without the peer %.0f ms; first visit %.0f ms; through the worker %.0f ms", r+1, alonePlain[r], aloneFirst[r], alonePeer[r])
+		t.Logf("run %d: alone: without the peer %.0f ms; first visit %.0f ms; through the worker %.0f ms (%+v)", r+1, alonePlain[r], aloneFirst[r], alonePeer[r], res.Stats)
 	}
 	t.Logf("median of %d runs; stampede: %d browsers among %d native peers, WebTorrent: the %d browsers alone; arriving 1/s, 1 MiB, origin 8 Mbit/s, peers 8/20 Mbit/s:",
 		aimsRuns, aimsBrowsers, aimsNatives, aimsBrowsers)

@@ -14,7 +14,7 @@ func fetchJSOf(path string) string {
 	return `(async () => {
   const r = await fetch('` + path + `');
   const b = await r.arrayBuffer();
-  return {via: r.headers.get('stampede-via') || '', len: b.byteLength, stats: self.stampede ? stampede.page.stats() : {}};
+  return {via: r.headers.get('stampede-via') || '', len: b.byteLength, stats: self.stampede && stampede.page ? stampede.page.stats() : {}};
 })()`
 }
 

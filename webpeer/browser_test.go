@@ -101,6 +101,7 @@ type testOrigin struct {
 	bodies  atomic.Int64 // bytes of /obj.bin sent
 	byIP    sync.Map     // client IP -> *atomic.Int64: bytes of /obj.bin sent to it
 	asks    sync.Map     // path -> *atomic.Int64: requests of its manifest
+	peerOff atomic.Bool  // manifests are answered with Stampede-Peer: off
 }
 
 // manifestAsks is how many times path's manifest was asked for.
@@ -177,6 +178,9 @@ func startOriginRate(t *testing.T, rate int64, wcfg webpeer.Config) *testOrigin 
 		if p, ok := strings.CutPrefix(r.URL.Path, webpeer.Prefix+"manifest"); ok {
 			n, _ := o.asks.LoadOrStore(p, new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
+			if o.peerOff.Load() {
+				w.Header().Set("Stampede-Peer", "off") // as a proxy before the origin may add
+			}
 		}
 		h.ServeHTTP(w, r)
 	})}
@@ -218,8 +222,9 @@ func openBrowser(t *testing.T, ns, name string, o *testOrigin) *browser {
 	return b
 }
 
-// blank opens a Chromium in ns on about:blank, ready to navigate.
-func blank(t *testing.T, ns, name string, o *testOrigin) *browser {
+// blank opens a Chromium in ns on about:blank, ready to navigate, with
+// the options extra besides the tests' own.
+func blank(t *testing.T, ns, name string, o *testOrigin, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	dir := t.TempDir()
 	wrapper := filepath.Join(dir, "chromium-in-netns")
@@ -231,6 +236,7 @@ func blank(t *testing.T, ns, name string, o *testOrigin) *browser {
 		// Host candidates as addresses, not mDNS names, which a
 		// namespace cannot resolve.
 		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,WebRtcHideLocalIpsWithMdns"))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
 	b := &browser{t: t, name: name, ctx: ctx}

@@ -13,6 +13,7 @@ const KEEPALIVE_MS = 30000;
 const UPLOAD_QUEUE = 8; // requests queued per connection, then REJECT busy
 const REANNOUNCE_MS = 2000; // while short of peers and not done
 const ICE_WAIT_MS = 3000;
+const FIRST_ANSWER_MS = 1000; // the tracker's first answer awaited before offers
 const ORIGIN_PARALLEL = 2;
 const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
 const TRIES = 2; // peers a piece is asked of before the origin
@@ -297,8 +298,13 @@ export class Swarm {
     this.timer = setInterval(() => this.schedule(), 250);
     if (!this.signal) { this.toOriginAll(); return; }
     // First without offers, which take a moment to gather: a visitor
-    // alone learns it at once and goes to the origin.
+    // alone learns it at once and goes to the origin. Offers go only to a
+    // swarm with someone else in it: a visitor alone would make them (five
+    // peer connections gathering candidates) for no one, while its page
+    // loads; those who come after offer to it.
+    const answered = new Promise((r) => { this.onAnswer = r; setTimeout(r, FIRST_ANSWER_MS); });
     this.signal.send({ ...this.key(), left: this.left(), event: 'started', numwant: 0 });
+    await answered;
     await this.announce('');
     this.reannounce = setInterval(() => {
       if (!this.have.complete() && this.conns.size < this.cfg.max_peers) this.announce('');
@@ -329,7 +335,7 @@ export class Swarm {
     await Promise.race([sleep(ICE_WAIT_MS), new Promise((r) => { pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); }; })]);
   }
   async announce(event) {
-    const want = this.have.complete() ? 0 : Math.min(5, this.cfg.max_peers - this.conns.size);
+    const want = this.have.complete() || this.swarmSize <= 1 ? 0 : Math.min(5, this.cfg.max_peers - this.conns.size);
     const offers = [];
     for (const [id, o] of this.offers) if (performance.now() - o.at > 10000) { o.pc.close(); this.offers.delete(id); }
     await Promise.all(Array.from({ length: Math.max(0, want) }, async () => {
@@ -351,6 +357,7 @@ export class Swarm {
     if (m.swarm_size !== undefined) {
       this.mark('tracker');
       this.swarmSize = m.swarm_size;
+      if (this.onAnswer) { this.onAnswer(); this.onAnswer = null; }
       if (m.swarm_size <= 1) { this.mark('alone'); this.toOriginAll(); } // alone: no one to wait for
       return;
     }
