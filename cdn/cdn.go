@@ -153,6 +153,7 @@ type Node struct {
 	served         atomic.Int64     // node requests for chunks in progress
 	lie            atomic.Bool      // tests: corrupt every chunk and manifest served to nodes
 	lieValidators  atomic.Bool      // tests: forge the ETag of every meta and chunk served to nodes
+	slow           atomic.Int64     // tests: how long (ns) each chunk served to nodes waits first
 
 	mu        sync.Mutex // guards the following
 	members   *Members
@@ -174,6 +175,10 @@ type Node struct {
 
 	stop    context.CancelFunc
 	stopped chan struct{}
+	// life ends with Close: the fetches clients wait for together run on
+	// it, not on any one client's context.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // New makes a node; Start runs its heartbeats, ServeHTTP answers.
@@ -243,6 +248,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if len(n.allow) == 0 {
 		n.allow = DefaultAllow
 	}
+	n.life, n.endLife = context.WithCancel(context.WithoutCancel(ctx))
 	n.bal.Factor = cfg.LoadFactor
 	var err error
 	// A configured origin is allowed under its name, on its scheme's port.
@@ -311,12 +317,17 @@ func (n *Node) Start(ctx context.Context) {
 	}()
 }
 
-// Close stops the heartbeats.
+// Close stops the heartbeats and the fetches under way, and waits for
+// them to end.
 func (n *Node) Close() error {
 	if n.stop != nil {
 		n.stop()
 		<-n.stopped
 	}
+	n.endLife()
+	n.metaFlights.wait()
+	n.chunkFlights.wait()
+	n.entryFlights.wait()
 	n.nodeClient.CloseIdleConnections()
 	n.client.CloseIdleConnections()
 	return nil

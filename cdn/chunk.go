@@ -241,7 +241,7 @@ func (n *Node) localChunk(ctx context.Context, m *meta, i int, hop bool) ([]byte
 		return data, nil
 	}
 	data, joined, err := n.chunkFlights.do(ctx, key, func() ([]byte, error) {
-		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		fctx, cancel := context.WithTimeout(n.life, n.cfg.FetchTimeout)
 		defer cancel()
 		var data []byte
 		err := errors.New("not asked")
@@ -302,7 +302,7 @@ func (n *Node) clientChunk(ctx context.Context, m *meta, i int, dl time.Duration
 	}
 	key := m.chunkKey(i)
 	got, joined, err := n.entryFlights.do(ctx, key, func() (fetched, error) {
-		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		fctx, cancel := context.WithTimeout(n.life, n.cfg.FetchTimeout)
 		defer cancel()
 		return n.fetchForClients(fctx, m, i, dl)
 	})
@@ -356,7 +356,7 @@ func (n *Node) originOnlyChunk(ctx context.Context, m *meta, i int) ([]byte, err
 		return data, nil
 	}
 	data, _, err := n.chunkFlights.do(ctx, key, func() ([]byte, error) {
-		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		fctx, cancel := context.WithTimeout(n.life, n.cfg.FetchTimeout)
 		defer cancel()
 		data, err := n.originChunk(fctx, m, i)
 		if err == nil {
@@ -480,6 +480,13 @@ func (n *Node) serveNodeChunk(w http.ResponseWriter, r *http.Request) {
 	}
 	n.served.Add(1)
 	defer n.served.Add(-1)
+	if d := n.slow.Load(); d > 0 {
+		select {
+		case <-time.After(time.Duration(d)):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	data, err := n.localChunk(r.Context(), m, i, q.Get("hop") == "1")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)

@@ -289,6 +289,18 @@ func TestStatusAndMetrics(t *testing.T) {
 	data := randomBytes(512<<10, 12)
 	o.add("f", data, false, http.Header{"Cache-Control": {"max-age=60"}})
 	nodes := startCluster(t, 2, o, nil)
+	// A beat both ways, so that each node has measured the other.
+	for _, n := range nodes {
+		for {
+			n.mu.Lock()
+			states := n.members.States()
+			n.mu.Unlock()
+			if len(states) == 1 && states[0].Beats > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	for range 2 {
 		mustGet(t, nodes[0].url(o.URL+"/f"), 200)
 	}
@@ -300,12 +312,79 @@ func TestStatusAndMetrics(t *testing.T) {
 	if st.ClientBytes != float64(2*len(data)) || st.OriginOffload < 0.4 || len(st.Ring) != 2 || len(st.RecentChunks) == 0 {
 		t.Fatalf("status %s", body)
 	}
+	// Peers' health, per-node load and chunk owners.
+	if len(st.Peers) != 1 || st.Peers[0].Node != nodes[1].addr || !st.Peers[0].Up || st.Peers[0].Beats == 0 || st.Peers[0].RTT <= 0 {
+		t.Errorf("status peers %+v", st.Peers)
+	}
+	if _, ok := st.InFlight[nodes[1].addr]; !ok || len(st.InFlight) != 2 {
+		t.Errorf("status inflight %v, want both nodes", st.InFlight)
+	}
+	owners := map[string]bool{}
+	for _, c := range st.RecentChunks {
+		owners[c.Owner] = true
+		if c.Chunk == "" || c.ServedBy == "" {
+			t.Errorf("status chunk %+v", c)
+		}
+	}
+	if !owners[nodes[0].addr] || !owners[nodes[1].addr] {
+		t.Errorf("status chunk owners %v, want both nodes", owners)
+	}
+	if st.HitRatio <= 0 {
+		t.Errorf("status hit ratio %v after the file was asked twice", st.HitRatio)
+	}
 	_, body = mustGet(t, nodes[0].url("metrics"), 200)
-	for _, want := range []string{"stampede_cdn_hit_ratio", "stampede_cdn_origin_offload_ratio", `stampede_cdn_peer_up{node="` + nodes[1].addr + `"} 1`,
-		"stampede_cdn_node_inflight", `stampede_cdn_requests_total{answer="chunks"} 2`} {
+	peer := `{node="` + nodes[1].addr + `"}`
+	for _, want := range []string{"stampede_cdn_hit_ratio", "stampede_cdn_origin_offload_ratio", "stampede_cdn_peer_up" + peer + " 1",
+		"stampede_cdn_peer_rtt_seconds" + peer, "stampede_cdn_peer_load" + peer, "stampede_cdn_node_inflight" + peer,
+		`stampede_cdn_requests_total{answer="chunks"} 2`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestSlowNodeBypassed: a node that answers chunk requests far past their
+// deadline is bypassed for the next node of each chunk's order
+// (re-forwarding), and the clients get the file.
+func TestSlowNodeBypassed(t *testing.T) {
+	o := newTestOrigin(t)
+	data := randomBytes(512<<10, 15)
+	o.add("f", data, true, nil)
+	nodes := startCluster(t, 3, o, func(_ int, c *Config) { c.MinDeadline, c.MaxDeadline = 200*time.Millisecond, time.Second })
+	nodes[2].slow.Store(int64(time.Minute))
+	for c, err := range downloadAll(t, nodes[:2], o.URL+"/f", 2, data) {
+		if err != nil {
+			t.Errorf("client %d: %v", c, err)
+		}
+	}
+	if r := counterValue(nodes[0].met.reforwards) + counterValue(nodes[1].met.reforwards); r == 0 {
+		t.Error("no chunk was re-forwarded past the slow node")
+	}
+	if b := counterValue(nodes[2].met.servedNodes); b != 0 {
+		t.Errorf("the slow node served %v bytes", b)
+	}
+}
+
+// TestHotChunksReplicated: a chunk a node's clients ask for
+// HotThreshold times is kept there, so its next clients cost its owner
+// no upload.
+func TestHotChunksReplicated(t *testing.T) {
+	o := newTestOrigin(t)
+	data := randomBytes(1<<20, 16)
+	o.add("f", data, false, http.Header{"Cache-Control": {"max-age=60"}})
+	// No overflow to other nodes: each chunk goes to its owner.
+	nodes := startCluster(t, 2, o, func(_ int, c *Config) { c.LoadFactor = 100 })
+	served := func() float64 { return counterValue(nodes[1].met.servedNodes) }
+	var after []float64
+	for range 4 {
+		mustGet(t, nodes[0].url(o.URL+"/f"), 200)
+		after = append(after, served())
+	}
+	if after[0] == 0 || after[1] <= after[0] {
+		t.Fatalf("the owner served %v after each request: not asked for its chunks", after)
+	}
+	if after[3] != after[2] {
+		t.Errorf("the owner served %v after each request: its hot chunks were not kept at the entry", after)
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 // (collapsed forwarding): the first caller's fetch runs on its own context,
 // detached from any one client, and every caller waits for it or for its
 // own context. A client leaving does not cancel the fetch the others wait
-// for; the fetch ends on its own deadline.
+// for; the fetch ends on its own deadline, or with the node (wait).
 type flights[T any] struct {
+	wg sync.WaitGroup // the fetches under way
+
 	mu    sync.Mutex // guards the following
 	calls map[string]*flight[T]
 }
@@ -32,13 +34,13 @@ func (f *flights[T]) do(ctx context.Context, key string, fetch func() (T, error)
 	if !joined {
 		c = &flight[T]{done: make(chan struct{})}
 		f.calls[key] = c
-		go func() {
+		f.wg.Go(func() {
 			c.val, c.err = fetch()
 			f.mu.Lock()
 			delete(f.calls, key)
 			f.mu.Unlock()
 			close(c.done)
-		}()
+		})
 	}
 	f.mu.Unlock()
 	select {
@@ -49,3 +51,6 @@ func (f *flights[T]) do(ctx context.Context, key string, fetch func() (T, error)
 		return zero, joined, context.Cause(ctx)
 	}
 }
+
+// wait waits for the fetches under way to end.
+func (f *flights[T]) wait() { f.wg.Wait() }

@@ -379,7 +379,7 @@ func (n *Node) getMeta(ctx context.Context, u *url.URL, hdr http.Header, interna
 		return m, nil
 	}
 	m, _, err := n.metaFlights.do(ctx, vkey, func() (*meta, error) {
-		fctx, cancel := context.WithTimeout(context.Background(), n.cfg.FetchTimeout)
+		fctx, cancel := context.WithTimeout(n.life, n.cfg.FetchTimeout)
 		defer cancel()
 		if owner := n.ring().Owner("meta " + raw); !internal && owner != n.self {
 			m, err := n.remoteMeta(fctx, owner, u, fwd, id)
