@@ -40,15 +40,23 @@ func (c *pushCounters) received() int64 {
 }
 
 // pushRates shape one push: down every byte that comes in (from peers and
-// the origin), up every byte sent to peers, cross what comes from outside
-// the rack (other racks' hosts, the origin) and crossUp what goes to other
-// racks, on top (links are full duplex: a representative has its share of
-// the uplink each way). Their limits are the
-// plan's budgets; the throttle lowers down and up while the host is
+// the origin), up every byte sent to peers, cross what comes from the
+// origin across the uplink, crossPeers what comes from other racks' hosts,
+// and crossUp what goes to other racks, on top (links are full duplex: a
+// representative has its share of the uplink each way). Their limits are
+// the plan's budgets; the throttle lowers down and up while the host is
 // loaded.
+//
+// The origin's bodies come first within the cross budget: crossPeers is
+// kept at the budget less what the origin's bodies take (prioritize).
+// Shared fairly, a representative's one or two origin fetches got a
+// fraction of the budget against its peers' many connections, the origin
+// sent at half its link, and the representatives, each soon holding what
+// the others held, waited on it: new pieces enter a cluster only from the
+// origin (docs/push.md has the simulator's figures).
 type pushRates struct {
-	down, up, cross, crossUp *rate.Limiter
-	downMax, upMax           float64 // the budgets (0: none)
+	down, up, cross, crossPeers, crossUp *rate.Limiter
+	downMax, upMax, crossMax             float64 // the budgets (0: none)
 }
 
 func newPushRates(r *cluster.Role) *pushRates {
@@ -58,7 +66,39 @@ func newPushRates(r *cluster.Role) *pushRates {
 		}
 		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/20)))
 	}
-	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), crossUp: lim(r.Cross), downMax: float64(r.Down), upMax: float64(r.Up)}
+	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), crossPeers: lim(r.Cross), crossUp: lim(r.Cross),
+		downMax: float64(r.Down), upMax: float64(r.Up), crossMax: float64(r.Cross)}
+}
+
+// prioritizeEvery is how often crossPeers follows the origin's rate, and
+// prioritizeFloor the least share of the cross budget the peers keep, so
+// that their connections never stall for good.
+const (
+	prioritizeEvery = 100 * time.Millisecond
+	prioritizeFloor = 1.0 / 16
+)
+
+// prioritize keeps crossPeers at the cross budget less the origin's rate
+// (on the wire), measured over the last prioritizeEvery, until ctx ends.
+func (e *pushEnv) prioritize(ctx context.Context) {
+	full := e.rt.crossMax
+	if full <= 0 {
+		return
+	}
+	t := time.NewTicker(prioritizeEvery)
+	defer t.Stop()
+	last, at := e.ps.ctr.fromOrigin.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			got := e.ps.ctr.fromOrigin.Load()
+			origin := float64(got-last) * wireOverhead / 100 / now.Sub(at).Seconds()
+			last, at = got, now
+			set(e.rt.crossPeers, max(full-origin, full*prioritizeFloor))
+		}
+	}
 }
 
 // set applies a limit (0: none) to l, keeping its burst.
@@ -156,19 +196,26 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 			// pace.
 			tc.SetReadBuffer(crossReadBuffer)
 		}
-		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, down: []*rate.Limiter{e.rt.cross, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
+		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, own: true,
+			down: []*rate.Limiter{e.rt.crossPeers, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
 	}
 }
 
 // shapedConn counts and shapes a peer connection. It keeps the socket's
-// syscall.Conn, which the node's socket options need.
+// syscall.Conn, which the node's socket options need. A connection across
+// the uplink has a budget of its own (own, node.OwnBudget): its uploads
+// take no upload turn and are not refused as busy, so that the pieces
+// leaving the rack do not wait behind those for the hosts next door.
 type shapedConn struct {
 	net.Conn
 	ctx  context.Context
 	in   *atomic.Int64
 	down []*rate.Limiter
 	up   []*rate.Limiter
+	own  bool
 }
+
+func (c *shapedConn) OwnBudget() bool { return c.own }
 
 func (c *shapedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)

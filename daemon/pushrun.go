@@ -63,6 +63,7 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 	s.updatePush(ps, func(st *PushStatus) { st.Role = roleName(role) })
 	ps.ctr.progressAt.Store(time.Now().UnixNano())
 	s.wg.Go(func() { e.throttle(ctx) })
+	s.wg.Go(func() { e.prioritize(ctx) })
 
 	client := &http.Client{Transport: e.gate(req.URL, nil)}
 	m, _, err := fetch.Join(ctx, client, req.URL)
@@ -85,6 +86,10 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 	ps.ctr.reused.Store(reused)
 	s.updatePush(ps, func(st *PushStatus) { st.Reused = reused })
 	nc := node.Config{Host: s.host, PeerConn: e.peerConn(ctx)}
+	// The plan chose who fetches from the origin: its datacenters'
+	// representatives hold the origin all the time, each with a few
+	// fetches in flight, instead of drawing for it among the whole push.
+	nc.Swarm.OriginHolder = role.DCRep
 	if same {
 		// The file there is this one: nothing moves; it is seeded to the
 		// others of the push.

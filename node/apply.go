@@ -103,7 +103,7 @@ func (n *Node) apply(ctx context.Context, acts []swarm.Action) {
 			}
 		case swarm.Serve:
 			if p := n.peers[a.Peer]; p != nil {
-				if n.uploadsFull() {
+				if !p.own && n.uploadsFull() {
 					p.refuseBusy(a.Piece)
 				} else if p.serve(a.Piece, n.uploadRank(a.Piece)) {
 					continue

@@ -39,6 +39,7 @@ type peerConn struct {
 	addr     string    // reachable address, "" if none
 	outbound bool      // we dialed it
 	caps     wire.Caps // its handshake's
+	own      bool      // its uploads take no turn and are never refused busy (OwnBudget)
 	// layerAsked: we asked it for the piece layer and wait for its answer;
 	// layerBuf is the answer so far (the reader goroutine's); layerTried:
 	// we asked it once (the loop's). See layer.go.
@@ -92,7 +93,7 @@ type closeNow struct{ wire.KeepAlive }
 
 func newPeerConn(n *Node, id swarm.PeerID, c net.Conn, peerID wire.PeerID, addr string) *peerConn {
 	return &peerConn{
-		n: n, id: id, c: c, peerID: peerID, addr: addr,
+		n: n, id: id, c: c, peerID: peerID, addr: addr, own: ownBudget(c),
 		ctrl:      make(chan wire.Message, ctrlQueue),
 		uploads:   make(chan upload, uploadQueue),
 		done:      make(chan struct{}),

@@ -16,6 +16,21 @@ import (
 // peers within the topology (cluster.Plan.MayPeer).
 type PeerConnFunc func(c net.Conn, addr string, outbound bool) net.Conn
 
+// OwnBudget is implemented by a connection that a PeerConnFunc returns
+// when a budget of the application's own shapes what is sent on it (a
+// push's connections across a rack's uplink, which the link's budget
+// shapes). OwnBudget returning true exempts the connection's uploads from
+// the upload turns and the busy refusals (uploadsFull): both exist to
+// share one uplink among the neighbours, and would hold the few pieces
+// that cross a scarce link behind those for the hosts next door. It must
+// be the connection the hook returns, not one wrapped inside it.
+type OwnBudget interface{ OwnBudget() bool }
+
+func ownBudget(c net.Conn) bool {
+	o, ok := c.(OwnBudget)
+	return ok && o.OwnBudget()
+}
+
 // peerConn applies Config.PeerConn; nil when the peer is refused (c is
 // then told so and closed).
 func (n *Node) peerConn(c net.Conn, addr string, outbound bool) net.Conn {

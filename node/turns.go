@@ -181,8 +181,11 @@ type turn struct {
 	ts    *Turns
 	p     *peerConn
 	stall *time.Timer
-	slow  *time.Timer // nil: no upload measured yet
-	mu    sync.Mutex  // held while the turn is given back
+	// slow is nil until an upload is measured. Its function reads it too,
+	// from the timer's goroutine, which nothing orders after newTurn's
+	// store: hence the atomic.
+	slow  atomic.Pointer[time.Timer]
+	mu    sync.Mutex // held while the turn is given back
 	given atomic.Bool
 }
 
@@ -203,8 +206,8 @@ func (t *turn) done() {
 		return
 	}
 	t.stall.Stop()
-	if t.slow != nil {
-		t.slow.Stop()
+	if s := t.slow.Load(); s != nil {
+		s.Stop()
 	}
 	t.giveBack()
 }
@@ -273,7 +276,7 @@ func newTurn(ts *Turns, p *peerConn) *turn {
 	t.stall = time.AfterFunc(turnStall, t.giveBack)
 	if peak := p.n.uploadPeak(); peak > 0 {
 		d := slowAfter(ts.n, p.n.m.PieceSize, peak)
-		t.slow = time.AfterFunc(d, func() { t.slowBack(d) })
+		t.slow.Store(time.AfterFunc(d, func() { t.slowBack(d) }))
 	}
 	return t
 }
@@ -288,7 +291,9 @@ func (t *turn) slowBack(d time.Duration) {
 	case t.ts.anyWaiting():
 		t.giveBack()
 	default:
-		t.slow.Reset(d)
+		if s := t.slow.Load(); s != nil {
+			s.Reset(d)
+		}
 	}
 }
 
@@ -319,7 +324,7 @@ func slowAfter(turns int, pieceSize int64, peak float64) time.Duration {
 // connection is ending (or control says so).
 func (p *peerConn) takeTurn(ctx context.Context, rank int, control func(wire.Message) (done bool, err error)) (t *turn, stop wire.Message, done bool, err error) {
 	ts := p.n.turns
-	if ts == nil {
+	if ts == nil || p.own {
 		return nil, nil, false, nil
 	}
 	w := ts.enter(rank)

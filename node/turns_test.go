@@ -2,6 +2,9 @@ package node_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,4 +85,69 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 			t.Errorf("the downloader got %d bytes from peers, want all %d", st.BytesFromPeers, len(data))
 		}
 	})
+}
+
+// ownConn is a connection whose uploads a budget of the application's
+// own shapes (node.OwnBudget).
+type ownConn struct{ net.Conn }
+
+func (ownConn) OwnBudget() bool { return true }
+
+// TestOwnBudgetTakesNoTurn: with the seed's single upload turn held by a
+// requester that reads nothing, a downloader whose connection has a
+// budget of its own (as a push's across a rack's uplink) gets its pieces
+// at once, where one without waits for the stalled turn to come back
+// (turnStall, 500 ms).
+func TestOwnBudgetTakesNoTurn(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				nw := memnet.New()
+				data, m := testFile(t, 256*KiB, 64*KiB, 22)
+				trURL := serveTracker(t, nw)
+				m.Trackers = []string{trURL}
+				fh := nw.Host(memnet.HostConfig{Window: 16 * KiB})
+				fln, err := fh.Listen(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				deaf, _, _ := net.SplitHostPort(fln.Addr().String())
+				var hook node.PeerConnFunc
+				if own {
+					hook = func(c net.Conn, addr string, _ bool) net.Conn {
+						if strings.HasPrefix(addr, deaf+":") {
+							return c // the deaf peer takes the turn
+						}
+						return ownConn{c}
+					}
+				}
+				seed := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true, UploadTurns: 1,
+					PeerConn: hook, Store: openStore(t, m, data, func(int) bool { return true })})
+				asked := make(chan struct{})
+				f := newFakePeer(t, m, fln, deafRequester(asked))
+				f.leecher = true
+				c, err := fh.Dial(ctx, seed.addr(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.wg.Go(func() {
+					defer c.Close()
+					f.session(c)
+				})
+				<-asked
+				time.Sleep(10 * time.Millisecond) // the seed takes its turn for the deaf peer
+				start := time.Now()
+				dl := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true,
+					Store: openStore(t, m, data, func(int) bool { return false })})
+				dl.wait(t, ctx)
+				took := time.Since(start)
+				t.Logf("own=%v: the downloader had the file after %v", own, took)
+				if own != (took < 500*time.Millisecond) {
+					t.Errorf("own budget %v: the file took %v, want %s the stalled turn's 500 ms", own, took, map[bool]string{true: "less than", false: "at least"}[own])
+				}
+			})
+		})
+	}
 }

@@ -139,9 +139,22 @@ func (n *Node) uploadRank(piece int) int {
 // upload queue's bound, or in the first seconds the ramp's (above).
 func (n *Node) uploadsFull() bool {
 	if n.sched.HaveCount() < rampPieces && !n.sched.Complete() {
-		return n.uploadsQueued()+int(n.uploading.Load()) >= n.queueBound(rampQueueTime, rampMinQueued)
+		return n.sharedQueued()+int(n.uploading.Load()) >= n.queueBound(rampQueueTime, rampMinQueued)
 	}
-	return n.uploadsQueued() >= n.queueBound(uploadQueueTime, minUploadsQueued)
+	return n.sharedQueued() >= n.queueBound(uploadQueueTime, minUploadsQueued)
+}
+
+// sharedQueued is uploadsQueued less the connections with a budget of
+// their own (OwnBudget): their queues wait on their budget, not on the
+// uplink the bound shares.
+func (n *Node) sharedQueued() int {
+	q := 0
+	for _, p := range n.peers {
+		if !p.own {
+			q += len(p.uploads)
+		}
+	}
+	return q
 }
 
 // queueBound is how many pieces we upload in d at our measured rate, and

@@ -105,6 +105,10 @@ type end struct {
 	// nothing more is sent on it.
 	closed, dead bool
 	gen          int // bumped when the writer is reset: stale events are ignored
+	// own: uploads on this connection take no upload turn and are never
+	// refused as busy: a budget of their own shapes them (a push's
+	// connections across the rack's uplink).
+	own bool
 
 	// The writer.
 	queue     []upload
@@ -355,6 +359,7 @@ func (e *end) pieceIn(piece int) {
 		n.s.stats.duplicates++
 	}
 	n.have.Add(piece)
+	n.progressAt = n.s.now
 	n.post(swarm.Received{Peer: e.id, Piece: piece, Bytes: size})
 }
 
@@ -408,6 +413,9 @@ func (e *end) shutWriter() {
 	}
 	e.ws = wsIdle
 	n.queued -= len(e.queue)
+	if e.own {
+		n.ownQueued -= len(e.queue)
+	}
 	e.queue = nil
 }
 
@@ -422,6 +430,9 @@ func (e *end) serve(piece int) bool {
 	}
 	e.queue = append(e.queue, upload{piece: piece, rank: e.n.uploadRank(piece)})
 	e.n.queued++
+	if e.own {
+		e.n.ownQueued++
+	}
 	e.pump()
 	return true
 }
@@ -443,13 +454,19 @@ func (e *end) pump() {
 		u := e.queue[0]
 		e.queue = e.queue[1:]
 		n.queued--
+		if e.own {
+			n.ownQueued--
+		}
 		if e.dropped(u.piece) {
 			continue
 		}
 		e.head = u
 		n.uploading++
 		e.waitSince = n.s.now
-		if n.turnsFree > 0 && len(n.waiters) == 0 {
+		if e.own {
+			e.startSend()
+			e.turnBack = true // no turn to give back
+		} else if n.turnsFree > 0 && len(n.waiters) == 0 {
 			n.turnsFree--
 			e.startSend()
 		} else {
@@ -474,14 +491,20 @@ func (e *end) startSend() {
 	if e.dropped(e.head.piece) {
 		e.ws = wsIdle
 		n.uploading--
-		n.giveTurn()
+		if !e.own {
+			n.giveTurn()
+		}
 		e.pump()
 		return
 	}
 	e.ws = wsSend
 	e.sendSeq++
 	e.turnBack = false
-	e.flow = n.s.net.start(n.site, e.peer.n.site, n.s.pieceLen(e.head.piece), n.s.now, e.sent)
+	var budgets []*link
+	if ps := n.s.push; ps != nil {
+		budgets = ps.links(n, e.peer.n)
+	}
+	e.flow = n.s.net.start(n.site, e.peer.n.site, n.s.pieceLen(e.head.piece), n.s.now, e.sent, budgets...)
 	if d := slowAfter(uploadTurns, n.s.pieceLen(0), n.capPeak); d > 0 {
 		n.s.after(d, event{kind: evTurnSlow, e: e, i: e.sendSeq})
 	}
@@ -566,5 +589,8 @@ func (e *end) choke() {
 		e.send(msg{kind: mReject, piece: int32(u.piece), arg: rejectChoked})
 	}
 	n.queued -= len(e.queue)
+	if e.own {
+		n.ownQueued -= len(e.queue)
+	}
 	e.queue = e.queue[:0]
 }

@@ -34,6 +34,7 @@ type Site struct {
 // link is one direction of a site's link to its parent.
 type link struct {
 	cap   float64 // bytes/s
+	bytes float64 // what crossed it, counted as flows end
 	flows []*flow
 	// share is the link's fair share: what a flow bottlenecked here gets
 	// (+Inf while the flows it carries are all held below its capacity
@@ -155,10 +156,12 @@ func queued(a, b *Site, buf float64) time.Duration {
 	return time.Duration(d * float64(time.Second))
 }
 
-// start begins a flow of size bytes from a to b at now; done is called when
-// its last byte has left a (the receiver has it a path latency later).
-func (n *network) start(a, b *Site, size int64, now time.Duration, done func(*flow)) *flow {
+// start begins a flow of size bytes from a to b at now, over the path's
+// links and any extra ones (a push's budgets); done is called when its
+// last byte has left a (the receiver has it a path latency later).
+func (n *network) start(a, b *Site, size int64, now time.Duration, done func(*flow), extra ...*link) *flow {
 	links, _ := path(a, b)
+	links = append(links, extra...)
 	f := &flow{links: links, pos: make([]int, len(links)), left: float64(size), size: size, at: now, hi: -1, done: done}
 	for i, l := range links {
 		f.pos[i] = len(l.flows)
@@ -178,7 +181,9 @@ func (n *network) stop(f *flow, now time.Duration) {
 	}
 	f.left -= f.rate * (now - f.at).Seconds()
 	f.at = now
+	sent := float64(f.size) - max(f.left, 0)
 	for i, l := range f.links {
+		l.bytes += sent
 		k := f.pos[i]
 		last := l.flows[len(l.flows)-1]
 		l.flows[k] = last

@@ -80,6 +80,7 @@ type node struct {
 	turnsFree         int
 	waiters           []*end
 	queued, uploading int
+	ownQueued         int     // queued on own-budget connections (end.own), outside the bound
 	upBytes           float64 // bytes of the uploads finished
 	upRate, upLast    float64 // node.measureUpload's
 	upAt              time.Duration
@@ -96,6 +97,7 @@ type node struct {
 	doneAt             time.Duration
 	handing            bool // the hand-over has begun
 	completedAt        time.Duration
+	progressAt         time.Duration // the last piece stored, or the start
 	lastUpload         time.Duration
 	fetches            []*fetch // origin fetches not answered yet
 
@@ -121,13 +123,19 @@ func newNode(s *Sim, idx int, p Peer, site *Site) *node {
 func (n *node) start() {
 	s := n.s
 	n.state = running
+	n.progressAt = s.now
 	cfg := s.cfg.Swarm
 	cfg.NumPieces, cfg.PieceLen = s.pieces, s.pieceLen
-	cfg.Seed = mix(s.cfg.Seed, uint64(n.idx))
+	if ps := s.push; ps != nil {
+		cfg.OriginHolder = ps.roles[n.idx].DCRep // the agent's node.Config.Swarm
+	}
 	n.have = pieceset.New(s.pieces)
 	n.sched = swarm.New(cfg, n.have, s.clock())
 	n.lazySent = s.now
 	n.apply(n.sched.Start(s.clock()))
+	if ps := s.push; ps != nil && ps.Seeded {
+		n.post(swarm.Learned{Addrs: ps.seedPeers(n)})
+	}
 	// Loops started at different moments tick at different phases.
 	s.after(1+time.Duration(s.rng.Int64N(int64(tickEvery))), event{kind: evTick, n: n})
 	s.after(s.tracker.interval, event{kind: evAnnounce, n: n})
@@ -214,6 +222,9 @@ func (n *node) tick() {
 		n.lazySent = s.now
 	}
 	n.measureUpload()
+	if s.push != nil {
+		s.push.tick(n)
+	}
 	n.post(swarm.Tick{})
 	n.measureCapacity()
 	// TCP's minimum RTT, read on the first tick of a connection: the
@@ -397,7 +408,7 @@ func (n *node) apply(acts []swarm.Action) {
 			}
 		case swarm.Serve:
 			if e := n.endOf(a.Peer); e != nil {
-				if n.uploadsFull() || !e.serve(a.Piece) {
+				if !e.own && n.uploadsFull() || !e.serve(a.Piece) {
 					e.send(msg{kind: mReject, piece: int32(a.Piece), arg: rejectBusy})
 					// Refused after all: the scheduler takes back what
 					// it counted as served, in a later pass.
@@ -439,9 +450,9 @@ func (n *node) apply(acts []swarm.Action) {
 // uploadsFull is node.uploadsFull: a request is refused as busy.
 func (n *node) uploadsFull() bool {
 	if n.sched.HaveCount() < rampPieces && !n.sched.Complete() {
-		return n.queued+n.uploading >= n.queueBound(rampQueueTime, rampMinQueued)
+		return n.queued-n.ownQueued+n.uploading >= n.queueBound(rampQueueTime, rampMinQueued)
 	}
-	return n.queued >= n.queueBound(uploadQueueTime, minUploadsQueued)
+	return n.queued-n.ownQueued >= n.queueBound(uploadQueueTime, minUploadsQueued)
 }
 
 func (n *node) queueBound(d time.Duration, floor int) int {
@@ -499,7 +510,8 @@ func (n *node) dialed(d *dialing) {
 		return
 	}
 	to := d.to
-	if to == nil || to == n || to.state != running || n.conns[to] != nil || to.conns[n] != nil {
+	if to == nil || to == n || to.state != running || n.conns[to] != nil || to.conns[n] != nil ||
+		n.s.push != nil && !n.s.push.mayConnect(n, to) {
 		n.post(swarm.DialFailed{Addr: d.addr})
 		return
 	}
@@ -507,6 +519,9 @@ func (n *node) dialed(d *dialing) {
 	a := &end{n: n, lat: lat}
 	b := &end{n: to, lat: lat}
 	a.peer, b.peer = b, a
+	if ps := n.s.push; ps != nil && ps.roles[n.idx].Rack != ps.roles[to.idx].Rack {
+		a.own, b.own = true, true // the agent's shapedConn across the uplink
+	}
 	n.add(a)
 	to.add(b)
 	// The writer sends the have-set first, before anything the loop

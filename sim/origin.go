@@ -119,6 +119,13 @@ func newOrigin(s *Sim, site *Site) *origin {
 
 // fetch is the FetchOrigin action: an HTTP request to the origin.
 func (o *origin) fetch(n *node, a swarm.FetchOrigin) {
+	if ps := o.s.push; ps != nil {
+		if res := ps.gate(n, &a); res != nil {
+			// The push agent's gate answers without a request.
+			n.post(*res)
+			return
+		}
+	}
 	f := &fetch{n: n, a: a}
 	o.reasons[a.Reason]++
 	n.fetches = append(n.fetches, f)
@@ -367,7 +374,11 @@ func (o *origin) send(f *fetch) {
 	s := o.s
 	f.queued = false
 	f.turnAt = s.now
-	f.flow = s.net.start(o.site, f.n.site, s.pieceLen(f.got), s.now, func(fl *flow) { o.sent(f, fl) })
+	var budgets []*link
+	if ps := s.push; ps != nil {
+		budgets = ps.links(nil, f.n)
+	}
+	f.flow = s.net.start(o.site, f.n.site, s.pieceLen(f.got), s.now, func(fl *flow) { o.sent(f, fl) }, budgets...)
 	o.flows++
 	o.maxFlows = max(o.maxFlows, o.flows)
 	if f.turn {
@@ -461,6 +472,7 @@ func (o *origin) answered(f *fetch) {
 	if f.res.OK {
 		n.fromOrigin += o.s.pieceLen(f.got)
 		n.have.Add(f.got)
+		n.progressAt = o.s.now
 	}
 	if f.told {
 		// originclient hands the answer's budget to the node first.

@@ -64,7 +64,9 @@ type Result struct {
 	Tracker      TrackerStats  `json:"tracker"`
 	Scheduler    SchedStats    `json:"scheduler"`
 	Classes      []ClassResult `json:"classes"`
-	Engine       EngineStats   `json:"engine"`
+	// Push is a push's figures (Config.Push).
+	Push   *PushResult `json:"push,omitempty"`
+	Engine EngineStats `json:"engine"`
 }
 
 // OriginStats describes the origin's load. A fetch is in flight from the
@@ -250,6 +252,9 @@ func (s *Sim) result(timedOut bool) *Result {
 	r.Engine = EngineStats{Events: s.stats.events, Steps: s.stats.steps, SolverPasses: s.net.passes,
 		LinksRelaxed: s.net.relaxed, PassesCut: s.net.cut, WallSeconds: time.Since(s.wallStart).Seconds(),
 		StepTime: s.cfg.StepTime.Seconds()}
+	if s.push != nil {
+		s.pushResult(r)
+	}
 	return r
 }
 
@@ -309,6 +314,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	sc := r.Scheduler
 	fmt.Fprintf(&b, "schedulers       %d requests, %d timeouts, %d cancels, %d rejects, %d duplicate pieces, %d dials, %d evicted\n",
 		sc.Requests, sc.Timeouts, sc.Cancels, sc.Rejects, sc.Duplicates, sc.Dials, sc.Evicted)
+	if r.Push != nil {
+		r.Push.write(&b, r.Last)
+	}
 	e := r.Engine
 	fmt.Fprintf(&b, "simulation       %.1f s simulated in %.1f s of wall time: %d events, %d scheduler passes (step time %v), %d max-min passes (%d cut short)\n",
 		r.SimSeconds, e.WallSeconds, e.Events, e.Steps, time.Duration(e.StepTime*float64(time.Second)), e.SolverPasses, e.PassesCut)

@@ -101,6 +101,9 @@ type Config struct {
 	// MaxTime ends the run after this much simulated time, complete or not
 	// (default 1 hour).
 	MaxTime time.Duration
+	// Push, if set, makes the run a cluster push (push.go): every peer
+	// seeds on once complete, whatever Linger says.
+	Push *Push
 	// Progress, if set, is called every simulated second.
 	Progress func(Progress)
 }
@@ -182,6 +185,8 @@ type Sim struct {
 
 	origin  *origin
 	tracker *trackerSim
+	groups  map[string]*Site
+	push    *pushSim
 	nodes   []*node
 	byAddr  map[netip.AddrPort]*node
 	dirty   []*end  // ends with frames written by the event being handled
@@ -239,6 +244,9 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.MaxTime <= 0 {
 		cfg.MaxTime = defaultMaxTime
 	}
+	if cfg.Push != nil {
+		cfg.Linger = cfg.MaxTime // the agents seed until the request expires
+	}
 	s := &Sim{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x73696d756c61746f)),
@@ -248,9 +256,10 @@ func New(cfg Config) (*Sim, error) {
 	size, ps := cfg.Size, cfg.PieceSize
 	s.pieceLen = func(i int) int64 { return min(ps, size-int64(i)*ps) }
 	// The file's identity only names the swarm at the tracker.
-	s.root = manifest.Hash{'s', 'i', 'm'}
+	s.root = simRoot
 
 	groups := map[string]*Site{}
+	s.groups = groups
 	for _, g := range cfg.Groups {
 		groups[g.Name] = newSite(groups[g.Parent], g.Up, g.Down, g.Latency)
 	}
@@ -261,8 +270,19 @@ func New(cfg Config) (*Sim, error) {
 		s.nodes = append(s.nodes, n)
 		s.byAddr[n.ap] = n
 	}
+	if cfg.Push != nil {
+		ps, err := newPushSim(s, cfg.Push)
+		if err != nil {
+			return nil, err
+		}
+		s.push = ps
+	}
 	return s, nil
 }
+
+// simRoot is the file's identity: it only names the swarm at the tracker
+// (and seeds a push's plan).
+var simRoot = manifest.Hash{'s', 'i', 'm'}
 
 func (cfg *Config) check() error {
 	var errs []error

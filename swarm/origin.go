@@ -62,7 +62,7 @@ func (s *Scheduler) useOrigin() {
 	// Peers first (Slurpie): while they still have pieces for us, half the
 	// pipeline; the whole of it only once they have nothing more to give us.
 	limit := s.originPipeline()
-	if len(s.originReqs) < limit && !s.starved() {
+	if len(s.originReqs) < limit && !s.cfg.OriginHolder && !s.starved() {
 		limit = max(1, limit/2)
 	}
 	if s.originFails > 0 || s.now.Sub(s.originHeardAt) >= max(s.cfg.OriginBackoffMax, 2*s.originTime) {
@@ -95,6 +95,9 @@ const maxOriginCandidates = 32
 // get on loopback got 0.59 of curl's throughput for 100 MiB, with 1 MiB
 // 0.83).
 func (s *Scheduler) originPipeline() int {
+	if s.cfg.OriginHolder {
+		return s.cfg.OriginPipeline
+	}
 	w := max(s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen))
 	if s.alone() {
 		w += min(s.loneExtra, (loneWindow-1)*w)
@@ -324,7 +327,7 @@ func (s *Scheduler) drawSlice() {
 	if d, hold := s.originFetchTime(), originHold*s.cfg.OriginSlice; p < 1 && d > hold {
 		p *= float64(hold) / float64(d)
 	}
-	s.holding = s.rng.Float64() < p
+	s.holding = s.cfg.OriginHolder || s.rng.Float64() < p
 	s.sliceUsed = false
 	s.stats.OriginSlicesDrawn++
 	if s.holding {

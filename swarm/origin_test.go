@@ -120,6 +120,23 @@ func TestOriginHolders(t *testing.T) {
 	}
 }
 
+// TestOriginHolderChosen: a peer the application chose to fetch from the
+// origin (OriginHolder) holds every slice in a crowd of 100, where the
+// draw alone gives it about 3 in 100, and keeps OriginPipeline fetches in
+// flight, not the window's worth of small pieces.
+func TestOriginHolderChosen(t *testing.T) {
+	s := New(Config{NumPieces: 1 << 12, PieceLen: func(int) int64 { return 16 << 10 }, Seed: 1, OriginHolder: true}, nil, t0)
+	s.Start(t0)
+	pending := fetches(s.Step(TrackerPeers{SwarmSize: 100}, t0))
+	if used := runSlices(s, pending, 200); used != 200 {
+		t.Errorf("a chosen holder used the origin in %d of 200 slices, want all", used)
+	}
+	if len(s.originReqs) != s.cfg.OriginPipeline {
+		t.Errorf("%d origin fetches in flight, want OriginPipeline (%d); the window would allow %d",
+			len(s.originReqs), s.cfg.OriginPipeline, int(float64(s.cfg.OriginWindow)/s.avgLen))
+	}
+}
+
 // TestOriginLoneFullPipeline: alone (n = 1), every slice is ours and the
 // pipeline is always full; it opens, one piece per fetch back, to
 // loneWindow times the crowd's.

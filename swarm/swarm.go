@@ -106,6 +106,14 @@ type Config struct {
 	// OriginK is Slurpie's k: about k peers of the swarm hold the origin at
 	// any time (3).
 	OriginK int
+	// OriginHolder says the application chose this peer to fetch from the
+	// origin, as a cluster push chooses its datacenters' representatives:
+	// it holds every slice instead of drawing k/n for it, and keeps
+	// OriginPipeline fetches in flight, whether or not its peers have
+	// pieces for it (not OriginWindow's bytes: the holders are at the
+	// origin all the time, together, and more would only queue there).
+	// The origin's load is the application's choice.
+	OriginHolder bool
 	// OriginSlice is the length of one origin time slice, τ in Slurpie
 	// (250 ms: a piece orphaned by a peer that left waits a slice or two
 	// for a holder, not seconds).

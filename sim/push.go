@@ -1,0 +1,391 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stampede-dev/stampede/cluster"
+	"github.com/stampede-dev/stampede/swarm"
+)
+
+// A cluster push (issue 31, docs/push.md), simulated: the peers are a
+// cluster's hosts, every one arriving at once and seeding on; each runs
+// as the daemon's push agent runs its node (daemon/push*.go):
+//
+//   - a connection the plan does not allow is refused by either side
+//     (cluster.Plan.MayPeerActive, the agent's PeerConn hook), a standby
+//     counting as active once no piece has come for Fallback;
+//   - a host that is not one of its datacenter's representatives is
+//     answered "in swarm" by its own gate, without a request, until
+//     Fallback passes without a piece; a representative's candidates are
+//     narrowed to its share of the pieces (cluster.Work);
+//   - each host's budgets (cluster.Role: Down, Up, Cross each way) shape
+//     its traffic as its rate limiters do: in the simulator, a link of
+//     the budget's capacity over the wire overhead, on the path of every
+//     flow the budget counts; within the cross budget the origin's bodies
+//     come first, the other racks' hosts getting what they leave (tick);
+//   - the datacenters' representatives hold the origin all the time
+//     (swarm.Config.OriginHolder);
+//   - uploads across the uplink take no upload turn and are never refused
+//     as busy (node.OwnBudget).
+
+// Push makes a run a cluster push.
+type Push struct {
+	Plan *cluster.Plan
+	// Hosts[i] is peer i's host name in Plan.
+	Hosts []string
+	// Fallback is the agent's (daemon.PushConfig.Fallback; default
+	// daemon.DefaultPushFallback, 10 s).
+	Fallback time.Duration
+	// Overhead turns payload into bytes on the wire, as budgets count
+	// them (default the agent's wireOverhead, 1.12).
+	Overhead float64
+	// Seeded gives every host the addresses of the hosts the plan lets it
+	// peer with at its start, as the cluster file lists them, instead of
+	// leaving it to the tracker's answers alone (the agents do not).
+	Seeded bool
+	// Bound is the topology bound, for the result (0: not known).
+	Bound float64
+}
+
+// Defaults of a push.
+const (
+	DefaultPushFallback = 10 * time.Second // daemon.DefaultPushFallback
+	DefaultPushOverhead = 1.12             // daemon's wireOverhead
+	prioritizeFloor     = 1.0 / 16         // daemon's
+)
+
+// PushTopology is a push bench's topology (bench's "mode = push"): racks
+// of hosts, optionally in datacenters, the origin on the core. Rates are
+// bytes/s, 0 not limited.
+type PushTopology struct {
+	Datacenters, Racks, HostsPerRack int // Datacenters 0: one, without a link of its own
+	HostUp, HostDown                 int64
+	RackUplink, DCUplink, OriginUp   int64
+	Reserve                          float64
+	Size                             int64
+}
+
+// NewPushConfig returns the configuration of a push over t: the groups,
+// the peers (named d<D>r<R>h<H>) and the plan, with the cluster file's
+// defaults for representatives.
+func NewPushConfig(t PushTopology) (Config, error) {
+	if t.Racks <= 0 || t.HostsPerRack <= 0 || t.Datacenters < 0 || t.Size <= 0 {
+		return Config{}, fmt.Errorf("a push needs racks, hosts per rack and a size: %+v", t)
+	}
+	if t.Reserve < 0 || t.Reserve >= 1 {
+		return Config{}, fmt.Errorf("reserve %v: want 0 to 1", t.Reserve)
+	}
+	dcs := max(t.Datacenters, 1)
+	rate := func(b int64) string { return fmt.Sprintf("%dbit", b*8) }
+	var toml strings.Builder
+	fmt.Fprintf(&toml, "reserve = %v\n", t.Reserve)
+	if t.HostUp > 0 {
+		fmt.Fprintf(&toml, "host_link = %q\n", rate(t.HostUp))
+	}
+	cfg := Config{Size: t.Size, OriginUp: t.OriginUp}
+	var hosts []string
+	for d := range dcs {
+		dc := fmt.Sprintf("dc%d", d)
+		fmt.Fprintf(&toml, "[datacenter.%s]\n", dc)
+		parent := ""
+		if t.Datacenters > 0 {
+			if t.DCUplink > 0 {
+				fmt.Fprintf(&toml, "link = %q\n", rate(t.DCUplink))
+			}
+			cfg.Groups = append(cfg.Groups, Group{Name: dc, Up: t.DCUplink, Down: t.DCUplink})
+			parent = dc
+		}
+		for r := range t.Racks {
+			rack := fmt.Sprintf("d%dr%d", d, r)
+			fmt.Fprintf(&toml, "[rack.%s]\ndatacenter = %q\n", rack, dc)
+			if t.RackUplink > 0 {
+				fmt.Fprintf(&toml, "uplink = %q\n", rate(t.RackUplink))
+			}
+			cfg.Groups = append(cfg.Groups, Group{Name: rack, Parent: parent, Up: t.RackUplink, Down: t.RackUplink})
+			var names []string
+			for h := range t.HostsPerRack {
+				name := fmt.Sprintf("%sh%d", rack, h)
+				names = append(names, fmt.Sprintf("%q", name))
+				hosts = append(hosts, name)
+				cfg.Peers = append(cfg.Peers, Peer{Class: "host", Up: t.HostUp, Down: t.HostDown, Group: rack})
+			}
+			fmt.Fprintf(&toml, "hosts = [%s]\n", strings.Join(names, ", "))
+		}
+	}
+	for i, name := range hosts {
+		k := i + 1
+		fmt.Fprintf(&toml, "[host.%s]\nagent = \"10.%d.%d.%d\"\n", name, byte(k>>16), byte(k>>8), byte(k))
+	}
+	c, err := cluster.Parse([]byte(toml.String()))
+	if err != nil {
+		return Config{}, fmt.Errorf("the push's cluster: %w", err)
+	}
+	// The plan's seed is the file's root, as the agents' is.
+	plan, err := cluster.NewPlan(c, hosts, simRoot[:])
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Push = &Push{Plan: plan, Hosts: hosts, Bound: t.Bound()}
+	return cfg, nil
+}
+
+// Bound is the topology bound on the last host of a push over t: every
+// rack takes a copy in over its uplink's budget, every datacenter over
+// its link's, every host over its own link's, and the origin sends one
+// (docs/benchmarks.md). Seconds; 0 if nothing limits it.
+func (t PushTopology) Bound() float64 {
+	b := 0.0
+	if t.OriginUp > 0 {
+		b = float64(t.Size) / float64(t.OriginUp)
+	}
+	for _, l := range []int64{t.RackUplink, t.DCUplink, t.HostDown} {
+		if l > 0 {
+			b = max(b, float64(t.Size)/(float64(l)*(1-t.Reserve)))
+		}
+	}
+	return b
+}
+
+// pushSim is a push's state in a run.
+type pushSim struct {
+	Push
+	roles []*cluster.Role
+	// Per peer, its budgets as links (nil: none): down, up, and across
+	// its rack's uplink in and out.
+	down, up, crossIn, crossOut []*link
+	// peersIn is what the host takes from other racks' hosts: crossIn
+	// less what the origin's bodies take, which come first (the agent's
+	// crossPeers limiter, following the origin's rate every tick).
+	peersIn []*link
+	share   []pieceRange // a datacenter representative's share; n 0 for others
+}
+
+type pieceRange struct{ from, to, n int }
+
+func newPushSim(s *Sim, p *Push) (*pushSim, error) {
+	if len(p.Hosts) != len(s.cfg.Peers) {
+		return nil, fmt.Errorf("push: %d host names for %d peers", len(p.Hosts), len(s.cfg.Peers))
+	}
+	ps := &pushSim{Push: *p}
+	if ps.Fallback <= 0 {
+		ps.Fallback = DefaultPushFallback
+	}
+	if ps.Overhead <= 0 {
+		ps.Overhead = DefaultPushOverhead
+	}
+	n := len(p.Hosts)
+	ps.roles = make([]*cluster.Role, n)
+	ps.down, ps.up, ps.crossIn, ps.crossOut = make([]*link, n), make([]*link, n), make([]*link, n), make([]*link, n)
+	ps.share = make([]pieceRange, n)
+	ps.peersIn = make([]*link, n)
+	budget := func(b int64) *link {
+		if b <= 0 {
+			return nil
+		}
+		return &link{cap: float64(b) / ps.Overhead, share: math.Inf(1)}
+	}
+	w := cluster.NewWork(p.Plan.Representatives(), s.pieces, 10*time.Second)
+	for i, name := range p.Hosts {
+		r := p.Plan.Roles[name]
+		if r == nil {
+			return nil, fmt.Errorf("push: host %q is not in the plan", name)
+		}
+		ps.roles[i] = r
+		ps.down[i], ps.up[i] = budget(r.Down), budget(r.Up)
+		ps.crossIn[i], ps.peersIn[i], ps.crossOut[i] = budget(r.Cross), budget(r.Cross), budget(r.Cross)
+		if r.DCRep {
+			from, to := w.Share(name)
+			ps.share[i] = pieceRange{from, to, s.pieces}
+		}
+	}
+	return ps, nil
+}
+
+// links are the budgets a flow from a to b crosses (a nil: the origin).
+func (ps *pushSim) links(a, b *node) []*link {
+	var ls []*link
+	add := func(l *link) {
+		if l != nil {
+			ls = append(ls, l)
+		}
+	}
+	cross := a == nil || ps.roles[a.idx].Rack != ps.roles[b.idx].Rack
+	if a != nil {
+		add(ps.up[a.idx])
+		if cross {
+			add(ps.crossOut[a.idx])
+		}
+	}
+	add(ps.down[b.idx])
+	if cross {
+		if a != nil {
+			add(ps.peersIn[b.idx])
+		} else {
+			add(ps.crossIn[b.idx])
+		}
+	}
+	return ls
+}
+
+// tick gives a datacenter representative's origin bodies priority over its
+// peers across the uplink: what its peers may use of its cross budget is
+// what the origin's bodies leave of it.
+func (ps *pushSim) tick(n *node) {
+	l := ps.peersIn[n.idx]
+	if l == nil {
+		return
+	}
+	var origin float64
+	for _, f := range n.fetches {
+		if f.flow != nil && !f.flow.over {
+			origin += f.flow.rate
+		}
+	}
+	full := ps.crossIn[n.idx].cap
+	c := max(full-origin, full*prioritizeFloor)
+	if math.Abs(c-l.cap) > 1e-3*full {
+		l.cap = c
+		n.s.net.enqueue(l)
+		n.s.net.solve(n.s.now)
+	}
+}
+
+// stalled reports whether no piece has come to n for Fallback (from the
+// start, for one with none yet).
+func (ps *pushSim) stalled(n *node) bool {
+	return n.s.now-n.progressAt >= ps.Fallback
+}
+
+// mayConnect reports whether a and b both accept their connection.
+func (ps *pushSim) mayConnect(a, b *node) bool {
+	pl := ps.Plan
+	ha, hb := ps.Hosts[a.idx], ps.Hosts[b.idx]
+	return pl.MayPeerActive(ha, hb, ps.roles[a.idx].Standby && ps.stalled(a)) &&
+		pl.MayPeerActive(hb, ha, ps.roles[b.idx].Standby && ps.stalled(b))
+}
+
+// gate is the agent's gate in front of a fetch from the origin: nil to
+// let it through (its candidates narrowed to the host's share), or the
+// answer the gate gives at once.
+func (ps *pushSim) gate(n *node, a *swarm.FetchOrigin) *swarm.OriginResult {
+	if !ps.roles[n.idx].DCRep && !ps.stalled(n) {
+		return &swarm.OriginResult{Piece: a.Piece, InSwarm: time.Second, Candidates: a.Candidates}
+	}
+	sh := ps.share[n.idx]
+	if sh.n == 0 || len(a.Candidates) == 0 {
+		return nil
+	}
+	var mine []int
+	for _, c := range a.Candidates {
+		if c >= sh.from && c < sh.to {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) > 0 {
+		a.Candidates = mine
+	}
+	return nil
+}
+
+// seedPeers are the addresses n may connect to, for Push.Seeded.
+func (ps *pushSim) seedPeers(n *node) []string {
+	var addrs []string
+	for _, o := range n.s.nodes {
+		if o != n && ps.Plan.MayPeer(ps.Hosts[n.idx], ps.Hosts[o.idx]) {
+			addrs = append(addrs, o.addr)
+		}
+	}
+	return addrs
+}
+
+// PushResult is what a push run measured, as the push bench reports it.
+type PushResult struct {
+	// Bound is the topology bound when the run came from a PushTopology
+	// (0 otherwise); LastOverBound the last host's time over it.
+	Bound         float64 `json:"bound"`
+	LastOverBound float64 `json:"last_over_bound"`
+	// SlowestOverMedian: the last host's time over the median host's.
+	SlowestOverMedian float64 `json:"slowest_over_median"`
+	// RackInCopies and DCInCopies: the most bytes into one rack over its
+	// uplink (one datacenter over its link), in copies of the file.
+	RackInCopies float64 `json:"rack_in_copies"`
+	DCInCopies   float64 `json:"dc_in_copies,omitempty"`
+	// RackInMean: the mean rack's.
+	RackInMean float64 `json:"rack_in_mean"`
+	// Roles counts the hosts by role.
+	Roles map[string]int `json:"roles"`
+}
+
+func (s *Sim) pushResult(r *Result) {
+	ps := s.push
+	pr := &PushResult{Bound: ps.Bound, Roles: map[string]int{}}
+	for _, role := range ps.roles {
+		switch {
+		case role.DCRep:
+			pr.Roles["dc_representative"]++
+		case role.RackRep && role.Standby:
+			pr.Roles["standby"]++
+		case role.RackRep:
+			pr.Roles["rack_representative"]++
+		default:
+			pr.Roles["member"]++
+		}
+	}
+	if pr.Bound > 0 {
+		pr.LastOverBound = r.Last / pr.Bound
+	}
+	var times []float64
+	for _, n := range s.nodes {
+		if n.complete {
+			times = append(times, (n.doneAt - n.arrive).Seconds())
+		}
+	}
+	if len(times) > 0 {
+		slices.Sort(times)
+		if m := times[len(times)/2]; m > 0 {
+			pr.SlowestOverMedian = times[len(times)-1] / m
+		}
+	}
+	racks := 0
+	for _, g := range s.cfg.Groups {
+		l := s.groups[g.Name].down
+		if l == nil {
+			continue
+		}
+		c := l.bytes / float64(s.cfg.Size)
+		if g.Parent == "" && slices.ContainsFunc(s.cfg.Groups, func(o Group) bool { return o.Parent == g.Name }) {
+			pr.DCInCopies = max(pr.DCInCopies, c)
+			continue
+		}
+		pr.RackInCopies = max(pr.RackInCopies, c)
+		pr.RackInMean += c
+		racks++
+	}
+	if racks > 0 {
+		pr.RackInMean /= float64(racks)
+	}
+	r.Push = pr
+}
+
+func (pr *PushResult) write(w *strings.Builder, last float64) {
+	if pr.Bound > 0 {
+		fmt.Fprintf(w, "push: last %s = %.2f × the topology bound (%s)\n", secs(last), pr.LastOverBound, secs(pr.Bound))
+	}
+	fmt.Fprintf(w, "push: slowest %.2f × the median; bytes into a rack over its uplink: at most %.3f copies, mean %.3f", pr.SlowestOverMedian, pr.RackInCopies, pr.RackInMean)
+	if pr.DCInCopies > 0 {
+		fmt.Fprintf(w, "; into a datacenter: at most %.3f", pr.DCInCopies)
+	}
+	roles := make([]string, 0, len(pr.Roles))
+	for _, k := range []string{"dc_representative", "rack_representative", "standby", "member"} {
+		if pr.Roles[k] > 0 {
+			roles = append(roles, fmt.Sprintf("%d %s", pr.Roles[k], strings.ReplaceAll(k, "_", " ")))
+		}
+	}
+	fmt.Fprintf(w, "\npush: hosts: %s\n", strings.Join(roles, ", "))
+}
+
+func secs(s float64) string { return fmt.Sprintf("%.2f s", s) }
