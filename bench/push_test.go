@@ -243,3 +243,36 @@ func TestPushSmoke(t *testing.T) {
 		t.Errorf("plain HTTP: the origin sent %.2f copies to 4 hosts", h.Push.OriginCopies.Median)
 	}
 }
+
+// TestPushSmokeDatacenters pushes 2 MiB to 2 datacenters of one rack of 2
+// hosts: the datacenter links are made, watched and budgeted.
+func TestPushSmokeDatacenters(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mode = push needs root (network namespaces and tc)")
+	}
+	if testing.Short() {
+		t.Skip("builds a cluster of namespaces and runs real transfers")
+	}
+	sc, err := ParseScenario("smoke-dc.txt", strings.NewReader("mode = push\nsize = 2MiB\norigin_up = 40Mbit\ndatacenters = 2\n"+
+		"dc_uplink = 80Mbit\nracks = 1\nhosts_per_rack = 2\nhost_up = 100Mbit\nhost_down = 100Mbit\nrack_uplink = 40Mbit\n"+
+		"systems = push\ntimeout = 60s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, work)
+	if n := len(rep.Push.Links); n != 9 { // the origin's, each datacenter's and each rack's link both ways
+		t.Errorf("%d links watched, want 9", n)
+	}
+	p := rep.pushSystem(SysPush)
+	if p == nil || !p.Complete {
+		t.Fatalf("push incomplete: %+v", rep.Systems)
+	}
+	if f := p.Push; f.DCInCopies.Median < 0.95 || f.DCInCopies.Median > 1.6 || f.RackInCopies.Median < 0.95 {
+		t.Errorf("into a datacenter %.2f copies, into a rack %.2f", f.DCInCopies.Median, f.RackInCopies.Median)
+	}
+}
