@@ -57,6 +57,7 @@ func (n *Node) register(ctx context.Context, j join) swarm.Event {
 	n.mu.Lock()
 	n.seen++
 	n.mu.Unlock()
+	n.countPath(p.c)
 	p.start(ctx)
 	if n.capSent > 0 {
 		p.sendControl(&wire.Rate{Up: rateUp(n.capSent)})
@@ -282,6 +283,7 @@ func (n *Node) handshaken(ctx context.Context, c net.Conn, theirs wire.Handshake
 	if c = n.peerConn(c, addr, outbound); c == nil {
 		return false
 	}
+	c = n.relayCounted(c)
 	sockopt.NotSentLowat(c, notSentLowat)
 	id := swarm.PeerID(n.nextID.Add(1))
 	p := newPeerConn(n, id, c, theirs.PeerID, addr)

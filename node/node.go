@@ -160,6 +160,9 @@ type Stats struct {
 	// LayerFrom says where a node that joined with the manifest's head got
 	// the piece layer: "peer" or "origin" ("" if it had it).
 	LayerFrom string `json:"layer_from,omitempty"`
+	// Neighbours counts the neighbours made by how their connection
+	// reaches them (paths.go).
+	Neighbours Paths `json:"neighbours"`
 }
 
 // Node is one running peer.
@@ -221,6 +224,7 @@ type Node struct {
 	lastPiece               time.Time // when a piece last arrived
 
 	bytesFromPeers, bytesToPeers, queueDrops atomic.Int64
+	paths                                    pathCounts // paths.go
 
 	mu        sync.Mutex // guards the following
 	origin    map[string]int
@@ -347,7 +351,7 @@ func (n *Node) Stats() Stats {
 		PiecesFromPeer: n.lastSched.Received, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
-		OriginInSwarm: n.lastSched.OriginInSwarm, LayerFrom: n.layerFrom(),
+		OriginInSwarm: n.lastSched.OriginInSwarm, LayerFrom: n.layerFrom(), Neighbours: n.paths.snapshot(),
 	}
 }
 

@@ -229,8 +229,8 @@ func (t *turn) giveBack() {
 // drained waits until all but turnLowat of what the connection wrote is
 // acknowledged, for as long as that makes progress (the turn is given back
 // after turnStall without), or the connection ends, passing control frames
-// to drain meanwhile (done: the writer is to stop). Connections that are
-// not TCP do not wait.
+// to drain meanwhile (done: the writer is to stop). Connections that cannot
+// tell (neither TCP nor a PathConn) do not wait.
 func (t *turn) drained(ctx context.Context, drain func() (done bool, err error)) (bool, error) {
 	if t == nil {
 		return false, nil
@@ -238,7 +238,7 @@ func (t *turn) drained(ctx context.Context, drain func() (done bool, err error))
 	t.progress()
 	last := -1
 	for !t.given.Load() {
-		u := sockopt.Unacked(t.p.c)
+		u := unacked(t.p.c)
 		if u <= turnLowat {
 			return false, nil
 		}

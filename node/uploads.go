@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/stampede-dev/stampede/internal/sockopt"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/wire"
 )
@@ -206,7 +205,7 @@ func (n *Node) pathRTTs(now time.Time, evs []swarm.Event) []swarm.Event {
 			continue
 		}
 		p.pathRTTAt = now
-		if rtt := sockopt.MinRTT(p.c); rtt > 0 && rtt != p.pathRTT {
+		if rtt := minRTT(p.c); rtt > 0 && rtt != p.pathRTT {
 			p.pathRTT = rtt
 			evs = append(evs, swarm.PathRTT{Peer: id, RTT: rtt})
 		}
@@ -258,7 +257,7 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 	}
 	delivered := n.bytesToPeers.Load()
 	for _, p := range n.peers {
-		if q := sockopt.Unacked(p.c); q > 0 {
+		if q := unacked(p.c); q > 0 {
 			delivered -= int64(q)
 		}
 	}

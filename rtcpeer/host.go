@@ -10,14 +10,15 @@ import (
 )
 
 // JoinNode joins the signalling of n's swarm on every tracker of its
-// manifest, announcing what n still lacks, until leave is called. It is
+// manifest, announcing what n still lacks, until leave is called; the
+// channels it offers are n's outbound connections (node.Node.Opened). It is
 // host.Config.OnAttach's shape, so that a host.Host carrying this
 // Transport has its swarms join.
 func (t *Transport) JoinNode(n *node.Node) (leave func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	root, size := n.Swarm()
 	for _, tr := range n.Manifest().Trackers {
-		t.Join(ctx, tr, root, size, n.Left)
+		t.join(ctx, tr, root, size, n.Left, n.Opened)
 	}
 	return cancel
 }

@@ -1,20 +1,24 @@
 // Package rtcpeer carries native peers' connections over WebRTC data
-// channels (pion/webrtc), so that stampede get and the daemon share a
-// swarm with visitors' browsers (package webpeer, docs/browser.md): a
-// native seed serves a crowd of browsers, and a native peer downloads from
-// them.
+// channels (pion/webrtc): so that stampede get and the daemon share a
+// swarm with visitors' browsers (package webpeer, docs/browser.md), and so
+// that native peers behind NATs reach each other (docs/nat.md): ICE finds
+// a path (host, server-reflexive candidates from the site's STUN, a TURN
+// relay as the last resort), DTLS secures it, and an SCTP data channel is
+// the reliable, ordered stream the peer protocol runs on unchanged.
 //
 // Transport is a host.Transport of scheme "webrtc". It has no address to
 // dial: WebRTC peers meet through the tracker's WebSocket signalling
 // (tracker/ws.go), which JoinNode starts for every swarm attached to a
-// host (host.Config.OnAttach; NewHost sets it). Every
-// data channel that opens, whichever side offered it, comes out of
-// Accept, and the host routes it by the handshake the browser sends first
-// (docs/protocol.md, section 3: both sides send theirs at once; the
-// host reads the other's first). Two native peers never pair over WebRTC
-// (they have TCP): a native peer's offers are marked (offer_id "n-...")
-// and other native peers leave them unanswered, since both would wait for
-// the other's handshake.
+// host (host.Config.OnAttach; NewHost sets it). A channel this peer
+// answered comes out of Accept, and the host routes it by the handshake
+// the offerer sends first (docs/protocol.md, section 3). A channel this
+// peer offered is the node's own outbound connection (node.Node.Opened):
+// it sends its handshake at once, as a dialer does, so that two native
+// peers pair as a native one and a browser do. The ICE servers are
+// Config's and those the site names in peer.json, the browsers'
+// configuration (STUN, and TURN with credentials), read at each
+// signalling session. Each channel tells the node how it reaches its peer
+// and what TCP_INFO would (node.PathConn, path.go).
 package rtcpeer
 
 import (
@@ -24,6 +28,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,9 +50,15 @@ const (
 
 // Config configures a Transport.
 type Config struct {
-	// ICEServers are STUN (and TURN) URLs, e.g. "stun:example.org:3478".
-	// Empty: host candidates only.
+	// ICEServers are STUN (and TURN) URLs, e.g. "stun:example.org:3478",
+	// used besides those the site names (NoSiteICE). Empty, and no site's:
+	// host candidates only.
 	ICEServers []string
+	// NoSiteICE: do not read the ICE servers of the site whose tracker
+	// signals (its peer.json, siteICE). By default they are read.
+	NoSiteICE bool
+	// HTTPClient reads peer.json. Default: a client with a 10 s timeout.
+	HTTPClient *http.Client
 	// MaxPeers bounds the data channels of each swarm joined. Default
 	// DefaultMaxPeers.
 	MaxPeers int
@@ -71,6 +83,9 @@ func New(cfg Config) *Transport {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	var se webrtc.SettingEngine
 	se.DetachDataChannels()
@@ -121,8 +136,9 @@ func (t *Transport) deliver(c net.Conn) {
 	}
 }
 
-func (t *Transport) newPC() (*webrtc.PeerConnection, error) {
-	var ice []webrtc.ICEServer
+// newPC makes a peer connection using Config's ICE servers and site's.
+func (t *Transport) newPC(site []webrtc.ICEServer) (*webrtc.PeerConnection, error) {
+	ice := slices.Clip(site)
 	for _, u := range t.cfg.ICEServers {
 		ice = append(ice, webrtc.ICEServer{URLs: []string{u}})
 	}
@@ -140,9 +156,12 @@ func (a Addr) String() string { return string(a) }
 // messages of at most chunk bytes.
 type conn struct {
 	pc     *webrtc.PeerConnection
+	wdc    *webrtc.DataChannel // for its buffered amount
 	dc     datachannel.ReadWriteCloserDeadliner
 	remote net.Addr
-	buf    []byte // message bytes not read yet
+	path   string      // node.PathDirect, PathPunched or PathRelayed
+	rtt    minDuration // MinRTT's samples
+	buf    []byte      // message bytes not read yet
 	rbuf   []byte
 	once   sync.Once
 	onEnd  func()
@@ -153,11 +172,10 @@ func newConn(pc *webrtc.PeerConnection, dc *webrtc.DataChannel, onEnd func()) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{pc: pc, dc: raw, remote: Addr("webrtc"), rbuf: make([]byte, 256<<10+64), onEnd: onEnd}
-	if sctp := pc.SCTP(); sctp != nil {
-		if pair, err := sctp.Transport().ICETransport().GetSelectedCandidatePair(); err == nil && pair != nil {
-			c.remote = &net.UDPAddr{IP: net.ParseIP(pair.Remote.Address), Port: int(pair.Remote.Port)}
-		}
+	c := &conn{pc: pc, wdc: dc, dc: raw, remote: Addr("webrtc"), rbuf: make([]byte, 256<<10+64), onEnd: onEnd}
+	var pair *webrtc.ICECandidatePair
+	if c.path, pair = pathOf(pc); pair != nil {
+		c.remote = &net.UDPAddr{IP: net.ParseIP(pair.Remote.Address), Port: int(pair.Remote.Port)}
 	}
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed || s == webrtc.PeerConnectionStateDisconnected {

@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"strings"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +25,7 @@ const (
 	redialMin    = time.Second
 	redialMax    = 30 * time.Second
 	offersAtOnce = 3
-	nativeMark   = "n-" // opens a native peer's offer_id
+	nativeMark   = "n-" // opens a native peer's offer_id, telling it from a browser's in logs
 )
 
 // message is the signalling's message (tracker/ws.go).
@@ -37,12 +37,16 @@ type (
 
 // joined is one swarm's signalling on one tracker.
 type joined struct {
-	t     *Transport
-	url   string
-	root  manifest.Hash
-	size  int64
-	id    string
-	left  func() int64
+	t    *Transport
+	url  string
+	site string // the announce URL: its host serves peer.json
+	root manifest.Hash
+	size int64
+	id   string
+	left func() int64
+	// dial takes a channel we offered as the node's outbound connection
+	// (node.Node.Opened); nil: it goes to Accept, as one answered does.
+	dial  func(net.Conn) bool
 	peers atomic.Int32 // channels open
 	// answering counts the offers answered whose channel is not open
 	// yet: each holds a peer connection (sockets, goroutines) for up to
@@ -51,6 +55,10 @@ type joined struct {
 	mu        sync.Mutex // guards the following
 	offers    map[string]*pending
 	ws        *websocket.Conn
+	ice       []webrtc.ICEServer // the site's (siteICE)
+	// linked counts the open channels by the other end's signalling ID:
+	// a peer already linked is neither answered nor taken again.
+	linked map[string]int
 }
 
 type pending struct {
@@ -65,13 +73,21 @@ type pending struct {
 // fewer than MaxPeers and left() is not 0, and answers browsers' offers.
 // The channels come out of Accept.
 func (t *Transport) Join(ctx context.Context, announce string, root manifest.Hash, size int64, left func() int64) {
+	t.join(ctx, announce, root, size, left, nil)
+}
+
+// join is Join with the channels we offer handed to dial (nil: to
+// Accept).
+func (t *Transport) join(ctx context.Context, announce string, root manifest.Hash, size int64, left func() int64, dial func(net.Conn) bool) {
 	u := tracker.WSURL(announce)
 	if u == "" {
 		return
 	}
 	var id [16]byte
 	rand.Read(id[:])
-	j := &joined{t: t, url: u, root: root, size: size, id: hex.EncodeToString(id[:]), left: left, offers: map[string]*pending{}}
+	j := &joined{t: t, url: u, site: announce, root: root, size: size, id: hex.EncodeToString(id[:]), left: left, dial: dial,
+		offers: map[string]*pending{}, linked: map[string]int{}}
+	t.log.Debug("webrtc: joining", "tracker", u, "id", j.id)
 	go j.run(ctx)
 }
 
@@ -97,8 +113,19 @@ func (j *joined) run(ctx context.Context) {
 	j.mu.Unlock()
 }
 
-// session is one WebSocket connection to the tracker.
+// session is one WebSocket connection to the tracker. The site's ICE
+// servers are read again at each, so that TURN credentials (valid for a
+// day) stay fresh for as long as the daemon stays.
 func (j *joined) session(ctx context.Context) error {
+	if !j.t.cfg.NoSiteICE {
+		ice, err := siteICE(ctx, j.t.cfg.HTTPClient, j.site)
+		if err != nil {
+			j.t.log.Debug("webrtc: no ICE servers from the site", "tracker", j.site, "err", err)
+		}
+		j.mu.Lock()
+		j.ice = ice
+		j.mu.Unlock()
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	ws, _, err := websocket.Dial(dctx, j.url, nil)
 	cancel()
@@ -150,7 +177,7 @@ func (j *joined) session(ctx context.Context) error {
 		switch {
 		case m.Error != "":
 			j.t.log.Debug("webrtc: tracker refused", "err", m.Error)
-		case m.Offer != nil && !strings.HasPrefix(m.OfferID, nativeMark):
+		case m.Offer != nil && !j.isLinked(m.PeerID):
 			go j.answer(sctx, m)
 		case m.Answer != nil:
 			j.answered(m)
@@ -193,7 +220,7 @@ func (j *joined) announce(ctx context.Context, event tracker.Event) {
 	}
 	var offers []offer
 	for range max(want, 0) {
-		pc, err := j.t.newPC()
+		pc, err := j.t.newPC(j.iceServers())
 		if err != nil {
 			j.t.log.Warn("webrtc: no peer connection", "err", err)
 			break
@@ -222,7 +249,6 @@ func (j *joined) offer(ctx context.Context, pc *webrtc.PeerConnection, dc *webrt
 	var id [8]byte
 	rand.Read(id[:])
 	oid := nativeMark + hex.EncodeToString(id[:])
-	dc.OnOpen(func() { j.opened(pc, dc) })
 	j.mu.Lock()
 	j.offers[oid] = &pending{pc: pc, dc: dc, at: time.Now()}
 	j.mu.Unlock()
@@ -251,6 +277,12 @@ func (j *joined) answered(m message) {
 	if p == nil {
 		return
 	}
+	if j.isLinked(m.PeerID) {
+		// It answered another offer of ours, or we one of its.
+		p.pc.Close()
+		return
+	}
+	p.dc.OnOpen(func() { j.opened(p.pc, p.dc, m.PeerID, true) })
 	if err := p.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: m.Answer.SDP}); err != nil {
 		j.t.log.Debug("webrtc: bad answer", "err", err)
 		p.pc.Close()
@@ -273,13 +305,13 @@ func (j *joined) answer(ctx context.Context, m message) {
 	}
 	var once sync.Once
 	answered := func() { once.Do(func() { j.answering.Add(-1) }) }
-	pc, err := j.t.newPC()
+	pc, err := j.t.newPC(j.iceServers())
 	if err != nil {
 		answered()
 		return
 	}
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-		dc.OnOpen(func() { answered(); j.opened(pc, dc) })
+		dc.OnOpen(func() { answered(); j.opened(pc, dc, m.PeerID, false) })
 	})
 	err = pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: m.Offer.SDP})
 	var a webrtc.SessionDescription
@@ -309,14 +341,48 @@ func (j *joined) answer(ctx context.Context, m message) {
 	})
 }
 
-// opened hands an open channel to the transport's Accept.
-func (j *joined) opened(pc *webrtc.PeerConnection, dc *webrtc.DataChannel) {
+// opened hands an open channel to the node, when we offered it and it
+// takes ours (dial), else to the transport's Accept. peer is the other
+// end's signalling ID.
+func (j *joined) opened(pc *webrtc.PeerConnection, dc *webrtc.DataChannel, peer string, offered bool) {
 	j.peers.Add(1)
-	c, err := newConn(pc, dc, func() { j.peers.Add(-1) })
+	j.link(peer, 1)
+	c, err := newConn(pc, dc, func() { j.peers.Add(-1); j.link(peer, -1) })
 	if err != nil {
 		j.peers.Add(-1)
+		j.link(peer, -1)
 		pc.Close()
 		return
 	}
+	j.t.log.Debug("webrtc: channel open", "id", j.id, "peer", peer, "offered", offered, "path", c.path, "remote", c.remote.String())
+	if offered && j.dial != nil {
+		if !j.dial(c) {
+			c.Close()
+		}
+		return
+	}
 	j.t.deliver(c)
+}
+
+// link counts a channel opened (d 1) or closed (d -1) to peer.
+func (j *joined) link(peer string, d int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.linked[peer] += d; j.linked[peer] <= 0 {
+		delete(j.linked, peer)
+	}
+}
+
+// isLinked reports whether a channel to peer is open.
+func (j *joined) isLinked(peer string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.linked[peer] > 0
+}
+
+// iceServers are the site's ICE servers, as last read.
+func (j *joined) iceServers() []webrtc.ICEServer {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ice
 }

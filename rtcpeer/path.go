@@ -1,0 +1,147 @@
+package rtcpeer
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/stampede-dev/stampede/node"
+)
+
+// A data channel answers the node's questions of its path (node.PathConn)
+// from its peer connection: how ICE reached the peer (the selected
+// candidate pair), the round trip (the least of SCTP's smoothed RTT and
+// ICE's consent checks, sampled on each question), and the bytes not yet
+// acknowledged (the channel's buffered amount: SCTP keeps a message queued
+// until the other end acknowledges it, as TCP's send buffer does).
+var _ node.PathConn = (*conn)(nil)
+
+// Path is how the channel reaches its peer: node.PathDirect,
+// node.PathPunched or node.PathRelayed, as its ICE candidate pair was when
+// it opened.
+func (c *conn) Path() string { return c.path }
+
+// Unacked is how many bytes written the other end has not acknowledged.
+func (c *conn) Unacked() int {
+	if c.wdc == nil {
+		return -1
+	}
+	return int(c.wdc.BufferedAmount())
+}
+
+// MinRTT is the least round trip sampled so far: SCTP's smoothed RTT
+// (which counts the queue ahead of each sample) and ICE's consent checks,
+// read now and folded into the minimum.
+func (c *conn) MinRTT() time.Duration {
+	if sctp := c.pc.SCTP(); sctp != nil {
+		c.rtt.sample(time.Duration(sctp.Stats().SmoothedRoundTripTime * float64(time.Second)))
+		if s, ok := sctp.Transport().ICETransport().GetSelectedCandidatePairStats(); ok {
+			c.rtt.sample(time.Duration(s.CurrentRoundTripTime * float64(time.Second)))
+		}
+	}
+	return c.rtt.get()
+}
+
+// minDuration is a running minimum of positive samples; 0 before any.
+type minDuration struct{ v atomic.Int64 }
+
+func (m *minDuration) sample(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for {
+		old := m.v.Load()
+		if old != 0 && time.Duration(old) <= d {
+			return
+		}
+		if m.v.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+func (m *minDuration) get() time.Duration { return time.Duration(m.v.Load()) }
+
+// pathOf classifies pc's selected candidate pair (classify), the
+// descriptions telling whether each end is behind a NAT.
+func pathOf(pc *webrtc.PeerConnection) (path string, pair *webrtc.ICECandidatePair) {
+	sctp := pc.SCTP()
+	if sctp == nil {
+		return node.PathDirect, nil
+	}
+	pair, err := sctp.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || pair == nil || pair.Local == nil || pair.Remote == nil {
+		return node.PathDirect, nil
+	}
+	var mine, theirs []string
+	if d := pc.LocalDescription(); d != nil {
+		mine = natAddrs(d.SDP)
+	}
+	if d := pc.RemoteDescription(); d != nil {
+		theirs = natAddrs(d.SDP)
+	}
+	return classify(pair.Local.Typ, pair.Remote.Typ, mine, theirs), pair
+}
+
+// classify is how a candidate pair of types local and remote reaches the
+// peer, mine and theirs being the public addresses each end's NAT gave it
+// (natAddrs; none: not behind a NAT, or no STUN to tell):
+//   - through a relay on either end: relayed;
+//   - to or from an address a NAT mapped (server- or peer-reflexive):
+//     punched;
+//   - between host addresses: direct when neither end is behind a NAT, or
+//     both are behind the same one (a public address in common: the same
+//     network); else one end's packets cross its NAT, and the other end
+//     sees them come from a mapped address: punched, as it says.
+func classify(local, remote webrtc.ICECandidateType, mine, theirs []string) string {
+	switch {
+	case local == webrtc.ICECandidateTypeRelay || remote == webrtc.ICECandidateTypeRelay:
+		return node.PathRelayed
+	case local != webrtc.ICECandidateTypeHost || remote != webrtc.ICECandidateTypeHost:
+		return node.PathPunched
+	case len(mine) == 0 && len(theirs) == 0:
+		return node.PathDirect
+	}
+	for _, a := range mine {
+		for _, b := range theirs {
+			if a == b {
+				return node.PathDirect
+			}
+		}
+	}
+	return node.PathPunched
+}
+
+// natAddrs are the addresses of the server-reflexive candidates of a
+// session description that are none of its host candidates' addresses:
+// the public addresses a NAT maps the end to, as STUN told it.
+func natAddrs(sdp string) []string {
+	var hosts, srflx []string
+	for line := range strings.Lines(sdp) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "a=candidate:")
+		if !ok {
+			continue
+		}
+		// foundation component transport priority address port typ TYPE ...
+		f := strings.Fields(rest)
+		if len(f) < 8 || f[6] != "typ" {
+			continue
+		}
+		switch f[7] {
+		case "host":
+			hosts = append(hosts, f[4])
+		case "srflx":
+			srflx = append(srflx, f[4])
+		}
+	}
+	var out []string
+	for _, a := range srflx {
+		if !slices.Contains(hosts, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package rtcpeer
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/stampede-dev/stampede/node"
+)
+
+func TestClassify(t *testing.T) {
+	const (
+		host  = webrtc.ICECandidateTypeHost
+		srflx = webrtc.ICECandidateTypeSrflx
+		prflx = webrtc.ICECandidateTypePrflx
+		relay = webrtc.ICECandidateTypeRelay
+	)
+	for _, c := range []struct {
+		local, remote webrtc.ICECandidateType
+		mine, theirs  []string
+		want          string
+	}{
+		{host, host, nil, nil, node.PathDirect},
+		{host, host, []string{"198.19.0.11"}, []string{"198.19.0.11"}, node.PathDirect}, // behind one NAT
+		{host, host, []string{"198.19.0.11"}, nil, node.PathPunched},                    // ours maps our packets
+		{host, host, nil, []string{"198.19.0.12"}, node.PathPunched},
+		{host, host, []string{"198.19.0.11"}, []string{"198.19.0.12"}, node.PathPunched},
+		{host, prflx, nil, nil, node.PathPunched},
+		{srflx, host, []string{"198.19.0.11"}, nil, node.PathPunched},
+		{prflx, srflx, nil, nil, node.PathPunched},
+		{relay, srflx, nil, nil, node.PathRelayed},
+		{host, relay, nil, nil, node.PathRelayed},
+	} {
+		if got := classify(c.local, c.remote, c.mine, c.theirs); got != c.want {
+			t.Errorf("classify(%v, %v, %v, %v) = %s, want %s", c.local, c.remote, c.mine, c.theirs, got, c.want)
+		}
+	}
+}
+
+func TestNATAddrs(t *testing.T) {
+	sdp := "v=0\r\n" +
+		"a=candidate:1 1 udp 2130706431 10.88.1.2 40000 typ host\r\n" +
+		"a=candidate:2 1 udp 1694498815 198.19.0.11 40000 typ srflx raddr 0.0.0.0 rport 40000\r\n" +
+		"a=candidate:3 1 udp 1694498815 198.19.0.11 40002 typ srflx raddr 0.0.0.0 rport 40002\r\n" +
+		"a=candidate:4 1 udp 16777215 198.19.0.1 50000 typ relay raddr 198.19.0.11 rport 40003\r\n" +
+		"a=candidate:5 1 udp 2130706431 198.19.0.21 40004 typ host\r\n" +
+		"a=candidate:6 1 udp 1694498815 198.19.0.21 40004 typ srflx raddr 0.0.0.0 rport 40004\r\n"
+	if got := natAddrs(sdp); !slices.Equal(got, []string{"198.19.0.11"}) {
+		t.Errorf("natAddrs = %v, want [198.19.0.11] (a srflx that is a host address of ours is no NAT's)", got)
+	}
+	if got := natAddrs("v=0\r\na=candidate:1 1 udp 1 198.19.0.21 1 typ host\r\n"); got != nil {
+		t.Errorf("natAddrs of host candidates = %v, want none", got)
+	}
+}
+
+func TestParseSiteICE(t *testing.T) {
+	got, err := parseSiteICE([]byte(`{"enabled":true,"ice_servers":["stun:o.example:3478",
+		{"urls":"turn:o.example:3479","username":"1700000000:s","credential":"c"},
+		{"urls":["turn:a:1","turn:b:2"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []webrtc.ICEServer{{URLs: []string{"stun:o.example:3478"}},
+		{URLs: []string{"turn:o.example:3479"}, Username: "1700000000:s", Credential: "c"},
+		{URLs: []string{"turn:a:1", "turn:b:2"}}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d servers, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if !slices.Equal(got[i].URLs, want[i].URLs) || got[i].Username != want[i].Username || got[i].Credential != want[i].Credential {
+			t.Errorf("server %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if got, err := parseSiteICE([]byte(`{"enabled":false,"ice_servers":["stun:x:1"]}`)); err != nil || got != nil {
+		t.Errorf("a site whose peer is off: %v, %v; want none", got, err)
+	}
+	if _, err := parseSiteICE([]byte(`{"enabled":true,"ice_servers":[{"urls":3}]}`)); err == nil {
+		t.Error("urls of a number: no error")
+	}
+}
+
+func TestMinDuration(t *testing.T) {
+	var m minDuration
+	for _, d := range []time.Duration{0, 30 * time.Millisecond, -1, 50 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond} {
+		m.sample(d)
+	}
+	if got := m.get(); got != 20*time.Millisecond {
+		t.Errorf("min = %v, want 20ms", got)
+	}
+}
+
+// pair connects two peer connections of loopback pion over one data
+// channel and returns the offerer's end as a conn, and the answerer's
+// channel, detached.
+func pair(t *testing.T) (*conn, *webrtc.DataChannel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	a, err := loopbackAPI(true).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := loopbackAPI(true).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	dc, err := a.CreateDataChannel("stampede", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan struct{})
+	dc.OnOpen(func() { close(opened) })
+	theirs := make(chan *webrtc.DataChannel, 1)
+	b.OnDataChannel(func(d *webrtc.DataChannel) { d.OnOpen(func() { theirs <- d }) })
+	o, _ := a.CreateOffer(nil)
+	a.SetLocalDescription(o)
+	<-webrtc.GatheringCompletePromise(a)
+	if err := b.SetRemoteDescription(*a.LocalDescription()); err != nil {
+		t.Fatal(err)
+	}
+	ans, _ := b.CreateAnswer(nil)
+	b.SetLocalDescription(ans)
+	<-webrtc.GatheringCompletePromise(b)
+	if err := a.SetRemoteDescription(*b.LocalDescription()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-opened:
+	case <-ctx.Done():
+		t.Fatal("the channel did not open")
+	}
+	var bdc *webrtc.DataChannel
+	select {
+	case bdc = <-theirs:
+	case <-ctx.Done():
+		t.Fatal("the answerer's channel did not open")
+	}
+	c, err := newConn(a, dc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bdc
+}
+
+// TestPathConn: a channel tells the node its path (loopback: direct), a
+// round trip once traffic has gone both ways, and the bytes written that
+// the other end has not acknowledged, which fall to none once it has
+// them.
+func TestPathConn(t *testing.T) {
+	c, theirs := pair(t)
+	if c.Path() != node.PathDirect {
+		t.Errorf("path %q over loopback, want direct", c.Path())
+	}
+	raw, err := theirs.Detach()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written while the other end reads nothing: SCTP holds what its
+	// window does not take, unacknowledged.
+	out := make([]byte, 4<<20)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(out)
+		wrote <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Unacked() <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing unacknowledged while the other end reads nothing")
+		}
+		time.Sleep(10 * time.Millisecond) // SCTP has no event to wait on
+	}
+	buf := make([]byte, 256<<10)
+	for got := 0; got < len(out); {
+		n, err := raw.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	for c.Unacked() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes unacknowledged after the other end read everything", c.Unacked())
+		}
+		time.Sleep(10 * time.Millisecond) // the last SACK has no event either
+	}
+	for c.MinRTT() <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no round trip after 4 MiB both ways")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rtt := c.MinRTT(); rtt > time.Second {
+		t.Errorf("a round trip of %v over loopback", rtt)
+	}
+}
