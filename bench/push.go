@@ -216,19 +216,18 @@ func (s *Scenario) pushSummary() string {
 // the reserve); docs/benchmarks.md derives it. Every rack takes at least a
 // copy in over its uplink, every datacenter over its link, every host over
 // its own link; the origin, outside the cluster's budgets, sends at least
-// one at its full capacity; and a rack's hosts upload to each other all but
-// the one copy that comes in:
+// one at its full capacity; and a rack's H hosts receive H copies, which
+// come over its uplink or from the hosts' own uploads:
 //
 //	max( F/origin_up, F/(rack_uplink·(1−r)), F/(dc_uplink·(1−r)),
-//	     F/(host_down·(1−r)), (H−1)·F/(H·host_up·(1−r)) )
+//	     F/(host_down·(1−r)), H·F/((rack_uplink + H·host_up)·(1−r)) )
 func PushBound(size, originUp int64, t *PushTopology) float64 {
 	f := float64(size)
 	keep := 1 - t.Reserve
 	b := div(f, float64(originUp))
 	b = max(b, div(f, float64(t.RackUplink)*keep), div(f, float64(t.DCUplink)*keep), div(f, float64(t.HostDown)*keep))
-	if h := float64(t.HostsPerRack); h > 1 {
-		b = max(b, div((h-1)*f, h*float64(t.HostUp)*keep))
-	}
+	h := float64(t.HostsPerRack)
+	b = max(b, div(h*f, (float64(t.RackUplink)+h*float64(t.HostUp))*keep))
 	return b
 }
 
