@@ -17,9 +17,9 @@ const (
 	linkDCOut                   // out of a datacenter
 )
 
-// pushLink is one direction of a link the harness watches: its qdisc's
+// PushLink is one direction of a link the harness watches: its qdisc's
 // byte counter is what crossed it, on the wire.
-type pushLink struct {
+type PushLink struct {
 	Name string   `json:"name"`
 	Kind linkKind `json:"-"`
 	// Rack is the rack it leads into or out of (-1 for others).
@@ -34,7 +34,7 @@ type pushLink struct {
 
 // shared says whether the link is one of the cluster's budgeted shared
 // links (a rack uplink or a datacenter link, either way).
-func (l *pushLink) shared() bool { return l.Kind != linkOrigin }
+func (l *PushLink) shared() bool { return l.Kind != linkOrigin }
 
 // linkSample is one reading of a link's counter.
 type linkSample struct {
@@ -64,7 +64,7 @@ const loadWindow = 0.95
 // (cumulative bytes since the first sample, against seconds since t0), and
 // the run's push figures. size is the file's. samples[i][k] is the i-th
 // reading of link k.
-func linkFigures(links []*pushLink, samples [][]linkSample, t0 time.Time, size int64) (series [][]Point, f PushRunFigures) {
+func linkFigures(links []*PushLink, samples [][]linkSample, t0 time.Time, size int64) (series [][]Point, f PushRunFigures) {
 	series = make([][]Point, len(links))
 	for k := range links {
 		var base int64

@@ -33,7 +33,7 @@ type pushNet struct {
 	// racks[r] are rack r's hosts; rackDC[r] its datacenter (-1: none).
 	racks  [][]*Host
 	rackDC []int
-	links  []*pushLink
+	links  []*PushLink
 	// readers read the links' counters, by namespace.
 	readers map[string]*qdiscReader
 
@@ -90,7 +90,7 @@ func newPushNet(ctx context.Context, t *PushTopology, originUp int64, dir string
 	if n.origin, err = host("origin", core, "o0", "198.19.0.1", originUp, 0); err != nil {
 		return nil, err
 	}
-	n.links = append(n.links, &pushLink{Name: "origin", Kind: linkOrigin, Rack: -1, Capacity: originUp,
+	n.links = append(n.links, &PushLink{Name: "origin", Kind: linkOrigin, Rack: -1, Capacity: originUp,
 		Budget: float64(originUp), ns: n.origin.ns, dev: "eth0"})
 	parents := []string{core}
 	if t.Datacenters > 0 {
@@ -197,8 +197,8 @@ func (n *pushNet) join(ctx context.Context, name, parent string, bps int64, rese
 	})
 	budget := float64(bps) * (1 - reserve)
 	n.links = append(n.links,
-		&pushLink{Name: name + " in", Kind: in, Rack: rack, Capacity: bps, Budget: budget, ns: parent, dev: up},
-		&pushLink{Name: name + " out", Kind: in + 1, Rack: rack, Capacity: bps, Budget: budget, ns: child, dev: "upl"})
+		&PushLink{Name: name + " in", Kind: in, Rack: rack, Capacity: bps, Budget: budget, ns: parent, dev: up},
+		&PushLink{Name: name + " out", Kind: in + 1, Rack: rack, Capacity: bps, Budget: budget, ns: child, dev: "upl"})
 	return child, err
 }
 

@@ -12,7 +12,7 @@ type pushNet struct {
 	origin *Host
 	racks  [][]*Host
 	rackDC []int
-	links  []*pushLink
+	links  []*PushLink
 }
 
 func newPushNet(context.Context, *PushTopology, int64, string, *slog.Logger) (*pushNet, error) {

@@ -55,7 +55,7 @@ type PushReport struct {
 	// BoundSeconds is the topology bound on the last host (PushBound).
 	BoundSeconds float64 `json:"bound_seconds"`
 	// Links are the links watched, with their capacities and budgets.
-	Links []pushLink `json:"links"`
+	Links []PushLink `json:"links"`
 	// Aims are issue 31's aims, held against stampede push's medians.
 	Aims []PushAim `json:"aims,omitempty"`
 }

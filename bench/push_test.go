@@ -2,11 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -50,7 +53,7 @@ func TestMaxWindowRate(t *testing.T) {
 }
 
 func TestLinkFigures(t *testing.T) {
-	links := []*pushLink{
+	links := []*PushLink{
 		{Name: "origin", Kind: linkOrigin, Rack: -1, Budget: 5e6},
 		{Name: "rack0 in", Kind: linkRackIn, Rack: 0, Budget: 4e6},
 		{Name: "rack0 out", Kind: linkRackOut, Rack: 0, Budget: 4e6},
@@ -98,7 +101,7 @@ func pushTestReport(t *testing.T) *Report {
 		t.Fatal(err)
 	}
 	rep := &Report{Scenario: sc, Backend: BackendNetns, Push: &PushReport{BoundSeconds: PushBound(sc.Size, sc.OriginUp, sc.Push),
-		Links: []pushLink{{Name: "rack0 in", Rack: 0, Capacity: 5e6, Budget: 4e6}}}}
+		Links: []PushLink{{Name: "rack0 in", Rack: 0, Capacity: 5e6, Budget: 4e6}}}}
 	run := func(sys string, last, origin, rackIn, peak float64) *RunResult {
 		r := &RunResult{System: sys, Label: pushLabels[sys], Rep: 1, Arrived: 2, Finished: 2, Complete: true, Last: last,
 			Peers: []*PeerResult{{ID: 0, Host: "r0h0", Class: "r0", Finished: true, Seconds: last * 0.9, Done: last * 0.9},
@@ -276,4 +279,39 @@ func TestPushSmokeDatacenters(t *testing.T) {
 	if f := p.Push; f.DCInCopies.Median < 0.95 || f.DCInCopies.Median > 1.6 || f.RackInCopies.Median < 0.95 {
 		t.Errorf("into a datacenter %.2f copies, into a rack %.2f", f.DCInCopies.Median, f.RackInCopies.Median)
 	}
+}
+
+// TestPushInterrupt cancels a push scenario mid-run: Run returns the
+// context's error and leaves no process, file or namespace behind.
+func TestPushInterrupt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mode = push needs root (network namespaces and tc)")
+	}
+	if testing.Short() {
+		t.Skip("builds a cluster of namespaces")
+	}
+	sc, err := ParseScenario("interrupt.txt", strings.NewReader("mode = push\nsize = 32MiB\norigin_up = 40Mbit\nracks = 2\n"+
+		"hosts_per_rack = 2\nhost_up = 100Mbit\nhost_down = 100Mbit\nrack_uplink = 40Mbit\nsystems = push,tree\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan struct{})
+	var once sync.Once
+	observe := func(s Snapshot) {
+		if s.Elapsed > 1 {
+			once.Do(func() { close(started) })
+		}
+	}
+	go func() {
+		<-started
+		cancel()
+	}()
+	_, err = Run(ctx, Config{Scenario: sc, Bin: stampedeBin(t), WorkDir: work, Logger: testLogger(t), Observe: observe})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	checkClean(t, work)
 }
