@@ -34,6 +34,8 @@ func (b *pushBench) preparePush(ctx context.Context) error {
 		return nil
 	}
 	t := b.sc.Push
+	// A cluster file gives a host one link, the same each way: the
+	// smaller of the scenario's two, so that no budget is past a cap.
 	var c strings.Builder
 	fmt.Fprintf(&c, "# written by stampede bench for %s\nreserve = %q\nhost_link = \"%d\"\n", b.sc.Name,
 		formatFloat(t.Reserve*100)+"%", min(t.HostUp, t.HostDown))
