@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-dev/stampede/bench"
 	"github.com/stampede-dev/stampede/cluster"
 	"github.com/stampede-dev/stampede/swarm"
 )
@@ -58,23 +59,14 @@ const (
 	prioritizeFloor     = 1.0 / 16         // daemon's
 )
 
-// PushTopology is a push bench's topology (bench's "mode = push"): racks
-// of hosts, optionally in datacenters, the origin on the core. Rates are
-// bytes/s, 0 not limited.
-type PushTopology struct {
-	Datacenters, Racks, HostsPerRack int // Datacenters 0: one, without a link of its own
-	HostUp, HostDown                 int64
-	RackUplink, DCUplink, OriginUp   int64
-	Reserve                          float64
-	Size                             int64
-}
-
-// NewPushConfig returns the configuration of a push over t: the groups,
-// the peers (named d<D>r<R>h<H>) and the plan, with the cluster file's
-// defaults for representatives.
-func NewPushConfig(t PushTopology) (Config, error) {
-	if t.Racks <= 0 || t.HostsPerRack <= 0 || t.Datacenters < 0 || t.Size <= 0 {
-		return Config{}, fmt.Errorf("a push needs racks, hosts per rack and a size: %+v", t)
+// NewPushConfig returns the configuration of a push of size bytes from an
+// origin of originUp bytes/s (0: not limited) over t, bench's push
+// topology (mode = push): the groups, the peers (named d<D>r<R>h<H>) and
+// the plan, with the cluster file's defaults but for t's rack
+// representatives.
+func NewPushConfig(t bench.PushTopology, size, originUp int64) (Config, error) {
+	if t.Racks <= 0 || t.HostsPerRack <= 0 || t.Datacenters < 0 || size <= 0 {
+		return Config{}, fmt.Errorf("a push needs racks, hosts per rack and a size: %+v, %d bytes", t, size)
 	}
 	if t.Reserve < 0 || t.Reserve >= 1 {
 		return Config{}, fmt.Errorf("reserve %v: want 0 to 1", t.Reserve)
@@ -83,10 +75,13 @@ func NewPushConfig(t PushTopology) (Config, error) {
 	rate := func(b int64) string { return fmt.Sprintf("%dbit", b*8) }
 	var toml strings.Builder
 	fmt.Fprintf(&toml, "reserve = %v\n", t.Reserve)
+	if t.RackRepresentatives > 0 {
+		fmt.Fprintf(&toml, "rack_representatives = %d\n", t.RackRepresentatives)
+	}
 	if t.HostUp > 0 {
 		fmt.Fprintf(&toml, "host_link = %q\n", rate(t.HostUp))
 	}
-	cfg := Config{Size: t.Size, OriginUp: t.OriginUp}
+	cfg := Config{Size: size, OriginUp: originUp}
 	var hosts []string
 	for d := range dcs {
 		dc := fmt.Sprintf("dc%d", d)
@@ -129,25 +124,8 @@ func NewPushConfig(t PushTopology) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	cfg.Push = &Push{Plan: plan, Hosts: hosts, Bound: t.Bound()}
+	cfg.Push = &Push{Plan: plan, Hosts: hosts, Bound: bench.PushBound(size, originUp, &t)}
 	return cfg, nil
-}
-
-// Bound is the topology bound on the last host of a push over t: every
-// rack takes a copy in over its uplink's budget, every datacenter over
-// its link's, every host over its own link's, and the origin sends one
-// (docs/benchmarks.md). Seconds; 0 if nothing limits it.
-func (t PushTopology) Bound() float64 {
-	b := 0.0
-	if t.OriginUp > 0 {
-		b = float64(t.Size) / float64(t.OriginUp)
-	}
-	for _, l := range []int64{t.RackUplink, t.DCUplink, t.HostDown} {
-		if l > 0 {
-			b = max(b, float64(t.Size)/(float64(l)*(1-t.Reserve)))
-		}
-	}
-	return b
 }
 
 // pushSim is a push's state in a run.

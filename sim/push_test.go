@@ -5,15 +5,17 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stampede-dev/stampede/bench"
 )
 
 // TestPushSmall: a push over 2 racks of 3 hosts completes; the origin
 // sends about one copy; each rack takes about one in over its uplink; the
 // members stay inside their racks.
 func TestPushSmall(t *testing.T) {
-	topo := PushTopology{Racks: 2, HostsPerRack: 3, HostUp: 100e6 / 8, HostDown: 100e6 / 8,
-		RackUplink: 40e6 / 8, OriginUp: 40e6 / 8, Reserve: 0.2, Size: 4 << 20}
-	r, s := runPush(t, topo)
+	topo := bench.PushTopology{Racks: 2, HostsPerRack: 3, HostUp: 100e6 / 8, HostDown: 100e6 / 8,
+		RackUplink: 40e6 / 8, Reserve: 0.2}
+	r, s := runPush(t, topo, 4<<20)
 	if !r.Complete {
 		t.Fatal("incomplete")
 	}
@@ -34,9 +36,9 @@ func TestPushSmall(t *testing.T) {
 	}
 }
 
-func runPush(t *testing.T, topo PushTopology) (*Result, *Sim) {
+func runPush(t *testing.T, topo bench.PushTopology, size int64) (*Result, *Sim) {
 	t.Helper()
-	cfg, err := NewPushConfig(topo)
+	cfg, err := NewPushConfig(topo, size, 40e6/8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +62,16 @@ func runPush(t *testing.T, topo PushTopology) (*Result, *Sim) {
 
 // TestPushTopology checks NewPushConfig's errors.
 func TestPushTopology(t *testing.T) {
-	for _, topo := range []PushTopology{
-		{Racks: 0, HostsPerRack: 3, Size: 1},
-		{Racks: 2, HostsPerRack: 3, Size: 0},
-		{Racks: 2, HostsPerRack: 3, Size: 1, Reserve: 1},
+	for _, tc := range []struct {
+		topo bench.PushTopology
+		size int64
+	}{
+		{bench.PushTopology{Racks: 0, HostsPerRack: 3}, 1},
+		{bench.PushTopology{Racks: 2, HostsPerRack: 3}, 0},
+		{bench.PushTopology{Racks: 2, HostsPerRack: 3, Reserve: 1}, 1},
 	} {
-		if _, err := NewPushConfig(topo); err == nil {
-			t.Errorf("%+v: no error", topo)
+		if _, err := NewPushConfig(tc.topo, tc.size, 0); err == nil {
+			t.Errorf("%+v, %d bytes: no error", tc.topo, tc.size)
 		}
 	}
 }
@@ -84,12 +89,12 @@ func TestPushBig(t *testing.T) {
 	if n, _ := fmt.Sscanf(spec, "%dx%d,%d,%d", &racks, &hosts, &mib, &dcs); n < 3 {
 		t.Fatalf("STAMPEDETEST_SIM_PUSH=%q: want RACKSxHOSTS,MiB[,DATACENTERS]", spec)
 	}
-	topo := PushTopology{Racks: racks, HostsPerRack: hosts, HostUp: 100e6 / 8, HostDown: 100e6 / 8,
-		RackUplink: 40e6 / 8, OriginUp: 40e6 / 8, Reserve: 0.2, Size: int64(mib) << 20, Datacenters: dcs}
+	topo := bench.PushTopology{Racks: racks, HostsPerRack: hosts, HostUp: 100e6 / 8, HostDown: 100e6 / 8,
+		RackUplink: 40e6 / 8, Reserve: 0.2, Datacenters: dcs}
 	if dcs > 0 {
 		topo.DCUplink = 80e6 / 8
 	}
-	runPush(t, topo)
+	runPush(t, topo, int64(mib)<<20)
 }
 
 // pushTrace logs, every simulated second, the origin's copies so far, the

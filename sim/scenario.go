@@ -29,6 +29,8 @@ type Options struct {
 	RackSize         int
 	RackUp, RackDown int64
 	RackLatency      time.Duration
+	// Racks and HostsPerRack, if positive, replace a push scenario's.
+	Racks, HostsPerRack int
 }
 
 // FromScenario returns the simulation of a bench scenario, with notes on
@@ -41,6 +43,12 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 	seed := sc.Seed
 	if o.Seed != 0 {
 		seed = o.Seed
+	}
+	if sc.Mode == bench.ModePush {
+		return fromPush(sc, o, seed)
+	}
+	if o.Racks > 0 || o.HostsPerRack > 0 {
+		return Config{}, nil, errors.New("racks and hosts per rack are a push scenario's (mode = push)")
 	}
 	classes := sc.Classes
 	if o.Peers > 0 {
@@ -96,6 +104,28 @@ func FromScenario(sc *bench.Scenario, o Options) (Config, []string, error) {
 	if len(sc.GetArgs) > 0 {
 		notes = append(notes, fmt.Sprintf("get_args %q left out: the simulated peers run get's defaults", strings.Join(sc.GetArgs, " ")))
 	}
+	return cfg, notes, nil
+}
+
+// fromPush is FromScenario for mode = push: a push over the scenario's
+// topology (push.go).
+func fromPush(sc *bench.Scenario, o Options, seed uint64) (Config, []string, error) {
+	if o.Peers > 0 || o.RackSize > 0 {
+		return Config{}, nil, errors.New("a push scenario's hosts are its racks' (racks, hosts per rack), not a crowd")
+	}
+	t := *sc.Push
+	if o.Racks > 0 {
+		t.Racks = o.Racks
+	}
+	if o.HostsPerRack > 0 {
+		t.HostsPerRack = o.HostsPerRack
+	}
+	cfg, err := NewPushConfig(t, sc.Size, sc.OriginUp)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	cfg.Latency, cfg.Queue, cfg.Seed, cfg.MaxTime = o.Latency, o.Queue, seed, sc.Timeout
+	notes := []string{"push: the agents' plan, gate, shares and budgets as package daemon has them; the systems besides push are not simulated"}
 	return cfg, notes, nil
 }
 

@@ -20,7 +20,10 @@ SCENARIO is a scenario file or the name of a standard one, as for bench
 ('stampede bench --list'); --peers scales its crowd, each class keeping its
 share. Prints the completion times against T_KR, the origin's load (copies,
 fetches in flight), the control frames per peer and the tracker's state;
---json prints them as JSON. Progress goes to stderr every few seconds.
+--json prints them as JSON. A push scenario (mode = push) simulates the
+push agents over its racks (--racks, --hosts-per-rack to scale it) and
+prints the last host against the topology bound and the bytes into the
+racks. Progress goes to stderr every few seconds.
 docs/sim.md describes the model and what it leaves out.`
 
 // simReport is what sim --json prints.
@@ -45,6 +48,8 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		rackSize = fs.Int("rack-size", 0, "put the peers in racks of `N`, in their order of arrival, each behind a shared link (--rack-link)")
 		rackLink = fs.String("rack-link", "0", "capacity of each rack's link, each way (`RATE`, as 1Gbit; 0: uncapped)")
 		rackLat  = fs.Duration("rack-latency", 0, "one-way latency of each rack's link")
+		racks    = fs.Int("racks", 0, "a push scenario's racks (per datacenter), in place of the scenario's")
+		perRack  = fs.Int("hosts-per-rack", 0, "a push scenario's hosts per rack, in place of the scenario's")
 		maxTime  = fs.Duration("max-time", 0, "stop after this much simulated time (default: the scenario's timeout, else 1h)")
 		asJSON   = fs.Bool("json", false, "print the result as JSON")
 		quiet    = fs.BoolP("quiet", "q", false, "no progress on stderr")
@@ -64,6 +69,8 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		return usageErrorf("--step-time must not be negative")
 	case *rackSize < 0:
 		return usageErrorf("--rack-size %d: want at least 1, or 0 for no racks", *rackSize)
+	case *racks < 0 || *perRack < 0:
+		return usageErrorf("--racks and --hosts-per-rack must not be negative")
 	}
 	rack, err := units.ParseRate(*rackLink)
 	if err != nil {
@@ -81,7 +88,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		return withCode(exitUsage, err)
 	}
 	cfg, notes, err := sim.FromScenario(sc, sim.Options{Peers: *peers, Seed: *seed, Latency: *latency, Queue: q,
-		RackSize: *rackSize, RackUp: rack, RackDown: rack, RackLatency: *rackLat})
+		RackSize: *rackSize, RackUp: rack, RackDown: rack, RackLatency: *rackLat, Racks: *racks, HostsPerRack: *perRack})
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

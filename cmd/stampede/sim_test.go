@@ -43,6 +43,35 @@ func TestSim(t *testing.T) {
 	}
 }
 
+// TestSimPush: a push scenario, scaled down by --racks and
+// --hosts-per-rack, simulates the push agents and reports the last host
+// against the topology bound and the bytes into the racks.
+func TestSimPush(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "sim", "-q", "--json", "--racks", "2", "--hosts-per-rack", "2", "--max-time", "10m", "push-4x6")
+	if code != exitOK {
+		t.Fatalf("sim push-4x6: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Result struct {
+			Finished     int     `json:"finished"`
+			OriginCopies float64 `json:"origin_copies"`
+			Push         *struct {
+				Bound         float64        `json:"bound"`
+				LastOverBound float64        `json:"last_over_bound"`
+				RackInCopies  float64        `json:"rack_in_copies"`
+				Roles         map[string]int `json:"roles"`
+			} `json:"push"`
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, stdout)
+	}
+	r := rep.Result
+	if p := r.Push; r.Finished != 4 || p == nil || p.Bound <= 0 || p.LastOverBound < 1 || p.RackInCopies < 1 || p.Roles["dc_representative"] != 2 {
+		t.Errorf("push: %+v, %+v", r, r.Push)
+	}
+}
+
 // TestSimErrors: bad arguments get a clear error and exit 2.
 func TestSimErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -57,6 +86,9 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"sim", "--rack-link", "1Gbit", "ci"}, "--rack-link needs --rack-size"},
 		{[]string{"sim", "--rack-link", "fast", "--rack-size", "4", "ci"}, `--rack-link: rate "fast"`},
 		{[]string{"sim", "--step-time", "-1s", "ci"}, "--step-time must not be negative"},
+		{[]string{"sim", "--racks", "3", "ci"}, "racks and hosts per rack are a push scenario's"},
+		{[]string{"sim", "--peers", "30", "push-4x6"}, "a push scenario's hosts are its racks'"},
+		{[]string{"sim", "--racks", "-1", "push-4x6"}, "--racks and --hosts-per-rack must not be negative"},
 	} {
 		code, stdout, stderr := runCmd(t, tc.args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
