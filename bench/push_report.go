@@ -32,6 +32,10 @@ type PushRunFigures struct {
 	// last host's time over it.
 	BoundSeconds  float64 `json:"bound_seconds"`
 	LastOverBound float64 `json:"last_over_bound"`
+	// CPUSeconds is the CPU time the system's processes used (daemons,
+	// clients, servers; not the harness): on a busy machine, the system
+	// that needs more of it is slowed down more.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	// Links are the shared links one by one.
 	Links []PushLinkLoad `json:"links"`
 }
@@ -47,6 +51,7 @@ type PushSystemFigures struct {
 	DCInCopies        Range   `json:"dc_in_copies"`
 	LinkMaxOverBudget Range   `json:"link_max_over_budget"`
 	LastOverBound     Range   `json:"last_over_bound"`
+	CPUSeconds        Range   `json:"cpu_seconds"`
 	BoundSeconds      float64 `json:"bound_seconds"`
 }
 
@@ -74,14 +79,14 @@ func (r *Report) summarizePush() {
 		return
 	}
 	for _, s := range r.Systems {
-		var f [8][]float64
+		var f [9][]float64
 		for _, run := range s.Runs {
 			p := run.Push
 			if p == nil {
 				continue
 			}
 			for i, v := range []float64{p.MedianSeconds, p.LastSeconds, p.SlowestOverMedian, p.OriginCopies,
-				p.RackInCopies, p.DCInCopies, p.LinkMaxOverBudget, p.LastOverBound} {
+				p.RackInCopies, p.DCInCopies, p.LinkMaxOverBudget, p.LastOverBound, p.CPUSeconds} {
 				f[i] = append(f[i], v)
 			}
 		}
@@ -90,7 +95,7 @@ func (r *Report) summarizePush() {
 		}
 		s.Push = &PushSystemFigures{MedianSeconds: rangeOf(f[0]), LastSeconds: rangeOf(f[1]), SlowestOverMedian: rangeOf(f[2]),
 			OriginCopies: rangeOf(f[3]), RackInCopies: rangeOf(f[4]), DCInCopies: rangeOf(f[5]), LinkMaxOverBudget: rangeOf(f[6]),
-			LastOverBound: rangeOf(f[7]), BoundSeconds: r.Push.BoundSeconds}
+			LastOverBound: rangeOf(f[7]), CPUSeconds: rangeOf(f[8]), BoundSeconds: r.Push.BoundSeconds}
 	}
 	r.Push.Aims = r.pushAims()
 }
@@ -145,6 +150,8 @@ var pushColumns = []struct{ name, help string }{
 	{"rack_in_copies", "The most bytes that came into one rack over its uplink, in copies of the file, on the wire."},
 	{"link_max_over_budget", "The highest load of any shared link (a rack uplink or a datacenter link, either way) over any 1 s window, " +
 		"over its capacity less the reserve: above 1, the push took part of the reserve left to the applications."},
+	{"CPU", "The CPU time the system's processes used, in all hosts (not the harness's): on a busy machine the system " +
+		"that needs more is slowed down more."},
 }
 
 // pushTableRows are the cells of the push summary table.
@@ -183,7 +190,7 @@ func (r *Report) pushTableRows() [][]string {
 		rows = append(rows, []string{s.Label, fmt.Sprint(len(s.Runs)), fmt.Sprintf("%d/%d", done, total),
 			cell(f.MedianSeconds, "%.1f s"), cell(f.LastSeconds, "%.1f s"), cell(f.SlowestOverMedian, "%.2f"),
 			cell(f.LastOverBound, "%.2f"), cell(f.OriginCopies, "%.2f"), cell(f.RackInCopies, "%.2f"),
-			cell(f.LinkMaxOverBudget, "%.2f")})
+			cell(f.LinkMaxOverBudget, "%.2f"), cell(f.CPUSeconds, "%.1f s")})
 	}
 	return rows
 }

@@ -181,6 +181,36 @@ type pushRun struct {
 	samples [][]linkSample
 	maxLoad float64
 	prog    [][]Point // each host's progress, at each reading that changed it
+	procs   []*proc   // every process the system ran, for their CPU time
+}
+
+// start starts a process of the system, kept for its CPU time.
+func (r *pushRun) start(spec procSpec) (*proc, error) {
+	p, err := startProc(spec)
+	if err == nil {
+		r.keep(p)
+	}
+	return p, err
+}
+
+func (r *pushRun) keep(p *proc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs = append(r.procs, p)
+}
+
+// cpuSeconds is the CPU time (user and system) the system's processes
+// used, those that have ended.
+func (r *pushRun) cpuSeconds() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var t time.Duration
+	for _, p := range r.procs {
+		if p != nil && p.exited() && p.cmd.ProcessState != nil {
+			t += p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+		}
+	}
+	return t.Seconds()
 }
 
 func (b *pushBench) runOnce(ctx context.Context, sys string, rep int) (*RunResult, error) {
@@ -433,6 +463,7 @@ func (r *pushRun) finish(timedOut bool) {
 	if f.BoundSeconds > 0 {
 		f.LastOverBound = f.LastSeconds / f.BoundSeconds
 	}
+	f.CPUSeconds = r.cpuSeconds()
 	run.Push = &f
 	run.MaxLoad = r.maxLoad
 	if cpus := runtime.NumCPU(); run.MaxLoad > 2*float64(cpus) {

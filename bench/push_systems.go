@@ -98,7 +98,7 @@ func (r *pushRun) push(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Join(hd, "dest"), 0o755); err != nil {
 			return err
 		}
-		p, err := startProc(procSpec{name: "daemon on " + h.Name, argv: h.Command(b.bin, "daemon",
+		p, err := r.start(procSpec{name: "daemon on " + h.Name, argv: h.Command(b.bin, "daemon",
 			"--state-dir", filepath.Join(hd, "state"), "--api", filepath.Join(hd, "api.sock"),
 			"--peer-listen", h.Addr(pushPeerPort), "--cluster", b.cluster, "--cluster-key", b.key+".pub",
 			"--cluster-host", h.Name, "--push-dest-prefix", filepath.Join(hd, "dest"), "-q")})
@@ -118,7 +118,7 @@ func (r *pushRun) push(ctx context.Context) error {
 		last pushLine
 	)
 	r.begin()
-	p, err := startProc(procSpec{name: "stampede push", argv: b.net.origin.Command(b.bin, "push", filepath.Join(b.www, b.file),
+	p, err := r.start(procSpec{name: "stampede push", argv: b.net.origin.Command(b.bin, "push", filepath.Join(b.www, b.file),
 		"--cluster", b.cluster, "--key", b.key, "--json", "--dest", filepath.Join(r.dir, "{host}", "dest", b.file),
 		"--origin-listen", b.net.origin.Addr(pushOriginPort), "--deadline", b.timeout(r.sys).String()),
 		stdout: func(line string, _ time.Time) {
@@ -192,6 +192,8 @@ func (r *pushRun) bittorrent(ctx context.Context) error {
 		return err
 	}
 	defer a.stop()
+	r.keep(a.seeder)
+	r.keep(a.tracker)
 	hook := filepath.Join(r.dir, "done.sh")
 	// aria2c passes the file's path as $3; the hook notes the time beside it.
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\ndate +%s.%N > \"$(dirname \"$3\")/done\"\n"), 0o755); err != nil {
@@ -204,7 +206,7 @@ func (r *pushRun) bittorrent(ctx context.Context) error {
 	for i, h := range r.host {
 		pc := a.peer(i, h, Class{}, r.hostDir(i))
 		argv := append(pc.argv[:len(pc.argv)-1:len(pc.argv)-1], "--on-bt-download-complete="+hook, pc.argv[len(pc.argv)-1])
-		p, err := startProc(procSpec{name: "aria2c on " + h.Name, argv: argv, stdout: func(line string, _ time.Time) {
+		p, err := r.start(procSpec{name: "aria2c on " + h.Name, argv: argv, stdout: func(line string, _ time.Time) {
 			if n, ok := parseAria2Progress(line); ok {
 				r.progress(i, n)
 			}
@@ -246,6 +248,7 @@ func (r *pushRun) overHTTP(ctx context.Context, tree bool) error {
 	if err != nil {
 		return err
 	}
+	r.keep(srv)
 	defer srv.term(3 * time.Second)
 	time.Sleep(600 * time.Millisecond) // a first reading of the links
 	r.begin()
@@ -278,6 +281,7 @@ func (r *pushRun) overHTTP(ctx context.Context, tree bool) error {
 				return
 			}
 			defer hs.term(3 * time.Second)
+			r.keep(hs)
 			var inner sync.WaitGroup
 			for i := head + 1; i < head+n; i++ {
 				inner.Go(func() { r.curl(ctx, i, h, pushTreePort) })
@@ -293,7 +297,7 @@ func (r *pushRun) overHTTP(ctx context.Context, tree bool) error {
 // how it went; true if it got the file.
 func (r *pushRun) curl(ctx context.Context, i int, from *Host, port int) bool {
 	out := r.output(i)
-	p, err := startProc(procSpec{name: "curl on " + r.host[i].Name, argv: r.host[i].Command("curl", "-sSf",
+	p, err := r.start(procSpec{name: "curl on " + r.host[i].Name, argv: r.host[i].Command("curl", "-sSf",
 		"--retry", "5", "--retry-all-errors", "-o", out, "http://"+from.Addr(port)+"/"+r.b.file)})
 	if err != nil {
 		r.finished(i, 0, err.Error())
