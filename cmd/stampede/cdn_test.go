@@ -174,3 +174,35 @@ func getThrough(t *testing.T, u string, want []byte) *http.Response {
 	}
 	return res
 }
+
+// TestCDNSelfName: a node finds its own entry on a --nodes list that
+// names every node, by its --listen address or, listening on every
+// address, by its port on one of this machine's addresses.
+func TestCDNSelfName(t *testing.T) {
+	bound := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8480}
+	wild := &net.TCPAddr{IP: net.IPv4zero, Port: 8480}
+	for _, tt := range []struct {
+		listen string
+		bound  *net.TCPAddr
+		nodes  []string
+		want   string // "" for a usage error
+	}{
+		{"127.0.0.1:8480", bound, []string{"192.0.2.1:8480", "127.0.0.1:8480"}, "127.0.0.1:8480"},
+		{"127.0.0.1:8480", bound, nil, "127.0.0.1:8480"},
+		{"127.0.0.1:8480", bound, []string{"192.0.2.1:8480"}, "127.0.0.1:8480"}, // not on the list: warned
+		{":8480", wild, []string{"192.0.2.1:8480", "127.0.0.1:8480"}, "127.0.0.1:8480"},
+		{":8480", wild, []string{"192.0.2.1:8480", "127.0.0.1:9999"}, ""},
+		{":8480", wild, nil, "127.0.0.1:8480"},
+	} {
+		got, err := selfName(tt.listen, tt.bound, tt.nodes)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("selfName(%s, %v): %q, want a usage error", tt.listen, tt.nodes, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("selfName(%s, %v) = %q, %v; want %q", tt.listen, tt.nodes, got, err, tt.want)
+		}
+	}
+}
