@@ -259,7 +259,12 @@ func (b *pushBench) runOnce(ctx context.Context, sys string, rep int) (*RunResul
 		return nil, b.parent.Err()
 	}
 	if err != nil {
-		return nil, err
+		// One run that could not start (an agent slow to listen on a
+		// busy machine, say) fails its hosts, not the whole bench.
+		r.note("%s could not run: %v", pushLabels[sys], err)
+		for i := range r.host {
+			r.finished(i, 0, err.Error())
+		}
 	}
 	r.finish(timedOut)
 	return r.run, nil

@@ -108,7 +108,7 @@ func (r *pushRun) push(ctx context.Context) error {
 		agents[i] = p
 	}
 	for i, h := range r.host {
-		if err := waitServing(ctx, b.net.origin, h.Addr(pushAgentPort), agents[i], 30*time.Second); err != nil {
+		if err := waitServing(ctx, b.net.origin, h.Addr(pushAgentPort), agents[i], time.Minute); err != nil {
 			return err
 		}
 	}

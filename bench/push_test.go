@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -314,4 +315,40 @@ func TestPushInterrupt(t *testing.T) {
 		t.Errorf("Run = %v, want context.Canceled", err)
 	}
 	checkClean(t, work)
+}
+
+// TestPushSystemFails runs push with a stampede that cannot make keys: the
+// run reports every host failed, with the cause, and the bench goes on.
+func TestPushSystemFails(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mode = push needs root (network namespaces and tc)")
+	}
+	if testing.Short() {
+		t.Skip("builds a cluster of namespaces")
+	}
+	bin := filepath.Join(t.TempDir(), "stampede")
+	script := "#!/bin/sh\ncase \"$1\" in help|version) echo stampede broken;; *) echo \"no $1 here\" >&2; exit 1;; esac\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ParseScenario("broken.txt", strings.NewReader("mode = push\nsize = 1MiB\norigin_up = 40Mbit\nracks = 1\n"+
+		"hosts_per_rack = 2\nhost_up = 100Mbit\nhost_down = 100Mbit\nrack_uplink = 40Mbit\nsystems = push\nreps = 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	rep, err := Run(t.Context(), Config{Scenario: sc, Bin: bin, WorkDir: work, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, work)
+	s := rep.Systems[0]
+	if s.Complete || len(s.Runs) != 2 {
+		t.Fatalf("complete %v after %d runs, want 2 failed runs", s.Complete, len(s.Runs))
+	}
+	for _, p := range s.Runs[1].Peers {
+		if p.State != string(PeerFailed) || !strings.Contains(p.Error, "no keygen here") {
+			t.Errorf("host %s: %s, %q", p.Host, p.State, p.Error)
+		}
+	}
 }
