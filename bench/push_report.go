@@ -187,10 +187,14 @@ func (r *Report) pushTableRows() [][]string {
 			}
 			return c
 		}
+		cpu := "-" // reports made before CPU time was counted
+		if f.CPUSeconds.Max > 0 {
+			cpu = cell(f.CPUSeconds, "%.1f s")
+		}
 		rows = append(rows, []string{s.Label, fmt.Sprint(len(s.Runs)), fmt.Sprintf("%d/%d", done, total),
 			cell(f.MedianSeconds, "%.1f s"), cell(f.LastSeconds, "%.1f s"), cell(f.SlowestOverMedian, "%.2f"),
 			cell(f.LastOverBound, "%.2f"), cell(f.OriginCopies, "%.2f"), cell(f.RackInCopies, "%.2f"),
-			cell(f.LinkMaxOverBudget, "%.2f"), cell(f.CPUSeconds, "%.1f s")})
+			cell(f.LinkMaxOverBudget, "%.2f"), cpu})
 	}
 	return rows
 }
