@@ -47,16 +47,17 @@ func (c *pushCounters) received() int64 {
 // the plan's budgets; the throttle lowers down and up while the host is
 // loaded.
 //
-// The origin's bodies come first within the cross budget: crossPeers is
-// kept at the budget less what the origin's bodies take (prioritize).
-// Shared fairly, a representative's one or two origin fetches got a
-// fraction of the budget against its peers' many connections, the origin
-// sent at half its link, and the representatives, each soon holding what
-// the others held, waited on it: new pieces enter a cluster only from the
+// The origin's bodies come first within the cross budget: they wait on
+// cross alone, and what they take is charged to crossPeers too, without
+// waiting (debit), so the peers get what the origin leaves. Shared
+// fairly, a representative's one or two origin fetches got a fraction of
+// the budget against its peers' many connections, the origin sent at
+// half its link, and the representatives, each soon holding what the
+// others held, waited on it: new pieces enter a cluster only from the
 // origin (docs/push.md has the simulator's figures).
 type pushRates struct {
 	down, up, cross, crossPeers, crossUp *rate.Limiter
-	downMax, upMax, crossMax             float64 // the budgets (0: none)
+	downMax, upMax                       float64 // the budgets (0: none)
 }
 
 func newPushRates(r *cluster.Role) *pushRates {
@@ -67,38 +68,7 @@ func newPushRates(r *cluster.Role) *pushRates {
 		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/20)))
 	}
 	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), crossPeers: lim(r.Cross), crossUp: lim(r.Cross),
-		downMax: float64(r.Down), upMax: float64(r.Up), crossMax: float64(r.Cross)}
-}
-
-// prioritizeEvery is how often crossPeers follows the origin's rate, and
-// prioritizeFloor the least share of the cross budget the peers keep, so
-// that their connections never stall for good.
-const (
-	prioritizeEvery = 100 * time.Millisecond
-	prioritizeFloor = 1.0 / 16
-)
-
-// prioritize keeps crossPeers at the cross budget less the origin's rate
-// (on the wire), measured over the last prioritizeEvery, until ctx ends.
-func (e *pushEnv) prioritize(ctx context.Context) {
-	full := e.rt.crossMax
-	if full <= 0 {
-		return
-	}
-	t := time.NewTicker(prioritizeEvery)
-	defer t.Stop()
-	last, at := e.ps.ctr.fromOrigin.Load(), time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			got := e.ps.ctr.fromOrigin.Load()
-			origin := float64(got-last) * wireOverhead / 100 / now.Sub(at).Seconds()
-			last, at = got, now
-			set(e.rt.crossPeers, max(full-origin, full*prioritizeFloor))
-		}
-	}
+		downMax: float64(r.Down), upMax: float64(r.Up)}
 }
 
 // set applies a limit (0: none) to l, keeping its burst.
@@ -131,6 +101,21 @@ func wait(ctx context.Context, l *rate.Limiter, n int) {
 		if l.WaitN(ctx, k) != nil {
 			return // ctx ended: the connection goes with it
 		}
+		n -= k
+	}
+}
+
+// debit charges n payload bytes, counted on the wire, to l without
+// waiting: l goes into debt, and whoever waits on it next waits it out.
+func debit(l *rate.Limiter, n int) {
+	if l.Limit() == rate.Inf {
+		return
+	}
+	n = n * wireOverhead / 100
+	now := time.Now()
+	for n > 0 {
+		k := min(n, l.Burst())
+		l.ReserveN(now, k) // never cancelled: the tokens are spent
 		n -= k
 	}
 }
@@ -324,21 +309,25 @@ func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode != http.StatusPartialContent {
 		return resp, err
 	}
-	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: []*rate.Limiter{g.e.rt.cross, g.e.rt.down}}
+	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: []*rate.Limiter{g.e.rt.cross, g.e.rt.down},
+		debit: g.e.rt.crossPeers}
 	return resp, nil
 }
 
-// shapedBody counts and shapes an origin answer's body.
+// shapedBody counts and shapes an origin answer's body, and charges it to
+// the peers' limiter too (debit: the origin first).
 type shapedBody struct {
 	io.ReadCloser
-	ctx context.Context
-	n   *atomic.Int64
-	l   []*rate.Limiter
+	ctx   context.Context
+	n     *atomic.Int64
+	l     []*rate.Limiter
+	debit *rate.Limiter
 }
 
 func (b *shapedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
+	debit(b.debit, n)
 	for _, l := range b.l {
 		wait(b.ctx, l, n)
 	}

@@ -63,7 +63,6 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 	s.updatePush(ps, func(st *PushStatus) { st.Role = roleName(role) })
 	ps.ctr.progressAt.Store(time.Now().UnixNano())
 	s.wg.Go(func() { e.throttle(ctx) })
-	s.wg.Go(func() { e.prioritize(ctx) })
 
 	client := &http.Client{Transport: e.gate(req.URL, nil)}
 	m, _, err := fetch.Join(ctx, client, req.URL)
