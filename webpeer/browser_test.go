@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,10 +58,25 @@ func run(t *testing.T, args ...string) {
 // nsAddr is the address of namespace wp-b<i>.
 func nsAddr(i int) string { return fmt.Sprintf("%s%d", netPrefix, 10+i) }
 
+// netLock is the file whose lock a test holds while it has the test
+// network: two processes running these tests at once (two checkouts, or
+// two people's go test) would otherwise tear down each other's bridge.
+const netLock = "/run/lock/stampede-wpbr0.lock"
+
 // setupNet makes the bridge and n namespaces wp-b0... wp-b<n-1> with a
-// veth on it each, and removes them when the test ends.
+// veth on it each, and removes them when the test ends. It waits for
+// another process's test to be done with them first.
 func setupNet(t *testing.T, n int) []string {
 	t.Helper()
+	os.MkdirAll(filepath.Dir(netLock), 0o755)
+	lock, err := os.OpenFile(netLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("lock %s: %v", netLock, err)
+	}
+	t.Cleanup(func() { lock.Close() }) // after the cleanup below: last in, first out
 	cleanup := func() {
 		for i := range n {
 			exec.Command("ip", "netns", "del", fmt.Sprintf("wp-b%d", i)).Run()

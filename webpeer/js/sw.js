@@ -11,7 +11,11 @@
 const CONFIG = '/.well-known/stampede/peer.json';
 const MANIFEST = '/.well-known/stampede/manifest';
 const BUNDLE_INDEX = '/.well-known/stampede/bundle-index';
+// How long a page has to take a request: one that said hello runs the
+// peer and answers, if slowly on a busy machine; one known only by its
+// path may not have started its peer yet, or never will.
 const ACCEPT_MS = 1000;
+const ACCEPT_HELLO_MS = 5000;
 const MEMO = 256; // manifests (and their absence) remembered
 
 let cfg = null, cfgAt = 0, off = false;
@@ -166,7 +170,7 @@ function fromPage(client, j, req, c, want) {
     const stream = new ReadableStream({ start(k) { ctrl = k; } });
     const end = () => { finished = true; ch.port1.close(); clearInterval(watch); clearTimeout(timer); };
     const fallback = () => { end(); resolve(fetch(req)); };
-    const timer = setTimeout(() => { if (!accepted) fallback(); }, ACCEPT_MS);
+    const timer = setTimeout(() => { if (!accepted) fallback(); }, peers.has(client.id) ? ACCEPT_HELLO_MS : ACCEPT_MS);
     const flush = () => {
       while (pieces.has(next)) {
         const b = pieces.get(next);

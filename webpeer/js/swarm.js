@@ -14,6 +14,9 @@ const UPLOAD_QUEUE = 8; // requests queued per connection, then REJECT busy
 const REANNOUNCE_MS = 2000; // while short of peers and not done
 const ICE_WAIT_MS = 3000;
 const FIRST_ANSWER_MS = 1000; // the tracker's first answer awaited before offers
+const ORIGIN_K = 3; // swarm's DefaultOriginK
+const ORIGIN_SLICE_MS = 250; // swarm's OriginSlice
+const OFFER_WAIT_MS = 1000; // how long our first offers may take to bring a peer
 const ORIGIN_PARALLEL = 2;
 const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
 const TRIES = 2; // peers a piece is asked of before the origin
@@ -412,7 +415,8 @@ export class Swarm {
     if ((this.tries.get(i) || 0) >= TRIES) this.toOrigin(i);
   }
   // schedule asks peers for the pieces still needed, and the origin for
-  // those no peer has past the deadline, or that failed TRIES times.
+  // those no peer of ours has, by the origin rule (holdsOrigin) or past
+  // the deadline, or that failed TRIES times.
   schedule() {
     if (this.stopped || this.have.complete()) return;
     const now = performance.now();
@@ -421,7 +425,9 @@ export class Swarm {
         if (now - f.at > this.cfg.deadline_ms) { c.send({ type: wire.T.CANCEL, piece: i, offset: 0, length: f.buf.length }); c.inflight.delete(i); c.cancelled.add(i); this.requeue(i, c); this.tries.set(i, TRIES); this.toOrigin(i); }
       }
     }
-    const conns = [...this.conns.values()].filter((c) => c.unchoked && c.reader && c.pausedUntil <= now);
+    const serving = [...this.conns.values()].filter((c) => c.unchoked && c.reader);
+    const conns = serving.filter((c) => c.pausedUntil <= now);
+    const origin = this.holdsOrigin(now, serving.length);
     let unasked = 0;
     for (let i = 0; i < this.m.n; i++) {
       if (this.have.has(i) || this.asked.has(i)) continue;
@@ -431,11 +437,28 @@ export class Swarm {
         this.asked.add(i);
         this.tries.set(i, (this.tries.get(i) || 0) + 1);
         c.request(i);
-      } else if (now - this.started > this.cfg.deadline_ms || (this.swarmSize === 1 && !conns.length)) {
+      } else if (!serving.some((c) => c.their.has(i)) && (origin || now - this.started > this.cfg.deadline_ms)) {
         this.toOrigin(i);
       } else unasked++;
     }
     if (!unasked) this.endgame(conns);
+  }
+  // holdsOrigin is the origin rule of the native scheduler (swarm/origin.go),
+  // for the pieces no peer of ours has: time is cut into slices of
+  // ORIGIN_SLICE_MS, and each is ours with probability ORIGIN_K/n, n the
+  // tracker's swarm size (at least our peers and us), so that about
+  // ORIGIN_K peers of a swarm go to the origin at once however large it
+  // is, and a swarm of a few does not wait for the deadline. Not before
+  // the tracker's first answer, nor while our offers may still bring us
+  // peers (for a second after them) and we have none.
+  holdsOrigin(now, peers) {
+    if (this.swarmSize === 1 && !peers) return true; // alone
+    if (!this.swarmSize || (!peers && now - (this.timeline.offered ?? now) < OFFER_WAIT_MS)) return false;
+    if (now - (this.sliceAt || 0) >= ORIGIN_SLICE_MS) {
+      this.sliceAt = now;
+      this.holding = Math.random() < ORIGIN_K / Math.max(this.swarmSize, peers + 1);
+    }
+    return this.holding;
   }
   // endgame: every piece still missing is asked of someone; a peer with
   // room asks for those in flight with another peer too, so that the last
