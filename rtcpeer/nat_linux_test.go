@@ -25,8 +25,8 @@ import (
 // The NAT testbed: network namespaces named natPrefix+..., an "internet"
 // bridge on 198.19.0.0/24 (natInet) with stampede serve on it (origin,
 // tracker, STUN and TURN at 198.19.0.1), and peers behind NATs made with
-// nftables, each NAT a namespace with its WAN on the bridge and one peer
-// on its LAN (10.88.K.0/24):
+// nftables, each NAT a namespace with its WAN on the bridge and its peers
+// on its LAN (a bridge there, 10.88.K.0/24):
 //   - full-cone: masquerade (the port kept) and every UDP port of the WAN
 //     forwarded to the peer: endpoint-independent mapping and filtering;
 //   - port-restricted: masquerade with conntrack (the port kept): only
@@ -43,10 +43,22 @@ const (
 // natPeer is one peer of the testbed: the NAT it sits behind ("" for a
 // public address).
 type natPeer struct {
-	name string
-	nat  string // "full-cone", "port-restricted", "symmetric" or ""
-	ns   string
-	ip   string
+	name   string
+	nat    string // "full-cone", "port-restricted", "symmetric" or ""
+	behind string // the peer whose NAT it shares; "": its own
+	ns     string
+	ip     string
+}
+
+// natOf names the NAT p sits behind ("" for none).
+func (p *natPeer) natOf() string {
+	switch {
+	case p.nat == "":
+		return ""
+	case p.behind != "":
+		return p.behind
+	}
+	return p.name
 }
 
 // TestNATTraversal: native peers behind each kind of NAT, and public
@@ -54,8 +66,9 @@ type natPeer struct {
 // the tracker and the origin's STUN and TURN (named in its peer.json).
 // Every download completes, verified; every pair of peers behind
 // full-cone or port-restricted NATs (or public) that pairs does so by a
-// punched path (or direct, both public), and a pair of a symmetric NAT's
-// peer with a port-restricted or symmetric one through the relay; the
+// punched path (direct: both public, or behind the same NAT), and a pair
+// of a symmetric NAT's peer with a port-restricted or symmetric one
+// through the relay; the
 // pairs that must connect each way (full-cone with port-restricted, two
 // port-restricted, symmetric with symmetric) do; the --json counts show
 // the mix. Root only, with ip and nft (scripts/install-test-deps.sh
@@ -78,7 +91,8 @@ func TestNATTraversal(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	peers := []*natPeer{
-		{name: "fc", nat: "full-cone"}, {name: "pr1", nat: "port-restricted"}, {name: "pr2", nat: "port-restricted"},
+		{name: "fc", nat: "full-cone"}, {name: "pr1", nat: "port-restricted"}, {name: "pr1b", nat: "port-restricted", behind: "pr1"},
+		{name: "pr2", nat: "port-restricted"},
 		{name: "sym1", nat: "symmetric"}, {name: "sym2", nat: "symmetric"}, {name: "pub1"}, {name: "pub2"},
 	}
 	natTestbed(t, peers)
@@ -225,10 +239,10 @@ func natWant(a, b *natPeer) string {
 	hard := func(p *natPeer) bool { return p.nat == "symmetric" }
 	closed := func(p *natPeer) bool { return p.nat == "symmetric" || p.nat == "port-restricted" }
 	switch {
+	case a.natOf() == b.natOf(): // public both, or on one LAN
+		return node.PathDirect
 	case hard(a) && closed(b) || hard(b) && closed(a):
 		return node.PathRelayed
-	case a.nat == "" && b.nat == "":
-		return node.PathDirect
 	}
 	return node.PathPunched
 }
@@ -353,6 +367,7 @@ func natTestbed(t *testing.T, peers []*natPeer) {
 		in(ns, "ip", "addr", "add", ip+"/24", "dev", dev)
 		in(ns, "ip", "link", "set", dev, "up")
 	}
+	lans := map[string]int{} // the NATs made: their LAN's number
 	for k, p := range peers {
 		p.ns = natPrefix + p.name
 		addNS(p.ns)
@@ -361,37 +376,56 @@ func natTestbed(t *testing.T, peers []*natPeer) {
 			onBridge(p.ns, "eth0", "p"+p.name, p.ip)
 			continue
 		}
-		nat := natPrefix + "n" + p.name
-		addNS(nat)
-		wan := fmt.Sprintf("198.19.0.%d", 10+k)
-		onBridge(nat, "wan", "n"+p.name, wan)
-		p.ip = fmt.Sprintf("10.88.%d.2", k)
-		run("ip", "link", "add", "name", "lan", "netns", nat, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
-		in(nat, "ip", "addr", "add", fmt.Sprintf("10.88.%d.1/24", k), "dev", "lan")
-		in(nat, "ip", "link", "set", "lan", "up")
+		nat := natPrefix + "n" + p.natOf()
+		lan, made := lans[p.natOf()]
+		if !made {
+			lan = k
+			lans[p.natOf()] = lan
+		}
+		p.ip = fmt.Sprintf("10.88.%d.%d", lan, 2+k)
+		if !made {
+			natMake(t, in, onBridge, nat, p, lan)
+		}
+		// The LAN is a bridge in the NAT's namespace.
+		run("ip", "link", "add", "name", "eth0", "netns", p.ns, "type", "veth", "peer", "name", "h"+p.name, "netns", nat)
+		in(nat, "ip", "link", "set", "h"+p.name, "master", "lan", "up")
 		in(p.ns, "ip", "addr", "add", p.ip+"/24", "dev", "eth0")
 		in(p.ns, "ip", "link", "set", "eth0", "up")
-		in(p.ns, "ip", "route", "add", "default", "via", fmt.Sprintf("10.88.%d.1", k))
-		in(nat, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-		// What comes unasked to the NAT's own address is dropped before
-		// conntrack keeps it: a kept entry would take the port the peer's
-		// own packets to that sender are about to be mapped to, and they
-		// would go out from another (a port-restricted NAT then behaves
-		// as a symmetric one to a peer whose first packet came first).
-		rules := "table ip stnat {\n" +
-			"  chain post { type nat hook postrouting priority srcnat; oifname \"wan\" masquerade" + map[string]string{"symmetric": " fully-random"}[p.nat] + "; }\n" +
-			"  chain in { type filter hook input priority filter; iifname \"wan\" ct state new drop; }\n"
-		if p.nat == "full-cone" {
-			// Whatever comes to a port of the WAN goes to the peer at the
-			// same port, which masquerade keeps for it.
-			rules += "  chain pre { type nat hook prerouting priority dstnat; iifname \"wan\" meta l4proto udp dnat to " + p.ip + "; }\n"
-		}
-		rules += "}\n"
-		cmd := exec.Command("ip", "netns", "exec", nat, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(rules)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("nft in %s: %v\n%s\n%s", nat, err, out, rules)
-		}
+		in(p.ns, "ip", "route", "add", "default", "via", fmt.Sprintf("10.88.%d.1", lan))
+	}
+}
+
+// natMake makes the NAT of namespace nat in front of LAN 10.88.lan.0/24,
+// of the kind p's, its WAN on the bridge; a full-cone one forwards to p.
+func natMake(t *testing.T, in func(string, ...string), onBridge func(ns, dev, port, ip string), nat string, p *natPeer, lan int) {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "add", nat).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", nat, err, out)
+	}
+	in(nat, "ip", "link", "set", "lo", "up")
+	onBridge(nat, "wan", "n"+p.name, fmt.Sprintf("198.19.0.%d", 10+lan))
+	in(nat, "ip", "link", "add", "lan", "type", "bridge")
+	in(nat, "ip", "addr", "add", fmt.Sprintf("10.88.%d.1/24", lan), "dev", "lan")
+	in(nat, "ip", "link", "set", "lan", "up")
+	in(nat, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	// What comes unasked to the NAT's own address is dropped before
+	// conntrack keeps it: a kept entry would take the port the peer's own
+	// packets to that sender are about to be mapped to, and they would go
+	// out from another (a port-restricted NAT then behaves as a symmetric
+	// one to a peer whose first packet came first).
+	rules := "table ip stnat {\n" +
+		"  chain post { type nat hook postrouting priority srcnat; oifname \"wan\" masquerade" + map[string]string{"symmetric": " fully-random"}[p.nat] + "; }\n" +
+		"  chain in { type filter hook input priority filter; iifname \"wan\" ct state new drop; }\n"
+	if p.nat == "full-cone" {
+		// Whatever comes to a port of the WAN goes to the peer at the
+		// same port, which masquerade keeps for it.
+		rules += "  chain pre { type nat hook prerouting priority dstnat; iifname \"wan\" meta l4proto udp dnat to " + p.ip + "; }\n"
+	}
+	rules += "}\n"
+	cmd := exec.Command("ip", "netns", "exec", nat, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft in %s: %v\n%s\n%s", nat, err, out, rules)
 	}
 }
 
