@@ -126,6 +126,7 @@ func (n *node) start() {
 	n.progressAt = s.now
 	cfg := s.cfg.Swarm
 	cfg.NumPieces, cfg.PieceLen = s.pieces, s.pieceLen
+	cfg.Seed = mix(s.cfg.Seed, uint64(n.idx))
 	if ps := s.push; ps != nil {
 		cfg.OriginHolder = ps.roles[n.idx].DCRep // the agent's node.Config.Swarm
 	}
