@@ -76,19 +76,30 @@ func pathOf(pc *webrtc.PeerConnection) (path string, pair *webrtc.ICECandidatePa
 	if err != nil || pair == nil || pair.Local == nil || pair.Remote == nil {
 		return node.PathDirect, nil
 	}
-	var mine, theirs []string
+	var myHosts, mine, theirHosts, theirs []string
 	if d := pc.LocalDescription(); d != nil {
-		mine = natAddrs(d.SDP)
+		myHosts, mine = endOf(d.SDP)
 	}
 	if d := pc.RemoteDescription(); d != nil {
-		theirs = natAddrs(d.SDP)
+		theirHosts, theirs = endOf(d.SDP)
 	}
-	return classify(pair.Local.Typ, pair.Remote.Typ, mine, theirs), pair
+	return classify(asSeen(pair.Local, myHosts), asSeen(pair.Remote, theirHosts), mine, theirs), pair
+}
+
+// asSeen is c's type, except that a reflexive candidate at one of its
+// end's host addresses is that host candidate: ICE learns a
+// peer-reflexive candidate when a check comes before the description that
+// names it, and a public host's server-reflexive address is its own.
+func asSeen(c *webrtc.ICECandidate, hosts []string) webrtc.ICECandidateType {
+	if (c.Typ == webrtc.ICECandidateTypeSrflx || c.Typ == webrtc.ICECandidateTypePrflx) && slices.Contains(hosts, c.Address) {
+		return webrtc.ICECandidateTypeHost
+	}
+	return c.Typ
 }
 
 // classify is how a candidate pair of types local and remote reaches the
 // peer, mine and theirs being the public addresses each end's NAT gave it
-// (natAddrs; none: not behind a NAT, or no STUN to tell):
+// (endOf; none: not behind a NAT, or no STUN to tell):
 //   - through a relay on either end: relayed;
 //   - to or from an address a NAT mapped (server- or peer-reflexive):
 //     punched;
@@ -115,11 +126,12 @@ func classify(local, remote webrtc.ICECandidateType, mine, theirs []string) stri
 	return node.PathPunched
 }
 
-// natAddrs are the addresses of the server-reflexive candidates of a
-// session description that are none of its host candidates' addresses:
-// the public addresses a NAT maps the end to, as STUN told it.
-func natAddrs(sdp string) []string {
-	var hosts, srflx []string
+// endOf reads the candidates of a session description: the end's host
+// addresses, and the public addresses a NAT maps it to, as STUN told it
+// (its server-reflexive candidates' that are none of its host
+// addresses).
+func endOf(sdp string) (hosts, nat []string) {
+	var srflx []string
 	for line := range strings.Lines(sdp) {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "a=candidate:")
 		if !ok {
@@ -137,11 +149,10 @@ func natAddrs(sdp string) []string {
 			srflx = append(srflx, f[4])
 		}
 	}
-	var out []string
 	for _, a := range srflx {
-		if !slices.Contains(hosts, a) && !slices.Contains(out, a) {
-			out = append(out, a)
+		if !slices.Contains(hosts, a) && !slices.Contains(nat, a) {
+			nat = append(nat, a)
 		}
 	}
-	return out
+	return hosts, nat
 }

@@ -40,7 +40,7 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestNATAddrs(t *testing.T) {
+func TestEndOf(t *testing.T) {
 	sdp := "v=0\r\n" +
 		"a=candidate:1 1 udp 2130706431 10.88.1.2 40000 typ host\r\n" +
 		"a=candidate:2 1 udp 1694498815 198.19.0.11 40000 typ srflx raddr 0.0.0.0 rport 40000\r\n" +
@@ -48,11 +48,37 @@ func TestNATAddrs(t *testing.T) {
 		"a=candidate:4 1 udp 16777215 198.19.0.1 50000 typ relay raddr 198.19.0.11 rport 40003\r\n" +
 		"a=candidate:5 1 udp 2130706431 198.19.0.21 40004 typ host\r\n" +
 		"a=candidate:6 1 udp 1694498815 198.19.0.21 40004 typ srflx raddr 0.0.0.0 rport 40004\r\n"
-	if got := natAddrs(sdp); !slices.Equal(got, []string{"198.19.0.11"}) {
-		t.Errorf("natAddrs = %v, want [198.19.0.11] (a srflx that is a host address of ours is no NAT's)", got)
+	hosts, nat := endOf(sdp)
+	if !slices.Equal(nat, []string{"198.19.0.11"}) {
+		t.Errorf("NAT addresses %v, want [198.19.0.11] (a srflx that is a host address of ours is no NAT's)", nat)
 	}
-	if got := natAddrs("v=0\r\na=candidate:1 1 udp 1 198.19.0.21 1 typ host\r\n"); got != nil {
-		t.Errorf("natAddrs of host candidates = %v, want none", got)
+	if !slices.Equal(hosts, []string{"10.88.1.2", "198.19.0.21"}) {
+		t.Errorf("host addresses %v, want [10.88.1.2 198.19.0.21]", hosts)
+	}
+	if _, nat := endOf("v=0\r\na=candidate:1 1 udp 1 198.19.0.21 1 typ host\r\n"); nat != nil {
+		t.Errorf("NAT addresses of host candidates = %v, want none", nat)
+	}
+}
+
+// TestAsSeen: a reflexive candidate at a host address of its end is that
+// host candidate (a check came before the description; a public host's
+// STUN answer), else its type holds.
+func TestAsSeen(t *testing.T) {
+	hosts := []string{"198.19.0.21"}
+	for _, c := range []struct {
+		typ  webrtc.ICECandidateType
+		addr string
+		want webrtc.ICECandidateType
+	}{
+		{webrtc.ICECandidateTypePrflx, "198.19.0.21", webrtc.ICECandidateTypeHost},
+		{webrtc.ICECandidateTypeSrflx, "198.19.0.21", webrtc.ICECandidateTypeHost},
+		{webrtc.ICECandidateTypePrflx, "198.19.0.11", webrtc.ICECandidateTypePrflx},
+		{webrtc.ICECandidateTypeSrflx, "198.19.0.11", webrtc.ICECandidateTypeSrflx},
+		{webrtc.ICECandidateTypeRelay, "198.19.0.21", webrtc.ICECandidateTypeRelay},
+	} {
+		if got := asSeen(&webrtc.ICECandidate{Typ: c.typ, Address: c.addr}, hosts); got != c.want {
+			t.Errorf("asSeen(%v at %s) = %v, want %v", c.typ, c.addr, got, c.want)
+		}
 	}
 }
 
