@@ -221,3 +221,54 @@ func TestAnswerBound(t *testing.T) {
 		t.Errorf("%d answers waiting for their channel, want 2 (MaxPeers)", n)
 	}
 }
+
+// TestLinkedPeer: an answer from a peer a channel is open to already (it
+// answered another offer of ours, or we one of its) closes the offer's
+// peer connection instead of opening a second channel; once that channel
+// closes, the peer is answered again.
+func TestLinkedPeer(t *testing.T) {
+	rt := New(Config{})
+	rt.api = loopbackAPI(true)
+	defer rt.Close()
+	j := &joined{t: rt, root: manifest.Hash{1}, size: 1, left: func() int64 { return 1 }, offers: map[string]*pending{}, linked: map[string]int{}}
+	pc, err := rt.newPC(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	dc, err := pc.CreateDataChannel("stampede", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := pc.CreateOffer(nil)
+	pc.SetLocalDescription(o)
+	<-webrtc.GatheringCompletePromise(pc)
+	// A valid answer, which would be applied but for the link.
+	b, err := loopbackAPI(false).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.SetRemoteDescription(*pc.LocalDescription()); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := b.CreateAnswer(nil)
+	b.SetLocalDescription(a)
+	<-webrtc.GatheringCompletePromise(b)
+	j.offers["o1"] = &pending{pc: pc, dc: dc, at: time.Now()}
+	j.link("b", 1)
+	if !j.isLinked("b") {
+		t.Fatal("b not linked after a channel opened")
+	}
+	j.answered(message{PeerID: "b", OfferID: "o1", Answer: &sdp{Type: "answer", SDP: b.LocalDescription().SDP}})
+	if s := pc.ConnectionState(); s != webrtc.PeerConnectionStateClosed {
+		t.Errorf("the offer answered by a linked peer: connection %v, want closed", s)
+	}
+	if len(j.offers) != 0 {
+		t.Errorf("%d offers pending, want 0", len(j.offers))
+	}
+	j.link("b", -1)
+	if j.isLinked("b") || len(j.linked) != 0 {
+		t.Errorf("b linked after its channel closed: %v", j.linked)
+	}
+}
