@@ -66,7 +66,8 @@ func TestHandler(t *testing.T) {
 	}
 	var doc map[string]any
 	b, _ := io.ReadAll(get(t, h, webpeer.ConfigPath).Body)
-	if err := json.Unmarshal(b, &doc); err != nil || doc["enabled"] != true || doc["upload_rate"] != float64(webpeer.DefaultUploadRate) {
+	if err := json.Unmarshal(b, &doc); err != nil || doc["enabled"] != true || doc["upload_rate"] != float64(webpeer.DefaultUploadRate) ||
+		doc["max_memory"] != float64(webpeer.DefaultMaxMemory) {
 		t.Errorf("peer.json: %s, %v", b, err)
 	}
 }
@@ -179,8 +180,8 @@ func TestGzip(t *testing.T) {
 	}
 	page, worker := webpeer.Weight()
 	t.Logf("gzipped: %d bytes for the page, %d for the worker", page, worker)
-	if page > 20<<10 || worker > 4<<10 {
-		t.Errorf("the page's modules weigh %d bytes gzipped (budget 20 KiB), the worker %d (4 KiB)", page, worker)
+	if page > 20<<10 || worker > 5<<10 {
+		t.Errorf("the page's modules weigh %d bytes gzipped (budget 20 KiB), the worker %d (5 KiB)", page, worker)
 	}
 }
 
