@@ -12,8 +12,9 @@
 #            promtool checks every server's /metrics), chromium (the
 #            dashboard's test loads it in a headless browser; the browser
 #            peer's tests run several), iproute2 (the netns testbed, as
-#            root), nodejs (the browser peer's JavaScript tests) and varnish
-#            (a baseline of the CDN testbed, bench/cdn.go);
+#            root), nodejs (the browser peer's JavaScript tests), varnish
+#            (a baseline of the CDN testbed, bench/cdn.go) and nftables (a
+#            browser peer's test blocks a browser's UDP);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
