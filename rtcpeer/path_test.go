@@ -121,7 +121,7 @@ func TestMinDuration(t *testing.T) {
 // pair connects two peer connections of loopback pion over one data
 // channel and returns the offerer's end as a conn, and the answerer's
 // channel, detached.
-func pair(t *testing.T) (*conn, *webrtc.DataChannel) {
+func pair(t testing.TB) (*conn, *webrtc.DataChannel) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -226,5 +226,36 @@ func TestPathConn(t *testing.T) {
 	}
 	if rtt := c.MinRTT(); rtt > time.Second {
 		t.Errorf("a round trip of %v over loopback", rtt)
+	}
+}
+
+// BenchmarkChannel: bytes through one data channel over loopback, as the
+// peer protocol writes them (16 KiB messages), read as a stream.
+func BenchmarkChannel(b *testing.B) {
+	c, theirs := pair(b)
+	raw, err := theirs.Detach()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const each = 4 << 20
+	out := make([]byte, each)
+	buf := make([]byte, 256<<10)
+	b.SetBytes(each)
+	for b.Loop() {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Write(out)
+			done <- err
+		}()
+		for got := 0; got < each; {
+			n, err := raw.Read(buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got += n
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
 	}
 }
