@@ -113,10 +113,20 @@ class Page {
 
 async function main() {
   if (!('serviceWorker' in navigator) || !self.isSecureContext) return 'unsupported';
-  let cfg;
-  try {
-    cfg = await (await fetch(CONFIG, { credentials: 'omit', cache: 'no-store' })).json();
-  } catch { return 'no config'; }
+  // A page under the worker takes the configuration from it (read from
+  // the origin at most check_every_ms ago): a page view then asks the
+  // origin nothing more than the page did. A first visit reads it.
+  let cfg = null, told = false;
+  const w = navigator.serviceWorker.controller;
+  if (w && w.scriptURL.endsWith(WORKER)) {
+    cfg = (await hello())?.cfg || null;
+    told = true;
+  }
+  if (!cfg) {
+    try {
+      cfg = await (await fetch(CONFIG, { credentials: 'omit', cache: 'no-store' })).json();
+    } catch { return 'no config'; }
+  }
   if (!cfg.enabled) {
     for (const r of await navigator.serviceWorker.getRegistrations()) {
       if ((r.active || r.installing || r.waiting)?.scriptURL.endsWith(WORKER)) await r.unregister();
@@ -128,8 +138,7 @@ async function main() {
   if (typeof RTCPeerConnection !== 'function') return 'no webrtc';
   const page = new Page(cfg);
   self.stampede.page = page;
-  navigator.serviceWorker.addEventListener('message', (e) => page.onWorker(e));
-  navigator.serviceWorker.startMessages();
+  worker.start(page);
   document.addEventListener('visibilitychange', () => page.onVisibility());
   // A first visit installs the worker once the page has loaded, so that
   // fetching and starting it does not compete with the page's own loads.
@@ -140,22 +149,53 @@ async function main() {
   if (!navigator.serviceWorker.controller) {
     await new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
   }
-  await hello();
+  if (!told) await hello();
   return 'on';
 }
 
 // hello tells the worker that this page runs the peer, so that it routes
 // the page's requests here (it lets every other page's through), and
-// resolves once the worker has heard it.
+// resolves to its answer (with its configuration) once it has heard it.
 function hello() {
   const w = navigator.serviceWorker.controller;
-  if (!w) return Promise.resolve();
+  if (!w) return Promise.resolve(null);
   const ch = new MessageChannel();
-  const heard = new Promise((r) => { ch.port1.onmessage = r; setTimeout(r, 1000); });
+  const heard = new Promise((r) => { ch.port1.onmessage = (e) => r(e.data); setTimeout(() => r(null), 1000); });
   w.postMessage({ op: 'hello' }, [ch.port2]);
   return heard;
 }
 
+// worker takes the worker's messages from the start: the browser hands
+// them out once the document is parsed, listened to or not, and the
+// worker may ask for an object before the page's peer is up. They wait
+// for it, and are refused at once if it stays off.
+const worker = {
+  page: null,
+  off: false,
+  early: [],
+  listen() {
+    if (!('serviceWorker' in navigator)) return;
+    navigator.serviceWorker.addEventListener('message', (e) => {
+      if (this.page) this.page.onWorker(e);
+      else if (this.off || this.early.length >= 64) refuse(e);
+      else this.early.push(e);
+    });
+    navigator.serviceWorker.startMessages();
+  },
+  start(page) {
+    this.page = page;
+    for (const e of this.early.splice(0)) page.onWorker(e);
+  },
+  stop() {
+    this.off = true;
+    for (const e of this.early.splice(0)) refuse(e);
+  },
+};
+const refuse = (e) => { if (e.data && e.data.op === 'get' && e.ports[0]) e.ports[0].postMessage({ op: 'refuse' }); };
+worker.listen();
+
 // stampede.ready resolves to 'on' once the worker controls the page, or to
 // why the peer stays off.
-self.stampede = { ready: main().catch((e) => 'error: ' + e.message) };
+self.stampede = {
+  ready: main().catch((e) => 'error: ' + e.message).then((r) => { if (r !== 'on') worker.stop(); return r; }),
+};

@@ -72,7 +72,8 @@ self.addEventListener('message', (e) => {
   if (!e.data || e.data.op !== 'hello' || !e.source) return;
   put(peers, e.source.id, true);
   put(tagged, new URL(e.source.url).pathname, true);
-  if (e.ports[0]) e.ports[0].postMessage('ok');
+  // With the configuration: the page need not ask the origin for it.
+  if (e.ports[0]) { const port = e.ports[0]; e.waitUntil(config().then((c) => port.postMessage({ op: 'ok', cfg: c }), () => port.postMessage({ op: 'ok' }))); }
 });
 // A worker started afresh knows no page: the open ones say hello again.
 const who = () => self.clients.matchAll({ type: 'window', includeUncontrolled: true })
