@@ -33,7 +33,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var (
 		backend  = fs.String("backend", "", "`loopback` or netns (default: each scenario's own)")
 		reps     = fs.Int("reps", 0, "runs per system (default: the scenario's)")
-		systems  = fs.String("systems", "", "comma-separated `LIST` of systems to run (default: the scenario's): stampede, http, http-nginx, curl, aria2")
+		systems  = fs.String("systems", "", "comma-separated `LIST` of systems to run (default: the scenario's): stampede, http, http-nginx, curl, aria2; for a push scenario push, aria2, tree, http")
 		out      = fs.String("out", ".", "write NAME.json and NAME.html to `DIR`")
 		doc      = fs.String("doc", "", "also write the tables into the generated section of markdown `FILE` (docs/benchmarks.md)")
 		skip     = fs.Bool("skip-unavailable", false, "leave out, with a note, what this machine cannot run (netns scenarios without root, systems whose programs are not installed) instead of failing")
