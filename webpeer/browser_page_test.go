@@ -130,24 +130,14 @@ func TestBrowserBundle(t *testing.T) {
 		}
 		return f.fetched
 	}
-	open := func(ns, name string) *browser {
-		b := blank(t, ns, name, o)
-		b.do(chromedp.Navigate(o.url + "/gallery.html"))
-		var ready string
-		b.eval(`stampede.ready`, &ready)
-		if ready != "on" {
-			t.Fatalf("%s: the peer is %q", name, ready)
-		}
-		return b
-	}
-	a := open(nss[0], "A")
+	a := openPage(t, nss[0], "A", o, "/gallery.html")
 	get(a, "a.png")
 	f := get(a, "b.png")
 	bundle := f.Stats.FromOrigin
 	if bundle < 80<<10 || f.Stats.FromPeers != 0 {
 		t.Errorf("A, alone: %+v, want the bundle (the page and both assets) from the origin", f.Stats)
 	}
-	b := open(nss[1], "B")
+	b := openPage(t, nss[1], "B", o, "/gallery.html")
 	get(b, "b.png")
 	if f := get(b, "a.png"); f.Stats.FromPeers != bundle || f.Stats.FromOrigin != 0 {
 		t.Errorf("B: %+v, want the %d-byte bundle from A", f.Stats, bundle)

@@ -228,8 +228,15 @@ type browser struct {
 
 func openBrowser(t *testing.T, ns, name string, o *testOrigin) *browser {
 	t.Helper()
+	return openPage(t, ns, name, o, "/index.html")
+}
+
+// openPage opens a Chromium in ns on the origin's page at path, which
+// runs the peer, and waits for the peer to be on.
+func openPage(t *testing.T, ns, name string, o *testOrigin, path string) *browser {
+	t.Helper()
 	b := blank(t, ns, name, o)
-	b.do(chromedp.Navigate(o.url + "/index.html"))
+	b.do(chromedp.Navigate(o.url + path))
 	var ready string
 	b.eval(`stampede.ready`, &ready)
 	if ready != "on" {
