@@ -14,7 +14,8 @@
 #            peer's tests run several), iproute2 (the netns testbed, as
 #            root), nodejs (the browser peer's JavaScript tests), varnish
 #            (a baseline of the CDN testbed, bench/cdn.go) and nftables (a
-#            browser peer's test blocks a browser's UDP);
+#            browser peer's test blocks a browser's UDP; rtcpeer's NAT
+#            testbed makes its NATs);
 #     bench  what `make bench` uses: the same baselines, iproute2 for the
 #            netns scenarios, and time and python3 for scripts/bench-get.sh.
 #   --check    name what is missing and exit 1 if anything is; install nothing.
