@@ -134,9 +134,6 @@ func (n *node) start() {
 	n.sched = swarm.New(cfg, n.have, s.clock())
 	n.lazySent = s.now
 	n.apply(n.sched.Start(s.clock()))
-	if ps := s.push; ps != nil && ps.Seeded {
-		n.post(swarm.Learned{Addrs: ps.seedPeers(n)})
-	}
 	// Loops started at different moments tick at different phases.
 	s.after(1+time.Duration(s.rng.Int64N(int64(tickEvery))), event{kind: evTick, n: n})
 	s.after(s.tracker.interval, event{kind: evAnnounce, n: n})

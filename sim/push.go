@@ -44,10 +44,6 @@ type Push struct {
 	// Overhead turns payload into bytes on the wire, as budgets count
 	// them (default the agent's wireOverhead, 1.12).
 	Overhead float64
-	// Seeded gives every host the addresses of the hosts the plan lets it
-	// peer with at its start, as the cluster file lists them, instead of
-	// leaving it to the tracker's answers alone (the agents do not).
-	Seeded bool
 	// Bound is the topology bound, for the result (0: not known).
 	Bound float64
 }
@@ -267,17 +263,6 @@ func (ps *pushSim) gate(n *node, a *swarm.FetchOrigin) *swarm.OriginResult {
 		a.Candidates = mine
 	}
 	return nil
-}
-
-// seedPeers are the addresses n may connect to, for Push.Seeded.
-func (ps *pushSim) seedPeers(n *node) []string {
-	var addrs []string
-	for _, o := range n.s.nodes {
-		if o != n && ps.Plan.MayPeer(ps.Hosts[n.idx], ps.Hosts[o.idx]) {
-			addrs = append(addrs, o.addr)
-		}
-	}
-	return addrs
 }
 
 // PushResult is what a push run measured, as the push bench reports it.

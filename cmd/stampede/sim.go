@@ -143,6 +143,13 @@ func summary(sc *bench.Scenario, cfg sim.Config) string {
 		counts[p.Class]++
 	}
 	s := *sc
+	if sc.Push != nil && cfg.Push != nil {
+		// --racks and --hosts-per-rack: the topology simulated.
+		t := *sc.Push
+		t.HostsPerRack = len(cfg.Push.Plan.Racks[cfg.Groups[len(cfg.Groups)-1].Name])
+		t.Racks = len(cfg.Push.Plan.Racks) / max(t.Datacenters, 1)
+		s.Push = &t
+	}
 	s.Classes = nil
 	for _, c := range sc.Classes {
 		if counts[c.Name] > 0 {
