@@ -65,11 +65,16 @@ func newPushRates(r *cluster.Role) *pushRates {
 		if b <= 0 {
 			return rate.NewLimiter(rate.Inf, 1<<20)
 		}
-		return rate.NewLimiter(rate.Limit(b), max(16<<10, int(b/20)))
+		return rate.NewLimiter(rate.Limit(b), burst(float64(b)))
 	}
 	return &pushRates{down: lim(r.Down), up: lim(r.Up), cross: lim(r.Cross), crossPeers: lim(r.Cross), crossUp: lim(r.Cross),
 		downMax: float64(r.Down), upMax: float64(r.Up)}
 }
+
+// burst is a limiter's burst at bps: 20 ms of it, at least 16 KiB. What
+// a limiter saves while idle goes out at once when traffic resumes, on
+// top of the budget in that second.
+func burst(bps float64) int { return max(16<<10, int(bps/50)) }
 
 // set applies a limit (0: none) to l, keeping its burst.
 func set(l *rate.Limiter, bps float64) {
@@ -78,7 +83,7 @@ func set(l *rate.Limiter, bps float64) {
 		return
 	}
 	l.SetLimit(rate.Limit(bps))
-	l.SetBurst(max(16<<10, int(bps/20)))
+	l.SetBurst(burst(bps))
 }
 
 // crossReadBuffer is the receive buffer of a connection across an uplink.
