@@ -23,6 +23,7 @@ import (
 	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/internal/httpserve"
 	"github.com/stampede-dev/stampede/internal/metrics"
+	"github.com/stampede-dev/stampede/node"
 )
 
 // maxBody bounds a request body of the API.
@@ -576,8 +577,10 @@ type Stats struct {
 	BytesToPeers   int64 `json:"bytes_to_peers"`
 	// OriginRequests sums the ended downloads' origin requests by reason.
 	OriginRequests map[string]int `json:"origin_requests"`
-	PeerAddr       string         `json:"peer_addr"`
-	GatewayAddr    string         `json:"gateway_addr,omitempty"`
+	// Neighbours sums the running jobs' neighbours by path (docs/nat.md).
+	Neighbours  node.Paths `json:"neighbours"`
+	PeerAddr    string     `json:"peer_addr"`
+	GatewayAddr string     `json:"gateway_addr,omitempty"`
 }
 
 // Stats returns the daemon's figures.
@@ -590,6 +593,12 @@ func (s *Server) Stats() Stats {
 		st.Jobs[j.State]++
 		st.BytesFromPeers += j.FromPeers
 		st.BytesToPeers += j.Uploaded
+		if nb := j.Neighbours; nb != nil {
+			st.Neighbours.Direct += nb.Direct
+			st.Neighbours.Punched += nb.Punched
+			st.Neighbours.Relayed += nb.Relayed
+			st.Neighbours.RelayedBytes += nb.RelayedBytes
+		}
 		for k, v := range j.Origin {
 			st.OriginRequests[k] += v
 		}

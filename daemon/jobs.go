@@ -64,7 +64,10 @@ type Job struct {
 	Uploaded  int64  `json:"uploaded"` // bytes sent to peers
 	FromPeers int64  `json:"bytes_from_peers"`
 	Peers     int    `json:"peers_seen"`
-	Phase     string `json:"phase,omitempty"` // fetch's phase while downloading
+	// Neighbours counts the job's neighbours now by how their connection
+	// reaches them: direct, punched through a NAT, relayed (docs/nat.md).
+	Neighbours *node.Paths `json:"neighbours,omitempty"`
+	Phase      string      `json:"phase,omitempty"` // fetch's phase while downloading
 	// Origin counts the origin requests of the download by reason, once
 	// it has ended (fetch.Result.OriginRequests).
 	Origin map[string]int `json:"origin_requests,omitempty"`
@@ -481,11 +484,11 @@ func (j *job) live() Job {
 			out.Size = p.Size
 		}
 		if st := j.d.SwarmStats(); st != nil {
-			out.FromPeers, out.Peers = st.BytesFromPeers, st.PeersSeen
+			out.FromPeers, out.Peers, out.Neighbours = st.BytesFromPeers, st.PeersSeen, &st.Neighbours
 		}
 	case j.nd != nil:
 		st := j.nd.Stats()
-		out.Uploaded, out.FromPeers, out.Peers = st.BytesToPeers, st.BytesFromPeers, st.PeersSeen
+		out.Uploaded, out.FromPeers, out.Peers, out.Neighbours = st.BytesToPeers, st.BytesFromPeers, st.PeersSeen, &st.Neighbours
 	}
 	if out.State == StateComplete || out.State == StateSeeding {
 		out.Done = out.Size

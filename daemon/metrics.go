@@ -32,6 +32,11 @@ var (
 		"Bytes the jobs kept have had from peers (a job removed takes its bytes with it).", nil, nil)
 	toPeersDesc = prometheus.NewDesc("stampede_daemon_jobs_sent_to_peers_bytes",
 		"Bytes the jobs kept have sent to peers (a job removed takes its bytes with it).", nil, nil)
+	neighboursDesc = prometheus.NewDesc("stampede_daemon_neighbours",
+		"The running jobs' neighbours now, by how their connection reaches them: direct, punched (through a NAT) or relayed (TURN; docs/nat.md).",
+		[]string{"path"}, nil)
+	relayedBytesDesc = prometheus.NewDesc("stampede_daemon_jobs_relayed_bytes",
+		"Bytes the running jobs' relayed connections carried, both ways.", nil, nil)
 	originRequestsDesc = prometheus.NewDesc("stampede_daemon_jobs_origin_requests",
 		"Requests to origins of the ended downloads kept, by the reason the node gave (Stampede-Reason).", []string{"reason"}, nil)
 )
@@ -40,7 +45,7 @@ var (
 func (s *Server) initMetrics() {
 	s.reg = metrics.NewRegistry()
 	s.reg.MustRegister(metrics.CollectFunc{
-		Descs: []*prometheus.Desc{jobsDesc, swarmsDesc, connectionsDesc, fromPeersDesc, toPeersDesc, originRequestsDesc},
+		Descs: []*prometheus.Desc{jobsDesc, swarmsDesc, connectionsDesc, fromPeersDesc, toPeersDesc, neighboursDesc, relayedBytesDesc, originRequestsDesc},
 		F: func(ch chan<- prometheus.Metric) {
 			st := s.Stats()
 			for _, state := range jobStates {
@@ -53,6 +58,11 @@ func (s *Server) initMetrics() {
 			}
 			metrics.Gauge(ch, fromPeersDesc, float64(st.BytesFromPeers))
 			metrics.Gauge(ch, toPeersDesc, float64(st.BytesToPeers))
+			nb := st.Neighbours
+			for path, n := range map[string]int{"direct": nb.Direct, "punched": nb.Punched, "relayed": nb.Relayed} {
+				metrics.Gauge(ch, neighboursDesc, float64(n), path)
+			}
+			metrics.Gauge(ch, relayedBytesDesc, float64(nb.RelayedBytes))
 			for reason, n := range st.OriginRequests {
 				metrics.Gauge(ch, originRequestsDesc, float64(n), reason)
 			}

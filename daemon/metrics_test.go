@@ -49,13 +49,13 @@ func TestMetrics(t *testing.T) {
 	names := metricstest.Check(t, []byte(page))
 	for _, name := range []string{"stampede_daemon_jobs", "stampede_daemon_swarms", "stampede_daemon_peer_connections_total",
 		"stampede_daemon_jobs_received_from_peers_bytes", "stampede_daemon_jobs_sent_to_peers_bytes",
-		"stampede_gateway_requests_total", "stampede_gateway_cache_files", "stampede_build_info", "go_goroutines"} {
+		"stampede_daemon_neighbours", "stampede_daemon_jobs_relayed_bytes", "stampede_gateway_requests_total", "stampede_gateway_cache_files", "stampede_build_info", "go_goroutines"} {
 		if !names[name] {
 			t.Errorf("API /metrics has no %s", name)
 		}
 	}
 	for _, want := range []string{`stampede_daemon_jobs{state="seeding"} 1` + "\n", `stampede_daemon_jobs{state="queued"} 0` + "\n",
-		"stampede_daemon_swarms 1\n"} {
+		"stampede_daemon_swarms 1\n", `stampede_daemon_neighbours{path="relayed"} 0` + "\n"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("API /metrics lacks %q", want)
 		}
