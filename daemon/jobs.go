@@ -60,10 +60,10 @@ type Job struct {
 	Completed bool `json:"completed"`
 
 	// Live figures, filled in when the job is shown.
-	Done      int64  `json:"done"`     // bytes verified and written
-	Uploaded  int64  `json:"uploaded"` // bytes sent to peers
-	FromPeers int64  `json:"bytes_from_peers"`
-	Peers     int    `json:"peers_seen"`
+	Done      int64 `json:"done"`     // bytes verified and written
+	Uploaded  int64 `json:"uploaded"` // bytes sent to peers
+	FromPeers int64 `json:"bytes_from_peers"`
+	Peers     int   `json:"peers_seen"`
 	// Neighbours counts the job's neighbours now by how their connection
 	// reaches them: direct, punched through a NAT, relayed (docs/nat.md).
 	Neighbours *node.Paths `json:"neighbours,omitempty"`
