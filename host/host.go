@@ -88,7 +88,7 @@ type Config struct {
 	// OnAttach, if set, is called for every node attached, and the
 	// function it returns when the node is detached: a transport that
 	// must announce each swarm to be reached (rtcpeer.Transport.JoinNode)
-	// starts and stops there.
+	// starts and stops there. Both are called without the host's lock.
 	OnAttach func(n *node.Node) (detach func())
 	Logger   *slog.Logger
 }
@@ -357,8 +357,10 @@ func (h *Host) Attach(n *node.Node) (detach func(), err error) {
 	root, size := n.Swarm()
 	k := swarmKey{root, size}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.swarms[k] = append(h.swarms[k], n)
+	h.mu.Unlock()
+	// Outside the lock: OnAttach may ask the host (Stats) or take its
+	// time without stalling the routing of every connection.
 	leave := func() {}
 	if h.cfg.OnAttach != nil {
 		leave = h.cfg.OnAttach(n)

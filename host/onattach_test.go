@@ -11,15 +11,19 @@ import (
 )
 
 // TestOnAttach: OnAttach hears of every node attached, and what it returns
-// is called when the node is detached.
+// is called when the node is detached. It is called without the host's
+// lock: it may ask the host for its Stats (under the lock, a deadlock).
 func TestOnAttach(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		var attached []*node.Node
 		left := 0
-		h := startHost(t, ctx, memnet.New(), host.Config{OnAttach: func(n *node.Node) func() {
+		var h *host.Host
+		swarms := -1
+		h = startHost(t, ctx, memnet.New(), host.Config{OnAttach: func(n *node.Node) func() {
 			attached = append(attached, n)
+			swarms = h.Stats().Swarms
 			return func() { left++ }
 		}})
 		f := newFile(t, 64*KiB, 16*KiB, 12)
@@ -31,8 +35,8 @@ func TestOnAttach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(attached) != 1 || attached[0] != n || left != 0 {
-			t.Fatalf("after Attach: %d attached, %d left", len(attached), left)
+		if len(attached) != 1 || attached[0] != n || left != 0 || swarms != 1 {
+			t.Fatalf("after Attach: %d attached, %d left, %d swarms seen from OnAttach", len(attached), left, swarms)
 		}
 		detach()
 		if left != 1 {
