@@ -146,6 +146,11 @@ type Forwarder struct {
 	life          context.Context   // ends when Serve returns
 	stop          context.CancelFunc
 	wg            sync.WaitGroup // upstream queries, which may outlive their lookup
+	// handlers is read-held by every query being handled; Serve takes it
+	// to wait for them before it returns, and then closed turns away the
+	// queries the servers hand over late.
+	handlers sync.RWMutex
+	closed   bool
 
 	mu      sync.Mutex // guards the following
 	peerIP  netip.Addr // the source of queries to peers, when set
@@ -223,6 +228,13 @@ func New(cfg Config) (*Forwarder, error) {
 // error of a server that fails. Call it once.
 func (f *Forwarder) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
 	defer f.wg.Wait()
+	defer func() {
+		// The lookups under way end with f.life; their handlers write
+		// (and log) before Serve returns, not after.
+		f.handlers.Lock()
+		f.closed = true
+		f.handlers.Unlock()
+	}()
 	defer f.stop()
 	f.forgetSelf(addrPortOf(pc.LocalAddr()))
 

@@ -39,6 +39,11 @@ type flight struct {
 
 // ServeDNS answers one query: it implements dns.Handler.
 func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	f.handlers.RLock()
+	defer f.handlers.RUnlock()
+	if f.closed {
+		return // Serve has returned: no answer, as if the socket were shut
+	}
 	start := f.now()
 	src := addrPortOf(w.RemoteAddr()).Addr()
 	marked := hasPeerOption(req)
