@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/memnet"
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/wire"
 )
@@ -40,6 +41,24 @@ func deafRequester(asked chan<- struct{}) func(s *fakeSession) error {
 	}
 }
 
+// dialDeaf connects a deafRequester from fh (listening on fln) to the
+// seed at addr; asked is closed once it has sent its requests.
+func dialDeaf(t *testing.T, ctx context.Context, fh *memnet.Host, fln net.Listener, m *manifest.Manifest, addr string) (*fakePeer, <-chan struct{}) {
+	t.Helper()
+	asked := make(chan struct{})
+	f := newFakePeer(t, m, fln, deafRequester(asked))
+	f.leecher = true
+	c, err := fh.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wg.Go(func() {
+		defer c.Close()
+		f.session(c)
+	})
+	return f, asked
+}
+
 // TestDeafRequesterHoldsNoTurn: a seed with a single upload turn serves a
 // peer that asks for pieces and then reads nothing, so the seed's write of
 // the first piece to it blocks for good. The turn must come back (after
@@ -60,17 +79,7 @@ func TestDeafRequesterHoldsNoTurn(t *testing.T) {
 		}
 		seed := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true, UploadTurns: 1,
 			Store: openStore(t, m, data, func(int) bool { return true })})
-		asked := make(chan struct{})
-		f := newFakePeer(t, m, fln, deafRequester(asked))
-		f.leecher = true
-		c, err := fh.Dial(ctx, seed.addr(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.wg.Go(func() {
-			defer c.Close()
-			f.session(c)
-		})
+		f, asked := dialDeaf(t, ctx, fh, fln, m, seed.addr(t))
 		select {
 		case <-asked:
 		case <-ctx.Done():
@@ -125,17 +134,7 @@ func TestOwnBudgetTakesNoTurn(t *testing.T) {
 				}
 				seed := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true, UploadTurns: 1,
 					PeerConn: hook, Store: openStore(t, m, data, func(int) bool { return true })})
-				asked := make(chan struct{})
-				f := newFakePeer(t, m, fln, deafRequester(asked))
-				f.leecher = true
-				c, err := fh.Dial(ctx, seed.addr(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				f.wg.Go(func() {
-					defer c.Close()
-					f.session(c)
-				})
+				_, asked := dialDeaf(t, ctx, fh, fln, m, seed.addr(t))
 				<-asked
 				time.Sleep(10 * time.Millisecond) // the seed takes its turn for the deaf peer
 				start := time.Now()
