@@ -9,9 +9,13 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pion/turn/v5"
 
+	"github.com/stampede-dev/stampede/internal/metrics"
 	"github.com/stampede-dev/stampede/tracker"
 )
 
@@ -26,6 +30,102 @@ type TURNConfig struct {
 	Secret string
 	// Realm is the TURN realm. Default "stampede".
 	Realm string
+	// Stats, if not nil, counts the relay's allocations and the bytes it
+	// relays (for /metrics: it is a prometheus.Collector).
+	Stats *TURNStats
+	// permit says whom the relay may send to; nil: public addresses not
+	// the server's (relayable). Tests relay on loopback with it.
+	permit func(net.IP) bool
+}
+
+// TURNStats counts a TURN relay's work: the allocations (relays) made,
+// held and refused, and the bytes relayed, each way. The relay's cost
+// falls on the server's uplink twice: what it receives from a peer it
+// sends to its client, and what it receives from its client it sends to a
+// peer. Its zero value is ready.
+type TURNStats struct {
+	allocs, active, refused atomic.Int64
+	toPeers, fromPeers      atomic.Int64 // payload bytes sent to peers, and received from them
+}
+
+// TURNCounts are a TURNStats' counts at one time.
+type TURNCounts struct {
+	Allocations int64 // made since the relay started
+	Active      int64 // held now
+	Refused     int64 // refused by the quota (MaxTURNAllocs, MaxTURNAllocsPerSrc)
+	ToPeers     int64 // bytes relayed from clients to their peers
+	FromPeers   int64 // bytes relayed from peers to the clients
+}
+
+// Counts returns the counts now.
+func (s *TURNStats) Counts() TURNCounts {
+	if s == nil {
+		return TURNCounts{}
+	}
+	return TURNCounts{Allocations: s.allocs.Load(), Active: s.active.Load(), Refused: s.refused.Load(),
+		ToPeers: s.toPeers.Load(), FromPeers: s.fromPeers.Load()}
+}
+
+var (
+	turnAllocsDesc  = prometheus.NewDesc("stampede_origin_turn_allocations_total", "TURN relays allocated (serve --turn).", nil, nil)
+	turnActiveDesc  = prometheus.NewDesc("stampede_origin_turn_allocations_active", "TURN relays held now.", nil, nil)
+	turnRefusedDesc = prometheus.NewDesc("stampede_origin_turn_allocations_refused_total",
+		"TURN allocations refused by the quota (1,024 in all, 8 per source).", nil, nil)
+	turnBytesDesc = prometheus.NewDesc("stampede_origin_turn_relayed_bytes_total",
+		"Payload bytes the TURN relay carried, by direction: \"to_peer\" from its clients to their peers, \"from_peer\" back; each crosses the server's link twice.",
+		[]string{"direction"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (s *TURNStats) Describe(ch chan<- *prometheus.Desc) {
+	ch <- turnAllocsDesc
+	ch <- turnActiveDesc
+	ch <- turnRefusedDesc
+	ch <- turnBytesDesc
+}
+
+// Collect implements prometheus.Collector.
+func (s *TURNStats) Collect(ch chan<- prometheus.Metric) {
+	c := s.Counts()
+	metrics.Counter(ch, turnAllocsDesc, float64(c.Allocations))
+	metrics.Gauge(ch, turnActiveDesc, float64(c.Active))
+	metrics.Counter(ch, turnRefusedDesc, float64(c.Refused))
+	metrics.Counter(ch, turnBytesDesc, float64(c.ToPeers), "to_peer")
+	metrics.Counter(ch, turnBytesDesc, float64(c.FromPeers), "from_peer")
+}
+
+// countingGenerator allocates relays as its embedded generator does, and
+// counts what they carry.
+type countingGenerator struct {
+	*turn.RelayAddressGeneratorStatic
+	stats *TURNStats
+}
+
+func (g countingGenerator) AllocatePacketConn(c turn.AllocateListenerConfig) (net.PacketConn, net.Addr, error) {
+	pc, addr, err := g.RelayAddressGeneratorStatic.AllocatePacketConn(c)
+	if err != nil {
+		return pc, addr, err
+	}
+	return &countingConn{PacketConn: pc, stats: g.stats}, addr, nil
+}
+
+// countingConn is a relay's socket, counting: what it reads comes from a
+// peer, what it writes goes to one.
+type countingConn struct {
+	net.PacketConn
+	stats *TURNStats
+}
+
+func (c *countingConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, addr, err := c.PacketConn.ReadFrom(p)
+	c.stats.fromPeers.Add(int64(n))
+	return n, addr, err
+}
+
+func (c *countingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	n, err := c.PacketConn.WriteTo(p, addr)
+	c.stats.toPeers.Add(int64(n))
+	return n, err
 }
 
 // ServeTURN runs a TURN server (RFC 8656, pion/turn) on pc until ctx is
@@ -51,21 +151,34 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	own := ownAddrs(cfg.RelayIP)
-	var q turnQuota
+	if cfg.Stats == nil {
+		cfg.Stats = new(TURNStats) // counted, not shown
+	}
+	if cfg.permit == nil {
+		own := ownAddrs(cfg.RelayIP)
+		cfg.permit = func(ip net.IP) bool { return relayable(ip, own) }
+	}
+	q := turnQuota{stats: cfg.Stats}
 	s, err := turn.NewServer(turn.ServerConfig{
 		Realm:        cfg.Realm,
 		AuthHandler:  turn.LongTermTURNRESTAuthHandler(cfg.Secret, nil),
 		QuotaHandler: q.allow,
 		EventHandler: turn.EventHandler{
-			OnAllocationCreated: func(src, _ net.Addr, _, _, _ string, _ net.Addr, _ int) { q.add(src, 1) },
-			OnAllocationDeleted: func(src, _ net.Addr, _, _, _ string) { q.add(src, -1) },
+			OnAllocationCreated: func(src, _ net.Addr, _, _, _ string, _ net.Addr, _ int) {
+				q.add(src, 1)
+				cfg.Stats.allocs.Add(1)
+				cfg.Stats.active.Add(1)
+			},
+			OnAllocationDeleted: func(src, _ net.Addr, _, _, _ string) {
+				q.add(src, -1)
+				cfg.Stats.active.Add(-1)
+			},
 		},
 		PacketConnConfigs: []turn.PacketConnConfig{{
 			PacketConn:            pc,
-			RelayAddressGenerator: &turn.RelayAddressGeneratorStatic{RelayAddress: cfg.RelayIP, Address: "0.0.0.0"},
+			RelayAddressGenerator: countingGenerator{&turn.RelayAddressGeneratorStatic{RelayAddress: cfg.RelayIP, Address: "0.0.0.0"}, cfg.Stats},
 			PermissionHandler: func(client net.Addr, peer net.IP) bool {
-				ok := relayable(peer, own)
+				ok := cfg.permit(peer)
 				if !ok {
 					log.Debug("turn: relay refused", "client", client.String(), "peer", peer.String())
 				}
@@ -88,8 +201,9 @@ const (
 )
 
 // turnQuota counts the allocations, in all and by source (tracker.Source;
-// loopback is exempt). Its zero value is ready.
+// loopback is exempt), and the refusals in stats.
 type turnQuota struct {
+	stats *TURNStats // counts the refusals; not nil
 	mu    sync.Mutex // guards the following
 	total int
 	bySrc map[netip.Prefix]int
@@ -111,11 +225,12 @@ func turnSource(a net.Addr) (netip.Prefix, bool) {
 func (q *turnQuota) allow(_, _ string, src net.Addr) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.total >= MaxTURNAllocs {
+	p, ok := turnSource(src)
+	if q.total >= MaxTURNAllocs || ok && q.bySrc[p] >= MaxTURNAllocsPerSrc {
+		q.stats.refused.Add(1)
 		return false
 	}
-	p, ok := turnSource(src)
-	return !ok || q.bySrc[p] < MaxTURNAllocsPerSrc
+	return true
 }
 
 // add counts an allocation of src made (n 1) or gone (n -1).
@@ -173,4 +288,10 @@ func relayable(ip net.IP, own []netip.Addr) bool {
 		return relayable(net.IP(b[2:6]), own)
 	}
 	return a.IsGlobalUnicast() && !a.IsPrivate() && !sharedSpace.Contains(a)
+}
+
+// AddTURN puts the counts of the TURN relay that st counts for on s's
+// /metrics (stampede_origin_turn_*), for serve --turn.
+func (s *Server) AddTURN(st *TURNStats) error {
+	return s.reg.Register(st)
 }

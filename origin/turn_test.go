@@ -2,12 +2,16 @@ package origin
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pion/turn/v5"
+
+	"github.com/stampede-dev/stampede/internal/metrics/metricstest"
 )
 
 func TestRelayable(t *testing.T) {
@@ -46,27 +50,7 @@ func TestTURN(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	client := func(secret string) *turn.Client {
-		t.Helper()
-		user, pass, err := turn.GenerateLongTermTURNRESTCredentials(secret, "visitor", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := turn.NewClient(&turn.ClientConfig{TURNServerAddr: pc.LocalAddr().String(), STUNServerAddr: pc.LocalAddr().String(),
-			Username: user, Password: pass, Realm: "stampede", Conn: conn, RTO: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Listen(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(); conn.Close() })
-		return c
-	}
+	client := func(secret string) *turn.Client { return turnClient(t, pc.LocalAddr(), secret) }
 	if _, err := client("wrong").Allocate(); err == nil {
 		t.Error("a relay allocated with other credentials")
 	}
@@ -88,10 +72,34 @@ func TestTURN(t *testing.T) {
 	}
 }
 
+// turnClient is a TURN client of server with credentials of secret,
+// closed when the test ends.
+func turnClient(t *testing.T, server net.Addr, secret string) *turn.Client {
+	t.Helper()
+	user, pass, err := turn.GenerateLongTermTURNRESTCredentials(secret, "visitor", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := turn.NewClient(&turn.ClientConfig{TURNServerAddr: server.String(), STUNServerAddr: server.String(),
+		Username: user, Password: pass, Realm: "stampede", Conn: conn, RTO: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); conn.Close() })
+	return c
+}
+
 // TestTURNQuota: a source holds at most MaxTURNAllocsPerSrc relays, and
 // has room again once one goes; loopback is exempt.
 func TestTURNQuota(t *testing.T) {
-	var q turnQuota
+	q := turnQuota{stats: new(TURNStats)}
 	src := &net.UDPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1}
 	other := &net.UDPAddr{IP: net.ParseIP("192.0.2.2"), Port: 1}
 	for range MaxTURNAllocsPerSrc {
@@ -109,5 +117,91 @@ func TestTURNQuota(t *testing.T) {
 	q.add(src, -1)
 	if !q.allow("", "", src) {
 		t.Error("refused after a relay went")
+	}
+	if got := q.stats.Counts().Refused; got != 1 {
+		t.Errorf("%d refusals counted, want 1", got)
+	}
+}
+
+// TestTURNStats: the counts of a relay's allocations and bytes, each way,
+// and on the server's /metrics.
+func TestTURNStats(t *testing.T) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st TURNStats
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeTURN(ctx, pc, TURNConfig{RelayIP: net.IPv4(127, 0, 0, 1), Secret: "s3cret", Stats: &st,
+			permit: func(net.IP) bool { return true }}, nil)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	c := turnClient(t, pc.LocalAddr(), "s3cret")
+	relay, err := c.Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Counts(); got.Allocations != 1 || got.Active != 1 {
+		t.Errorf("after one allocation: %+v", got)
+	}
+	peer, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	// Every datagram the client sends the peer through the relay, the
+	// peer echoes back twice.
+	const rounds, size = 20, 1000
+	buf := make([]byte, 2048)
+	for range rounds {
+		if _, err := relay.WriteTo(make([]byte, size), peer.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := peer.ReadFrom(buf)
+		if err != nil || n != size {
+			t.Fatalf("the peer read %d bytes: %v", n, err)
+		}
+		for range 2 {
+			peer.WriteTo(buf[:n], from)
+			relay.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, _, err := relay.ReadFrom(buf); err != nil || n != size {
+				t.Fatalf("the client read %d bytes back: %v", n, err)
+			}
+		}
+	}
+	got := st.Counts()
+	if got.ToPeers != rounds*size || got.FromPeers != 2*rounds*size {
+		t.Errorf("relayed %d bytes to the peer and %d back, want %d and %d", got.ToPeers, got.FromPeers, rounds*size, 2*rounds*size)
+	}
+	ts := start(t, Config{Dir: t.TempDir()}, func(s *Server) {
+		if err := s.AddTURN(&st); err != nil {
+			t.Fatal(err)
+		}
+	})
+	_, page := ts.do(t, "GET", "/metrics")
+	metricstest.Check(t, page)
+	text := string(page)
+	for _, want := range []string{
+		"stampede_origin_turn_allocations_total 1\n",
+		fmt.Sprintf("stampede_origin_turn_relayed_bytes_total{direction=\"to_peer\"} %d\n", rounds*size),
+		fmt.Sprintf("stampede_origin_turn_relayed_bytes_total{direction=\"from_peer\"} %d\n", 2*rounds*size),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, text)
+		}
+	}
+	relay.Close() // deletes the allocation (a refresh of lifetime 0)
+	for end := time.Now().Add(5 * time.Second); st.Counts().Active != 0 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	}
+	if got := st.Counts(); got.Active != 0 || got.Allocations != 1 {
+		t.Errorf("after the relay closed: %+v", got)
 	}
 }

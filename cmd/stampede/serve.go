@@ -255,7 +255,7 @@ names the files.`)
 		return err
 	}
 	defer stopAdmin(&err)
-	if err := web.startSTUN(ctx, cfg.Logger); err != nil {
+	if err := web.startSTUN(ctx, srv, cfg.Logger); err != nil {
 		ln.Close()
 		return err
 	}

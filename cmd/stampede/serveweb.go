@@ -87,8 +87,8 @@ func (f webFlags) secret() (string, error) {
 }
 
 // startSTUN answers STUN on --stun, and TURN on --turn, until ctx is
-// done.
-func (f webFlags) startSTUN(ctx context.Context, log *slog.Logger) error {
+// done; srv's /metrics counts the TURN relay's work.
+func (f webFlags) startSTUN(ctx context.Context, srv *origin.Server, log *slog.Logger) error {
 	if *f.stun != "" {
 		pc, err := net.ListenPacket("udp", *f.stun)
 		if err != nil {
@@ -115,8 +115,13 @@ func (f webFlags) startSTUN(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	stats := new(origin.TURNStats)
+	if err := srv.AddTURN(stats); err != nil {
+		pc.Close()
+		return err
+	}
 	go func() {
-		if err := origin.ServeTURN(ctx, pc, origin.TURNConfig{RelayIP: ip, Secret: secret}, log); err != nil {
+		if err := origin.ServeTURN(ctx, pc, origin.TURNConfig{RelayIP: ip, Secret: secret, Stats: stats}, log); err != nil {
 			log.Error("turn server stopped", "err", err)
 		}
 	}()
