@@ -19,8 +19,20 @@ package tracker
 //	 "event":"started","offers":[{"offer_id":"a1","offer":{"type":"offer","sdp":"..."}}]}
 //
 // It is answered {"action":"announce","root","size","interval","swarm_size",
-// "complete"} (or "error"), and each offer goes to a different other peer of
-// the swarm on this tracker, chosen at random:
+// "complete","webrtc_peers","webrtc_downloading","webrtc_recent"} (or
+// "error"): the swarm's size as the store counts it (every peer, HTTP and
+// WebRTC), and, of its WebRTC peers on this tracker other than the asker,
+// how many are connected, how many of those are still downloading, and how
+// many arrived in the last wsRecent, those gone since included (a visitor
+// alone in a swarm that others joined a moment ago is in a crowd, and may
+// wait for the next arrivals rather than take the object from the origin).
+// Each offer goes to a different other peer of the swarm on this tracker:
+// first those still downloading, then the seeds, the latest arrivals first
+// in each (a downloader stays in the swarm until it is done, a seed may
+// leave at any moment, and the latest arrivals stay longest); an offer
+// marked native (its offer_id opens with "n-": package rtcpeer's) goes to
+// no peer that made one, since native peers leave each other's offers
+// unanswered (they pair over TCP):
 //
 //	{"action":"announce","root":"...","size":1048576,"peer_id":"<offerer>","offer_id":"a1","offer":{...}}
 //
@@ -51,9 +63,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,7 +91,10 @@ const (
 	wsRate           = 10               // messages a second a connection may send, on average
 	wsBurst          = 60               // and at once
 	wsWriteTimeout   = 10 * time.Second
-	wsAnnounceNumber = 1 // peers asked of the store: only its counts matter
+	wsAnnounceNumber = 1               // peers asked of the store: only its counts matter
+	wsRecent         = 5 * time.Second // arrivals counted in webrtc_recent
+	wsArrivals       = 16              // arrivals remembered per swarm, for webrtc_recent
+	nativeOfferMark  = "n-"            // opens a native peer's offer_id (package rtcpeer)
 )
 
 // isWebSocket reports whether r asks to upgrade to a WebSocket.
@@ -90,11 +105,14 @@ func isWebSocket(r *http.Request) bool {
 // wsHub holds the WebSocket peers of every swarm. Its zero value is ready.
 type wsHub struct {
 	mu     sync.Mutex // guards the following
-	swarms map[swarmKey]map[PeerID]*wsConn
-	conns  int
-	bySrc  map[netip.Prefix]int // connections by source
-	open   map[*wsConn]bool     // every connection, for CloseWebSockets
-	closed bool                 // CloseWebSockets was called: no more
+	swarms map[swarmKey]*wsSwarm
+	// emptied is the swarms left with no peer, in order, each kept
+	// wsRecent for its arrivals (webrtc_recent) and then dropped.
+	emptied []wsEmptied
+	conns   int
+	bySrc   map[netip.Prefix]int // connections by source
+	open    map[*wsConn]bool     // every connection, for CloseWebSockets
+	closed  bool                 // CloseWebSockets was called: no more
 }
 
 // enter counts a connection from src (ok false: no source, as loopback),
@@ -124,6 +142,44 @@ func (h *wsHub) exit(src netip.Prefix, ok bool) {
 			delete(h.bySrc, src)
 		}
 	}
+}
+
+// wsSwarm is one swarm's WebRTC peers on this tracker, and when the
+// latest of them arrived.
+type wsSwarm struct {
+	peers    map[PeerID]*wsMember
+	arrivals [wsArrivals]wsArrival // a ring
+	next     int                   // where the next arrival goes in it
+	emptied  time.Time             // when its last peer left
+}
+
+type wsArrival struct {
+	id PeerID
+	at time.Time
+}
+
+type wsEmptied struct {
+	key swarmKey
+	at  time.Time
+}
+
+// wsMember is one WebRTC peer of a swarm, as its announces tell it.
+type wsMember struct {
+	conn   *wsConn
+	left   int64
+	joined time.Time
+	native bool // it made offers marked native
+}
+
+// recent counts the arrivals of the last wsRecent at now, but for id's.
+func (sw *wsSwarm) recent(id PeerID, now time.Time) int {
+	n := 0
+	for _, a := range sw.arrivals {
+		if !a.at.IsZero() && a.id != id && now.Sub(a.at) < wsRecent {
+			n++
+		}
+	}
+	return n
 }
 
 // wsConn is one WebSocket connection: the peer IDs it announced in each
@@ -167,7 +223,12 @@ type WSMessage struct {
 	Interval  int64     `json:"interval,omitempty"`
 	SwarmSize *int      `json:"swarm_size,omitempty"`
 	Complete  *int      `json:"complete,omitempty"`
-	Error     string    `json:"error,omitempty"`
+	// Of the swarm's other WebRTC peers on this tracker: connected,
+	// still downloading, arrived in the last wsRecent (gone or not).
+	WebRTCPeers       *int   `json:"webrtc_peers,omitempty"`
+	WebRTCDownloading *int   `json:"webrtc_downloading,omitempty"`
+	WebRTCRecent      *int   `json:"webrtc_recent,omitempty"`
+	Error             string `json:"error,omitempty"`
 }
 
 // WSURL is the WebSocket form of an http or https announce URL (ws://,
@@ -394,81 +455,160 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	if err != nil {
 		return err
 	}
-	if err := t.ws.join(conn, key, id, m.Event == EventStopped, t.cfg.MaxPeersPerSwarm); err != nil {
+	now := t.cfg.Now()
+	native := false
+	for _, o := range m.Offers {
+		native = native || strings.HasPrefix(o.OfferID, nativeOfferMark)
+	}
+	view, err := t.ws.join(conn, key, id, *m.Left, native, m.Event == EventStopped, t.cfg.MaxPeersPerSwarm, now)
+	if err != nil {
 		return err
 	}
 	conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size,
-		Interval: int64(res.Interval / time.Second), SwarmSize: &res.SwarmSize, Complete: &res.Complete})
+		Interval: int64(res.Interval / time.Second), SwarmSize: &res.SwarmSize, Complete: &res.Complete,
+		WebRTCPeers: &view.peers, WebRTCDownloading: &view.downloading, WebRTCRecent: &view.recent})
 	if m.Event != EventStopped {
-		t.ws.relayOffers(key, id, m, t.cfg.Now())
+		t.ws.relayOffers(key, id, m, native, now)
 	}
 	return nil
 }
 
-// join records that conn is peer id of swarm key (or, stopped, that it
-// left it).
-func (h *wsHub) join(conn *wsConn, key swarmKey, id PeerID, stopped bool, maxPeers int) error {
+// wsView is what an announce's answer tells of the swarm's other WebRTC
+// peers on this tracker.
+type wsView struct {
+	peers, downloading, recent int
+}
+
+// join records that conn is peer id of swarm key, with left bytes to go
+// (or, stopped, that it left it), and returns what the answer tells of
+// the swarm's other peers.
+func (h *wsHub) join(conn *wsConn, key swarmKey, id PeerID, left int64, native, stopped bool, maxPeers int, now time.Time) (wsView, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.dropEmptiedLocked(now)
 	if h.swarms == nil {
-		h.swarms = map[swarmKey]map[PeerID]*wsConn{}
+		h.swarms = map[swarmKey]*wsSwarm{}
 	}
-	peers := h.swarms[key]
+	sw := h.swarms[key]
 	if old, ok := conn.peers[key]; ok && old != id {
-		return fmt.Errorf("%w: one peer ID per swarm and connection", errBadRequest)
+		return wsView{}, fmt.Errorf("%w: one peer ID per swarm and connection", errBadRequest)
 	}
 	if stopped {
-		if peers[id] == conn {
-			delete(peers, id)
+		if sw != nil && sw.peers[id] != nil && sw.peers[id].conn == conn {
+			h.removeLocked(key, sw, id, now)
 			delete(conn.peers, key)
-			if len(peers) == 0 {
-				delete(h.swarms, key)
-			}
 		}
-		return nil
+		return h.viewLocked(sw, id, now), nil
 	}
-	if other, ok := peers[id]; ok && other != conn {
-		return fmt.Errorf("%w: peer ID %s is another connection's", errBadRequest, id)
+	var mem *wsMember
+	if sw != nil {
+		mem = sw.peers[id]
+	}
+	if mem != nil && mem.conn != conn {
+		return wsView{}, fmt.Errorf("%w: peer ID %s is another connection's", errBadRequest, id)
 	}
 	if _, ok := conn.peers[key]; !ok {
 		if len(conn.peers) >= maxWSSwarms {
-			return wsViolation("more than %d swarms on one connection", maxWSSwarms)
+			return wsView{}, wsViolation("more than %d swarms on one connection", maxWSSwarms)
 		}
-		if len(peers) >= maxPeers {
-			return fmt.Errorf("the swarm has %d WebRTC peers on this tracker, its most: try later", len(peers))
+		if sw != nil && len(sw.peers) >= maxPeers {
+			return wsView{}, fmt.Errorf("the swarm has %d WebRTC peers on this tracker, its most: try later", len(sw.peers))
 		}
 	}
-	if peers == nil {
-		peers = map[PeerID]*wsConn{}
-		h.swarms[key] = peers
+	if sw == nil {
+		sw = &wsSwarm{peers: map[PeerID]*wsMember{}}
+		h.swarms[key] = sw
 	}
-	peers[id] = conn
+	view := h.viewLocked(sw, id, now)
+	if mem == nil {
+		mem = &wsMember{conn: conn, joined: now}
+		sw.peers[id] = mem
+		sw.arrivals[sw.next] = wsArrival{id, now}
+		sw.next = (sw.next + 1) % wsArrivals
+	}
+	mem.left = left
+	mem.native = mem.native || native
 	conn.peers[key] = id
-	return nil
+	return view, nil
+}
+
+// viewLocked is what an answer to id tells of the swarm's other peers.
+func (h *wsHub) viewLocked(sw *wsSwarm, id PeerID, now time.Time) wsView {
+	var v wsView
+	if sw == nil {
+		return v
+	}
+	for pid, p := range sw.peers {
+		if pid == id {
+			continue
+		}
+		v.peers++
+		if p.left > 0 {
+			v.downloading++
+		}
+	}
+	v.recent = sw.recent(id, now)
+	return v
+}
+
+// removeLocked takes id out of swarm key; a swarm left empty is kept
+// wsRecent for its arrivals, then dropped (dropEmptiedLocked).
+func (h *wsHub) removeLocked(key swarmKey, sw *wsSwarm, id PeerID, now time.Time) {
+	delete(sw.peers, id)
+	if len(sw.peers) == 0 {
+		sw.emptied = now
+		h.emptied = append(h.emptied, wsEmptied{key, now})
+	}
+}
+
+// dropEmptiedLocked drops the swarms emptied more than wsRecent ago that
+// no one joined since.
+func (h *wsHub) dropEmptiedLocked(now time.Time) {
+	n := 0
+	for ; n < len(h.emptied) && now.Sub(h.emptied[n].at) >= wsRecent; n++ {
+		if sw := h.swarms[h.emptied[n].key]; sw != nil && len(sw.peers) == 0 && now.Sub(sw.emptied) >= wsRecent {
+			delete(h.swarms, h.emptied[n].key)
+		}
+	}
+	h.emptied = h.emptied[n:]
 }
 
 // relayOffers sends each offer of m, from peer id, to a different other
-// peer of the swarm, at random, that has room for one more pending offer.
-func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage, now time.Time) {
+// peer of the swarm that has room for one more pending offer: those still
+// downloading first, then the seeds, the latest arrivals first in each;
+// a native peer's offers (native) to no peer known to be native.
+func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage, native bool, now time.Time) {
 	if len(m.Offers) == 0 {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var to []*wsConn
-	for pid, c := range h.swarms[key] {
-		if pid != id && c.roomLocked(now) {
-			to = append(to, c)
+	sw := h.swarms[key]
+	if sw == nil {
+		return
+	}
+	var to []*wsMember
+	for pid, p := range sw.peers {
+		if pid != id && !(native && p.native) && p.conn.roomLocked(now) {
+			to = append(to, p)
 		}
 	}
-	rand.Shuffle(len(to), func(i, j int) { to[i], to[j] = to[j], to[i] })
+	slices.SortFunc(to, func(a, b *wsMember) int {
+		if (a.left > 0) != (b.left > 0) {
+			if a.left > 0 {
+				return -1
+			}
+			return 1
+		}
+		return b.joined.Compare(a.joined)
+	})
 	for i, o := range m.Offers {
 		if i >= len(to) {
 			break
 		}
 		offer := o.Offer
-		if to[i].queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
-			to[i].pending[wsOffer{key, id, o.OfferID}] = now
+		if to[i].conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: o.OfferID, Offer: &offer}) {
+			to[i].conn.pending[wsOffer{key, id, o.OfferID}] = now
 		}
 	}
 }
@@ -496,8 +636,8 @@ func (h *wsHub) relayAnswer(conn *wsConn, key swarmKey, id PeerID, m *WSMessage,
 		return fmt.Errorf("%w: no offer %q of %s awaits an answer here", errBadRequest, m.OfferID, to)
 	}
 	delete(conn.pending, o)
-	if c := h.swarms[key][to]; c != nil {
-		c.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: m.OfferID, Answer: m.Answer})
+	if sw := h.swarms[key]; sw != nil && sw.peers[to] != nil {
+		sw.peers[to].conn.queue(&WSMessage{Action: "announce", Root: m.Root, Size: m.Size, PeerID: id.String(), OfferID: m.OfferID, Answer: m.Answer})
 	}
 	return nil
 }
@@ -535,13 +675,11 @@ func (t *Tracker) CloseWebSockets() {
 // those peers stopped.
 func (h *wsHub) leave(conn *wsConn, t *Tracker, ip netip.Addr) {
 	h.mu.Lock()
+	now := t.cfg.Now()
 	left := make(map[swarmKey]PeerID, len(conn.peers))
 	for key, id := range conn.peers {
-		if peers := h.swarms[key]; peers[id] == conn {
-			delete(peers, id)
-			if len(peers) == 0 {
-				delete(h.swarms, key)
-			}
+		if sw := h.swarms[key]; sw != nil && sw.peers[id] != nil && sw.peers[id].conn == conn {
+			h.removeLocked(key, sw, id, now)
 		}
 		left[key] = id
 	}
@@ -561,5 +699,8 @@ func (h *wsHub) leave(conn *wsConn, t *Tracker, ip netip.Addr) {
 func (t *Tracker) WSPeers(root manifest.Hash, size int64) int {
 	t.ws.mu.Lock()
 	defer t.ws.mu.Unlock()
-	return len(t.ws.swarms[swarmKey{root, size}])
+	if sw := t.ws.swarms[swarmKey{root, size}]; sw != nil {
+		return len(sw.peers)
+	}
+	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,14 +254,14 @@ func TestWSPending(t *testing.T) {
 	key := swarmKey{testRoot, testSize}
 	offerer, ignorer := newConn(), newConn()
 	for i, c := range []*wsConn{offerer, ignorer} {
-		if err := h.join(c, key, peer(i+1).id, false, 10); err != nil {
+		if _, err := h.join(c, key, peer(i+1).id, 1, false, false, 10, time.Unix(1_000_000, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now := time.Unix(1_000_000, 0)
 	offer := func(id string) {
 		h.relayOffers(key, peer(1).id, &WSMessage{Root: testRoot.String(), Size: testSize,
-			Offers: []WSOffer{{OfferID: id, Offer: WSSDP{Type: "offer"}}}}, now)
+			Offers: []WSOffer{{OfferID: id, Offer: WSSDP{Type: "offer"}}}}, false, now)
 	}
 	for i := range maxWSPending + 1 {
 		offer(fmt.Sprint(i))
@@ -351,5 +352,116 @@ func TestCloseWebSockets(t *testing.T) {
 			t.Fatalf("WSPeers = %d after CloseWebSockets, want 0", tr.WSPeers(testRoot, testSize))
 		}
 		time.Sleep(10 * time.Millisecond) // the connection's goroutine leaves on its own
+	}
+}
+
+// TestWSOrder: an announce's offers go to the peers still downloading
+// first, then to the seeds, the latest arrivals first in each; a native
+// peer's offers to no native peer; the answer counts the other peers,
+// those downloading, and the arrivals of the last wsRecent, gone or not.
+func TestWSOrder(t *testing.T) {
+	var h wsHub
+	key := swarmKey{testRoot, testSize}
+	now := time.Unix(1_000_000, 0)
+	conns := map[int]*wsConn{}
+	join := func(i int, left int64, native bool) wsView {
+		t.Helper()
+		c := conns[i]
+		if c == nil {
+			c = &wsConn{send: make(chan []byte, 16), cancel: func() { t.Error("a connection was closed") },
+				peers: map[swarmKey]PeerID{}, pending: map[wsOffer]time.Time{}}
+			conns[i] = c
+		}
+		v, err := h.join(c, key, peer(i).id, left, native, false, 100, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// got returns the peers (by test index) an offer went to since last asked.
+	got := func() []int {
+		var out []int
+		for i := 1; i <= len(conns); i++ {
+			for len(conns[i].send) > 0 {
+				<-conns[i].send
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	offers := func(n int, mark string) []WSOffer {
+		var o []WSOffer
+		for j := range n {
+			o = append(o, WSOffer{OfferID: fmt.Sprint(mark, j), Offer: WSSDP{Type: "offer"}})
+		}
+		return o
+	}
+	if v := join(1, 0, false); v != (wsView{}) {
+		t.Errorf("the first peer's view %+v, want none", v)
+	}
+	now = now.Add(time.Second)
+	join(2, 0, false) // a seed, later
+	now = now.Add(time.Second)
+	join(3, 100, true) // a native downloader
+	now = now.Add(time.Second)
+	join(4, 100, false) // a browser downloading, the latest
+	now = now.Add(time.Second)
+	if v := join(5, 100, false); v != (wsView{peers: 4, downloading: 2, recent: 4}) {
+		t.Errorf("view %+v, want 4 peers, 2 downloading, 4 recent", v)
+	}
+	// Offer j goes to the j-th peer in order.
+	h.relayOffers(key, peer(5).id, &WSMessage{Offers: offers(4, "o")}, false, now)
+	order := make([]int, 4)
+	for i := 1; i <= 4; i++ {
+		var m WSMessage
+		json.Unmarshal(<-conns[i].send, &m)
+		var j int
+		fmt.Sscanf(m.OfferID, "o%d", &j)
+		order[j] = i
+	}
+	if want := []int{4, 3, 2, 1}; !slices.Equal(order, want) {
+		t.Errorf("offers went to %v, want %v (downloading, then seeds, latest first)", order, want)
+	}
+	for _, c := range conns {
+		clear(c.pending)
+	}
+	// A native's offers go to no native: not to 3, nor to 5 once it
+	// offered as one.
+	join(5, 100, true)
+	h.relayOffers(key, peer(3).id, &WSMessage{Offers: offers(4, nativeOfferMark)}, true, now)
+	if g := got(); !slices.Equal(g, []int{1, 2, 4}) {
+		t.Errorf("a native's offers went to %v, want [1 2 4]", g)
+	}
+	// Arrivals are remembered wsRecent, gone or not.
+	h.mu.Lock()
+	h.removeLocked(key, h.swarms[key], peer(1).id, now)
+	h.mu.Unlock()
+	if v := join(4, 0, false); v != (wsView{peers: 3, downloading: 2, recent: 4}) {
+		t.Errorf("view once 1 left %+v, want 3 peers, 2 downloading, 4 recent", v)
+	}
+	now = now.Add(time.Second + time.Millisecond)
+	if v := join(4, 0, false); v.recent != 3 {
+		t.Errorf("%d recent arrivals after 1 went out of the window, want 3", v.recent)
+	}
+	// A swarm left empty is kept wsRecent, then dropped.
+	h.mu.Lock()
+	for i := 2; i <= 5; i++ {
+		h.removeLocked(key, h.swarms[key], peer(i).id, now)
+	}
+	h.mu.Unlock()
+	now = now.Add(time.Second)
+	if v := join(6, 100, false); v.peers != 0 || v.recent != 3 {
+		t.Errorf("in an emptied swarm, view %+v, want 0 peers, 3 recent", v)
+	}
+	h.mu.Lock()
+	h.removeLocked(key, h.swarms[key], peer(6).id, now)
+	h.mu.Unlock()
+	now = now.Add(wsRecent)
+	h.mu.Lock()
+	h.dropEmptiedLocked(now)
+	_, kept := h.swarms[key]
+	h.mu.Unlock()
+	if kept {
+		t.Error("an emptied swarm is still kept wsRecent after")
 	}
 }
