@@ -132,6 +132,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if sc.Mode == ModePush {
 		return runPush(ctx, cfg, &sc, bin, feats, log)
 	}
+	if sc.Mode == ModeChurn {
+		return runChurn(ctx, cfg, &sc, bin, feats, log)
+	}
 
 	rep := &Report{Scenario: &sc, Backend: sc.Backend, Command: cfg.Command, Started: time.Now().UTC(),
 		Machine: machine(), Bin: bin, Features: feats}

@@ -30,6 +30,9 @@ func colorOf(system string) string {
 
 // WriteHTML writes report.html.
 func (r *Report) WriteHTML(w io.Writer) error {
+	if r.churn() {
+		return r.writeChurnHTML(w)
+	}
 	var b strings.Builder
 	esc := html.EscapeString
 	sc := r.Scenario

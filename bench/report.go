@@ -43,7 +43,13 @@ type Report struct {
 	Demo bool `json:"demo,omitempty"`
 	// Push is set for a scenario of mode = push (push_report.go).
 	Push *PushReport `json:"push,omitempty"`
+	// ChurnAims are issue 34's aims against stampede's figures, for a
+	// scenario of mode = churn (churn_report.go).
+	ChurnAims []PushAim `json:"churn_aims,omitempty"`
 }
+
+// churn says whether r is a report of mode = churn.
+func (r *Report) churn() bool { return r.Scenario != nil && r.Scenario.Mode == ModeChurn }
 
 // SystemResult is one system's runs and their figures over the runs
 // (median, least, largest).
@@ -66,6 +72,13 @@ type SystemResult struct {
 	Shown int `json:"shown"`
 	// Push: the figures of a push system (mode = push).
 	Push *PushSystemFigures `json:"push,omitempty"`
+	// Mode = churn (churn_report.go): the runs, the figures per rate
+	// (medians over the runs), the first run's pool of unfinished peers
+	// and the neighbours the stampede peers made, by class.
+	ChurnRuns []*ChurnRun `json:"churn_runs,omitempty"`
+	Rates     []ChurnRate `json:"rates,omitempty"`
+	Pool      []Point     `json:"pool,omitempty"`
+	NAT       []ChurnNAT  `json:"nat,omitempty"`
 }
 
 func (r *Report) note(format string, args ...any) {
@@ -213,6 +226,9 @@ func (r *Report) tableRows() [][]string {
 	if r.Push != nil {
 		return r.pushTableRows()
 	}
+	if r.churn() {
+		return r.churnTableRows()
+	}
 	multi := r.multiRep()
 	var header []string
 	for _, c := range columns {
@@ -267,6 +283,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Push != nil {
 		return r.writePushTable(w)
 	}
+	if r.churn() {
+		return r.writeChurnTable(w)
+	}
 	fmt.Fprintf(w, "%s: %s\n", r.Title(), r.Scenario.Summary())
 	fmt.Fprintf(w, "bounds: T_KR %s, HTTP %s (T_KR(R) per system, R = origin bytes / file size)\n",
 		secs(r.TKR), secs(r.HTTPBound))
@@ -312,6 +331,9 @@ func firstLine(s string, n int) string {
 func (r *Report) WriteMarkdown(w io.Writer, scenarioPath string) error {
 	if r.Push != nil {
 		return r.writePushMarkdown(w, scenarioPath)
+	}
+	if r.churn() {
+		return r.writeChurnMarkdown(w, scenarioPath)
 	}
 	sc := r.Scenario
 	fmt.Fprintf(w, "### %s (%s backend)\n\n", sc.Name, r.Backend)

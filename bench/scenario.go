@@ -56,6 +56,8 @@ type Scenario struct {
 	// ModePush (one file to every host of Push's cluster: push.go).
 	Mode string        `json:"mode,omitempty"`
 	Push *PushTopology `json:"push,omitempty"`
+	// Churn is a churn scenario's rates (ModeChurn: churn.go).
+	Churn *ChurnSpec `json:"churn,omitempty"`
 }
 
 // Class is a group of identical peers.
@@ -64,6 +66,10 @@ type Class struct {
 	Count int    `json:"count"`
 	Up    int64  `json:"up"`   // bytes/s, 0: uncapped
 	Down  int64  `json:"down"` // bytes/s, 0: uncapped
+	// NAT and Hosts are for mode = churn (churn.go): the NAT the class
+	// sits behind ("": public) and the hosts its peers are pooled on.
+	NAT   string `json:"nat,omitempty"`
+	Hosts int    `json:"hosts,omitempty"`
 }
 
 // ArrivalKind says how peers join.
@@ -190,6 +196,9 @@ func (s *Scenario) Summary() string {
 	if s.Mode == ModePush && s.Push != nil {
 		return s.pushSummary()
 	}
+	if s.Mode == ModeChurn && s.Churn != nil {
+		return s.churnSummary()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d peers, %s, origin %s up", s.Peers(), units.Bytes(s.Size), rateString(s.OriginUp))
 	for _, c := range s.Classes {
@@ -222,6 +231,9 @@ func (s *Scenario) Validate() error {
 	if s.Mode == ModePush {
 		return s.validatePush()
 	}
+	if s.Mode == ModeChurn {
+		return s.validateChurn()
+	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if s.Size <= 0 {
@@ -236,6 +248,9 @@ func (s *Scenario) Validate() error {
 	for _, c := range s.Classes {
 		if c.Count < 0 || c.Up < 0 || c.Down < 0 {
 			bad("class %s: count and caps must not be negative", c.Name)
+		}
+		if c.NAT != "" || c.Hosts != 0 {
+			bad("class %s: nat= and hosts= are for mode = churn only", c.Name)
 		}
 	}
 	switch s.Arrivals.Kind {
@@ -319,7 +334,19 @@ func (s *Scenario) Validate() error {
 //	rack_representatives = 2  # optional: the cluster file's
 //	systems        = push,aria2,tree,http   # the default
 //
-// and the backend is netns.
+// and the backend is netns. With "mode = churn" (see churn.go) size,
+// arrivals and fault give way to
+//
+//	mode     = churn
+//	object   = 64KiB        # the object's size
+//	rates    = 1,2,4,8,16   # Poisson arrivals per second, one rate after the other
+//	duration = 30s          # of arrivals at each rate
+//	class    = home count=10 up=8Mbit down=20Mbit nat=port-restricted hosts=2
+//
+// where a class's count weighs its share of the arrivals, hosts= is how
+// many namespaces its peers are pooled on (default min(count, 4)) and nat=
+// (full-cone, port-restricted, symmetric; default public) the NAT it sits
+// behind; the backend is netns.
 //
 // Errors name the file and line.
 func ParseScenario(name string, r io.Reader) (*Scenario, error) {
@@ -335,6 +362,7 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		sawKey            bool
 		sizeSeen, originS bool
 		push              PushTopology
+		churn             ChurnSpec
 		systemsVal        string
 		lineOf            = map[string]int{} // each key's first line
 	)
@@ -384,6 +412,8 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		case key == "size":
 			s.Size, err = units.ParseSize(val)
 			sizeSeen = true
+		case key == "object": // mode = churn's size
+			s.Size, err = units.ParseSize(val)
 		case key == "origin_up":
 			s.OriginUp, err = units.ParseRate(val)
 			originS = true
@@ -418,8 +448,8 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 			systemsVal = val
 		case key == "mode":
 			s.Mode = val
-			if val != ModeCrowd && val != ModePush {
-				err = fmt.Errorf("want %s or %s, got %q", ModeCrowd, ModePush, val)
+			if val != ModeCrowd && val != ModePush && val != ModeChurn {
+				err = fmt.Errorf("want %s or %s or %s, got %q", ModeCrowd, ModePush, ModeChurn, val)
 			}
 		case key == "reps":
 			s.Reps, err = parsePositive(val)
@@ -450,10 +480,13 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 			s.GetArgs = strings.Fields(val)
 		default:
 			var known bool
+			if known, err = churn.set(key, val); known {
+				break
+			}
 			if known, err = push.set(key, val); !known {
 				err = fmt.Errorf("unknown key (known: name, description, mode, size, origin_up, peers, peer_up, peer_down, "+
 					"class, arrivals, departure, fault, systems, reps, reps.SYSTEM, backend, timeout, seed, serve_args, get_args; "+
-					"with mode = push: %s)", strings.Join(pushKeys, ", "))
+					"with mode = push: %s; with mode = churn: %s)", strings.Join(pushKeys, ", "), strings.Join(churnKeys, ", "))
 			}
 		}
 		if err != nil {
@@ -479,14 +512,21 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 			p.errorf("%s: a key of mode = push only (add mode = push)", k)
 		}
 	}
+	for _, k := range churnKeys {
+		if line, ok := p.seen[k]; ok && s.Mode != ModeChurn {
+			p.line = line
+			p.errorf("%s: a key of mode = churn only (add mode = churn)", k)
+		}
+	}
 	for _, sys := range s.Systems {
-		if !slices.Contains(knownSystems, sys) {
+		if !slices.Contains(knownSystems, sys) && s.Mode != ModeChurn {
 			p.line = lineOf["systems"]
 			p.errorf("systems: %q is a system of mode = push only (known: %s)", sys, strings.Join(knownSystems, ", "))
 		}
 	}
 	p.line = 0 // whole-file errors name no line
 	switch {
+	case s.Mode == ModeChurn: // finishChurn says what it misses
 	case !sizeSeen:
 		p.errorf("missing size (e.g. size = 32MiB)")
 	case !originS:
@@ -501,6 +541,9 @@ func ParseScenario(name string, r io.Reader) (*Scenario, error) {
 		p.errorf("peers needs peer_up and peer_down (0 for uncapped)")
 	case len(s.Classes) == 0:
 		s.Classes = []Class{{Name: "peer", Count: peers, Up: peerUp, Down: peerDown}}
+	}
+	if s.Mode == ModeChurn {
+		return p.finishChurn(s, &churn, systemsVal, lineOf)
 	}
 	if len(p.errs) == 0 {
 		if err := s.Validate(); err != nil {
@@ -554,7 +597,10 @@ func parseClass(s string) (Class, error) {
 		case "down":
 			c.Down, err = units.ParseRate(v)
 		default:
-			err = fmt.Errorf("unknown field %q (want count=, up=, down=)", k)
+			var known bool
+			if known, err = churnClassField(&c, k, v); !known {
+				err = fmt.Errorf("unknown field %q (want count=, up=, down=; with mode = churn also nat=, hosts=)", k)
+			}
 		}
 		if err != nil {
 			return c, fmt.Errorf("class %s: %w", c.Name, err)

@@ -146,7 +146,7 @@ func TestParseScenarioErrors(t *testing.T) {
 }
 
 func TestLoadScenarioErrors(t *testing.T) {
-	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: adsl, big, churn, ci, fast-origin, faults, flash20") {
+	if _, err := LoadScenario("nosuch"); err == nil || !strings.Contains(err.Error(), "standard: adsl, big, churn, churn-64k, churn-nat, ci, fast-origin, faults, flash-128k, flash20") {
 		t.Errorf("LoadScenario(nosuch) = %v", err)
 	}
 	if _, err := LoadScenario("./nosuch.txt"); err == nil {
