@@ -74,6 +74,10 @@ func runChurn(ctx context.Context, cfg Config, sc *Scenario, bin string, feats F
 		return nil, fmt.Errorf("%s: no system can run here: %w", sc.Name, joinUnavailable(unavail))
 	}
 
+	// The namespaces of a harness killed before it could clean up.
+	if removed, err := cleanupStaleChurn(ctx, log); err != nil || len(removed) > 0 {
+		log.Warn("bench: deleted the namespaces of dead churn runs", "namespaces", removed, "err", err)
+	}
 	dir, err := os.MkdirTemp(cfg.WorkDir, "stampede-bench-")
 	if err != nil {
 		return nil, err
