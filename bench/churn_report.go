@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stampede-dev/stampede/internal/units"
 )
@@ -39,6 +40,13 @@ type ChurnRate struct {
 	// after their scheduled arrival.
 	StartLagMean float64 `json:"start_lag_mean"`
 	StartLagP99  float64 `json:"start_lag_p99"`
+	// MaxPool is the largest pool of unfinished peers during the rate's
+	// arrivals; Stable says whether it had stopped growing by their end,
+	// by Flashback's test: the largest pool of the last window (a third
+	// of the arrivals, at most 10 s) no larger than the largest of the
+	// window before.
+	MaxPool int  `json:"max_pool"`
+	Stable  bool `json:"stable"`
 	// GaveUp: peers still ran when the rate's drain time ran out.
 	GaveUp bool     `json:"gave_up,omitempty"`
 	Errors []string `json:"errors,omitempty"`
@@ -118,10 +126,19 @@ func (r *Report) summarizeChurn() {
 				Load:                  med(func(f ChurnRate) float64 { return f.Load }),
 				StartLagMean:          med(func(f ChurnRate) float64 { return f.StartLagMean }),
 				StartLagP99:           med(func(f ChurnRate) float64 { return f.StartLagP99 }),
+				MaxPool:               int(med(func(f ChurnRate) float64 { return float64(f.MaxPool) })),
+				Stable:                med(func(f ChurnRate) float64 { return b2f(f.Stable) }) >= 0.5,
 			})
 		}
 	}
 	r.ChurnAims = r.churnAims()
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // churnSystem is the system named, if it has rates.
@@ -179,19 +196,27 @@ func (r *Report) churnAims() []PushAim {
 // churnTableRows are the cells of the churn table: one row per system and
 // rate.
 func (r *Report) churnTableRows() [][]string {
-	rows := [][]string{{"system", "rate", "done", "mean", "p90", "p99", "origin/arrival", "CPU busy", "start lag p99"}}
+	rows := [][]string{{"system", "rate", "done", "mean", "p90", "p99", "origin/arrival", "pool", "CPU busy", "start lag p99"}}
 	for _, s := range r.Systems {
 		if len(s.Rates) == 0 {
-			rows = append(rows, []string{s.Label, "-", "0", "-", "-", "-", "-", "-", "-"})
+			rows = append(rows, []string{s.Label, "-", "0", "-", "-", "-", "-", "-", "-", "-"})
 			continue
 		}
 		for _, f := range s.Rates {
 			rows = append(rows, []string{s.Label, churnRateLabel(f.Rate), fmt.Sprintf("%d/%d", f.Completed, f.Arrivals),
 				ms(f.Mean), ms(f.P90), ms(f.P99), fmt.Sprintf("%s (%.2f)", units.Bytes(int64(f.OriginBytesPerArrival)),
-					f.OriginBytesPerArrival/float64(r.Scenario.Size)), fmt.Sprintf("%.0f%%", f.CPUBusy*100), ms(f.StartLagP99)})
+					f.OriginBytesPerArrival/float64(r.Scenario.Size)), poolCell(f), fmt.Sprintf("%.0f%%", f.CPUBusy*100), ms(f.StartLagP99)})
 		}
 	}
 	return rows
+}
+
+// poolCell is the largest pool, and whether it stabilized.
+func poolCell(f ChurnRate) string {
+	if f.Stable {
+		return fmt.Sprintf("%d stable", f.MaxPool)
+	}
+	return fmt.Sprintf("%d growing", f.MaxPool)
 }
 
 // ms prints seconds as milliseconds below 10 s: latencies of small
@@ -358,6 +383,21 @@ func poolSeries(arrive, done []float64, end, step, from float64) []Point {
 		out = append(out, Point{T: math.Round(t*1000) / 1000, V: float64(n)})
 	}
 	return out
+}
+
+// poolStable runs Flashback's stability test (poolWatch) on the pool
+// samples of a rate's arrivals, from from for d, and returns the largest
+// pool then and whether it had stabilized by their end.
+func poolStable(series []Point, from float64, d time.Duration) (maxPool int, stable bool) {
+	w := poolWatch{window: min(d/3, 10*time.Second)}
+	for _, p := range series {
+		if p.T > from+d.Seconds()+1e-9 {
+			break
+		}
+		maxPool = max(maxPool, int(p.V))
+		stable = w.Observe(time.Duration((p.T-from)*float64(time.Second)), int(p.V))
+	}
+	return maxPool, stable
 }
 
 // cpuTimes is the machine's CPU time from /proc/stat, in ticks.

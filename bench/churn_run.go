@@ -313,7 +313,9 @@ func (b *churnBench) runRate(ctx context.Context, sys system, rate float64, sche
 	fig.Mean, fig.P50, fig.P90, fig.P99, fig.Max = d.Mean, d.P50, d.P90, d.P99, d.Max
 	ld := distOf(lags)
 	fig.StartLagMean, fig.StartLagP99 = ld.Mean, ld.P99
-	run.Pool = append(run.Pool, poolSeries(arr, done, time.Since(t0).Seconds(), 0.5, start.Sub(t0).Seconds())...)
+	series := poolSeries(arr, done, time.Since(t0).Seconds(), 0.5, start.Sub(t0).Seconds())
+	fig.MaxPool, fig.Stable = poolStable(series, start.Sub(t0).Seconds(), b.sc.Churn.Duration)
+	run.Pool = append(run.Pool, series...)
 	return fig, nil
 }
 

@@ -327,3 +327,19 @@ func checkChurnClean(t *testing.T, work string) {
 		}
 	}
 }
+
+func TestPoolStable(t *testing.T) {
+	var growing, steady []Point
+	for i := range 61 { // 30 s of samples every 0.5 s, from 10 s
+		t := 10 + float64(i)*0.5
+		growing = append(growing, Point{T: t, V: float64(i)})
+		steady = append(steady, Point{T: t, V: float64(4 + i%3)})
+	}
+	steady = append(steady, Point{T: 41, V: 50}) // after the arrivals: not counted
+	if n, ok := poolStable(growing, 10, 30*time.Second); ok || n != 60 {
+		t.Errorf("growing pool: %d, stable %v", n, ok)
+	}
+	if n, ok := poolStable(steady, 10, 30*time.Second); !ok || n != 6 {
+		t.Errorf("steady pool: %d, stable %v", n, ok)
+	}
+}
