@@ -70,7 +70,7 @@ window.result = (async () => {
   const t = performance.now();
   const stats = stampede.page && stampede.page.stats();
   if (stats) stats.timeline.ready = Math.round(ready);
-  return { t, len: b.byteLength, stats };
+  return { t, len: b.byteLength, stats, origin: performance.timeOrigin };
 })();
 </script>`
 	tagPage = `<!doctype html><title>tag</title>
@@ -126,6 +126,7 @@ type aimsRun struct {
 	originBytes int64     // all the origin sent
 	natives     []nativeRun
 	stats       []pageStats // the browsers' pages, stampede only
+	navAt       []float64   // s from the crowd's start to each browser's navigation
 }
 
 type nativeRun struct {
@@ -136,7 +137,7 @@ type nativeRun struct {
 }
 
 func (n nativeRun) String() string {
-	return fmt.Sprintf("{at %ds: %.2fs, %d KiB from peers, gone at +%.2fs}", n.At, n.Seconds, n.FromPeers>>10, n.Gone)
+	return fmt.Sprintf("{at %ds: done at %.2fs, %d KiB from peers, gone at %.2fs}", n.At, float64(n.At)+n.Seconds, n.FromPeers>>10, float64(n.At)+n.Gone)
 }
 
 // pageStats is what a page's peer says of its swarm (Page.stats), with
@@ -190,7 +191,7 @@ func runAims(t *testing.T, nss []string, page string, wt bool, bin string) aimsR
 	for i := range aimsBrowsers {
 		bs = append(bs, blank(t, nss[i], fmt.Sprintf("V%d", i), o))
 	}
-	res := aimsRun{times: make([]float64, len(bs)), stats: make([]pageStats, len(bs))}
+	res := aimsRun{times: make([]float64, len(bs)), stats: make([]pageStats, len(bs)), navAt: make([]float64, len(bs))}
 	var mu sync.Mutex // guards res.natives
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -204,15 +205,19 @@ func runAims(t *testing.T, nss []string, page string, wt bool, bin string) aimsR
 			return
 		}
 		var r struct {
-			T     float64    `json:"t"`
-			Len   int        `json:"len"`
-			Stats *pageStats `json:"stats"`
+			T      float64    `json:"t"`
+			Len    int        `json:"len"`
+			Stats  *pageStats `json:"stats"`
+			Origin float64    `json:"origin"` // performance.timeOrigin, ms since the epoch
 		}
 		if err := evalInto(ctx, "window.result", &r); err != nil || r.Len != len(o.obj) {
 			t.Errorf("%s: %+v, %v", b.name, r, err)
 			return
 		}
 		res.times[i] = r.T
+		if r.Origin > 0 {
+			res.navAt[i] = (r.Origin - float64(start.UnixMicro())/1000) / 1000
+		}
 		if r.Stats != nil {
 			res.stats[i] = *r.Stats
 		}
@@ -349,7 +354,7 @@ func TestBrowserAims(t *testing.T) {
 			wPeers = append(wPeers, 1-float64(w.originBytes)/(aimsBrowsers*size))
 			t.Logf("run %d: stampede: browsers %.0f ms, %.0f%% of their bytes from peers, origin %d B in all; natives %v", r+1, s.times, 100*s.peerShare, s.originBytes, s.natives)
 			for i, st := range s.stats {
-				t.Logf("run %d:   browser %d: %+v", r+1, i, st)
+				t.Logf("run %d:   browser %d: navigated at %.2fs: %+v", r+1, i, s.navAt[i], st)
 			}
 			t.Logf("run %d: webtorrent: browsers %.0f ms, origin %d B", r+1, w.times, w.originBytes)
 		}

@@ -17,6 +17,16 @@ const FIRST_ANSWER_MS = 1000; // the tracker's first answer awaited before offer
 const ORIGIN_K = 3; // swarm's DefaultOriginK
 const ORIGIN_SLICE_MS = 250; // swarm's OriginSlice
 const OFFER_WAIT_MS = 1000; // how long our first offers may take to bring a peer
+const CONNECT_WAIT_MS = 1500; // an answer given or taken may take this long to open its channel
+// A visitor alone in a swarm that others joined a moment ago (the
+// tracker's webrtc_recent) is in a crowd between arrivals: it waits this
+// long for the next one rather than take the object from the origin.
+const CROWD_WAIT_MS = 1500;
+// A peer still downloading that announced a piece this recently is
+// feeding us (it takes from the origin what we lack): we leave the origin
+// to it meanwhile, as the pool's members split the origin between them.
+const FEED_MS = 500;
+const HOST_GRACE_MS = 50; // without STUN or TURN, gathering waits this long past the first candidate
 const ORIGIN_PARALLEL = 2;
 const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
 const TRIES = 2; // peers a piece is asked of before the origin
@@ -98,6 +108,7 @@ class Conn {
     this.inflight = new Map(); // piece -> {buf, got}
     this.depth = 2; // pieces asked at once (PIPELINE)
     this.pausedUntil = 0; // after a busy refusal
+    this.haveAt = 0; // when it last announced a piece it got
     this.cancelled = new Set(); // pieces whose request we cancelled: their late DATA is no error
     this.uploads = [];
     this.serving = false;
@@ -145,8 +156,8 @@ class Conn {
   onMessage(m) {
     const s = this.swarm;
     switch (m.type) {
-      case wire.T.HAVESET: for (const [a, b] of m.runs) for (let i = a; i < b; i++) this.their.add(i); break;
-      case wire.T.HAVE: this.their.add(m.piece); break;
+      case wire.T.HAVESET: for (const [a, b] of m.runs) for (let i = a; i < b; i++) this.their.add(i); this.haveAt = performance.now(); break;
+      case wire.T.HAVE: this.their.add(m.piece); this.haveAt = performance.now(); break;
       case wire.T.UNCHOKE: this.unchoked = true; break;
       case wire.T.CHOKE: this.unchoked = false; break;
       case wire.T.REQUEST: this.onRequest(m); break;
@@ -230,6 +241,9 @@ class Conn {
     }
     s.schedule();
   }
+  // feeding: it is still downloading and got a piece a moment ago (or
+  // came a moment ago: its first pieces are on their way).
+  feeding(now) { return !this.their.complete() && now - this.haveAt < FEED_MS; }
   bye(reason, text) {
     this.send({ type: wire.T.GOODBYE, reason, text });
     setTimeout(() => this.close(), 100);
@@ -271,6 +285,9 @@ export class Swarm {
     this.stats = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0 };
     this.timeline = {}; // when each step first came (performance.now()): what a slow download waited for
     this.swarmSize = 0;
+    this.others = -1; // the tracker's webrtc_peers: other WebRTC peers there (-1: not said)
+    this.crowdUntil = 0; // alone in a crowd: waiting for the next arrival until then
+    this.connectingUntil = 0; // a channel answered may open until then
     this.started = performance.now();
     this.stopped = false;
     if (signal) signal.swarms.set(this.m.rootHex + ':' + this.m.size, this);
@@ -333,13 +350,26 @@ export class Swarm {
   left() { let l = 0; for (let i = 0; i < this.m.n; i++) if (!this.have.has(i)) l += this.m.pieceLen(i); return l; }
 
   newPC() { return new RTCPeerConnection({ iceServers: (this.cfg.ice_servers || []).map((u) => (typeof u === 'string' ? { urls: u } : u)) }); }
+  // gathered waits for pc's candidates: until gathering completes, for
+  // ICE_WAIT_MS at most; without STUN or TURN servers, HOST_GRACE_MS past
+  // the first candidate (host candidates come together; Chromium may take
+  // far longer to call the gathering complete).
   async gathered(pc) {
     if (pc.iceGatheringState === 'complete') return;
-    await Promise.race([sleep(ICE_WAIT_MS), new Promise((r) => { pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); }; })]);
+    const hostOnly = !(this.cfg.ice_servers || []).length;
+    await Promise.race([sleep(ICE_WAIT_MS), new Promise((r) => {
+      pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') r(); };
+      if (hostOnly) pc.onicecandidate = (e) => { if (e.candidate) setTimeout(r, HOST_GRACE_MS); };
+    })]);
   }
   async announce(event) {
-    const want = this.have.complete() || this.swarmSize <= 1 ? 0 : Math.min(5, this.cfg.max_peers - this.conns.size);
+    // An offer for each other WebRTC peer the tracker knows, to which we
+    // have no channel yet (all but the swarm's count, from a tracker that
+    // does not say), five at most.
+    const others = this.others >= 0 ? this.others - this.conns.size : this.swarmSize - 1;
+    const want = this.have.complete() ? 0 : Math.min(5, others, this.cfg.max_peers - this.conns.size);
     const offers = [];
+    this.offering = want > 0;
     for (const [id, o] of this.offers) if (performance.now() - o.at > 10000) { o.pc.close(); this.offers.delete(id); }
     await Promise.all(Array.from({ length: Math.max(0, want) }, async () => {
       const pc = this.newPC();
@@ -351,6 +381,7 @@ export class Swarm {
       offers.push({ offer_id: id, offer: { type: 'offer', sdp: pc.localDescription.sdp } });
     }));
     this.signal.send({ ...this.key(), left: this.left(), event, numwant: offers.length, offers });
+    this.offering = false;
     if (offers.length) this.mark('offered');
     this.stats.offers += offers.length;
   }
@@ -360,8 +391,16 @@ export class Swarm {
     if (m.swarm_size !== undefined) {
       this.mark('tracker');
       this.swarmSize = m.swarm_size;
+      if (m.webrtc_peers !== undefined) this.others = m.webrtc_peers;
       if (this.onAnswer) { this.onAnswer(); this.onAnswer = null; }
-      if (m.swarm_size <= 1) { this.mark('alone'); this.toOriginAll(); } // alone: no one to wait for
+      const alone = m.webrtc_peers !== undefined ? m.webrtc_peers === 0 : m.swarm_size <= 1;
+      if (alone && !this.conns.size) {
+        if (m.webrtc_recent > 0) {
+          // Others joined a moment ago and left: more are coming. Wait
+          // for the next (it offers to us), once per lonely spell.
+          if (!this.crowdUntil) { this.mark('crowd'); this.crowdUntil = performance.now() + CROWD_WAIT_MS; setTimeout(() => this.schedule(), CROWD_WAIT_MS); }
+        } else { this.mark('alone'); this.toOriginAll(); } // no one to wait for
+      } else if (!alone) this.crowdUntil = 0;
       return;
     }
     if (m.offer) {
@@ -370,9 +409,11 @@ export class Swarm {
       if (this.banned.has(m.peer_id) || this.conns.has(m.peer_id) || this.conns.size >= this.cfg.max_peers) return;
       const pc = this.newPC();
       pc.ondatachannel = (e) => { e.channel.onopen = () => this.connected(pc, e.channel); };
+      this.connectingUntil = performance.now() + CONNECT_WAIT_MS;
       await pc.setRemoteDescription(m.offer);
       await pc.setLocalDescription(await pc.createAnswer());
       await this.gathered(pc);
+      this.connectingUntil = performance.now() + CONNECT_WAIT_MS;
       this.signal.send({ ...this.key(), to_peer_id: m.peer_id, offer_id: m.offer_id, answer: { type: 'answer', sdp: pc.localDescription.sdp } });
       setTimeout(() => { if (pc.connectionState !== 'connected') pc.close(); }, 15000);
       return;
@@ -385,6 +426,7 @@ export class Swarm {
       this.stats.answers++;
       if (this.banned.has(m.peer_id) || this.conns.has(m.peer_id)) { o.pc.close(); return; }
       o.dc.onopen = () => this.connected(o.pc, o.dc);
+      this.connectingUntil = performance.now() + CONNECT_WAIT_MS;
       await o.pc.setRemoteDescription(m.answer);
     }
   }
@@ -427,7 +469,7 @@ export class Swarm {
     }
     const serving = [...this.conns.values()].filter((c) => c.unchoked && c.reader);
     const conns = serving.filter((c) => c.pausedUntil <= now);
-    const origin = this.holdsOrigin(now, serving.length);
+    const origin = this.holdsOrigin(now, serving);
     let unasked = 0;
     for (let i = 0; i < this.m.n; i++) {
       if (this.have.has(i) || this.asked.has(i)) continue;
@@ -449,11 +491,20 @@ export class Swarm {
   // tracker's swarm size (at least our peers and us), so that about
   // ORIGIN_K peers of a swarm go to the origin at once however large it
   // is, and a swarm of a few does not wait for the deadline. Not before
-  // the tracker's first answer, nor while our offers may still bring us
-  // peers (for a second after them) and we have none.
-  holdsOrigin(now, peers) {
-    if (this.swarmSize === 1 && !peers) return true; // alone
-    if (!this.swarmSize || (!peers && now - (this.timeline.offered ?? now) < OFFER_WAIT_MS)) return false;
+  // the tracker's first answer; nor, with no peer, while our offers may
+  // still bring us one (for a second after them), a channel answered may
+  // still open, or, alone in a crowd, the next arrival is awaited; nor
+  // while a peer still downloading feeds us (its pieces come from the
+  // origin: the pool splits the origin rather than fetch a piece twice).
+  holdsOrigin(now, serving) {
+    const peers = serving.length;
+    if (!this.swarmSize) return false;
+    if (!peers) {
+      const offered = this.timeline.offered ?? (this.offering ? now : -Infinity); // offers being made count as made now
+      if (now - offered < OFFER_WAIT_MS || now < this.connectingUntil || now < this.crowdUntil) return false;
+      if (this.others === 0 || (this.others < 0 && this.swarmSize === 1)) return true; // alone
+    }
+    if (serving.some((c) => c.feeding(now))) return false;
     if (now - (this.sliceAt || 0) >= ORIGIN_SLICE_MS) {
       this.sliceAt = now;
       this.holding = Math.random() < ORIGIN_K / Math.max(this.swarmSize, peers + 1);

@@ -57,3 +57,66 @@ test('a request for a piece the page lacks is answered REJECT', () => {
   assert.equal(answer.type, wire.T.REJECT);
   assert.equal(answer.reason, wire.REJECT.DONT_HAVE);
 });
+
+// A swarm without a tracker or peers, its origin fetches counted, not made.
+function idleSwarm() {
+  const PIECE = 16 << 10, n = 4;
+  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
+  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  s.toOriginAll = () => { s.allToOrigin = true; };
+  return s;
+}
+
+test('alone, with no one arrived lately, the page goes to the origin at once', () => {
+  const s = idleSwarm();
+  s.onSignal({ swarm_size: 1, webrtc_peers: 0, webrtc_recent: 0 });
+  assert.equal(s.allToOrigin, true);
+  assert.equal(s.holdsOrigin(performance.now(), []), true);
+});
+
+test('alone in a crowd, the page waits for the next arrival, then takes the origin', () => {
+  const s = idleSwarm();
+  s.onSignal({ swarm_size: 3, webrtc_peers: 0, webrtc_recent: 2 });
+  assert.equal(s.allToOrigin, undefined);
+  assert.ok('crowd' in s.timeline);
+  const now = performance.now();
+  assert.equal(s.holdsOrigin(now, []), false, 'took the origin while the next arrival was awaited');
+  assert.equal(s.holdsOrigin(now + 2000, []), true, 'still waiting past the crowd wait');
+  // A second lonely answer does not wait again.
+  const until = s.crowdUntil;
+  s.onSignal({ swarm_size: 3, webrtc_peers: 0, webrtc_recent: 2 });
+  assert.equal(s.crowdUntil, until);
+});
+
+test('a peer still downloading that feeds the page keeps it off the origin', () => {
+  const s = idleSwarm();
+  s.onSignal({ swarm_size: 2, webrtc_peers: 1, webrtc_recent: 1 });
+  const now = performance.now();
+  // n = 2: the origin rule holds every slice but for a feeding peer.
+  assert.equal(s.holdsOrigin(now, [{ feeding: () => true }]), false);
+  s.sliceAt = 0;
+  assert.equal(s.holdsOrigin(now, [{ feeding: () => false }]), true);
+});
+
+test('a connection feeds while downloading and announcing pieces', () => {
+  const PIECE = 16 << 10, n = 4;
+  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
+  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  s.schedule = () => {};
+  const dc = { readyState: 'open', bufferedAmount: 0, send() {}, close() {} };
+  s.connected({ close() {} }, dc);
+  const frame = (f) => dc.onmessage({ data: wire.encodeFrame(f).slice().buffer });
+  dc.onmessage({ data: wire.encodeHandshake({ caps: 0, root: m.root, size: m.size, peerId: new Uint8Array(16).fill(7) }).buffer });
+  frame({ type: wire.T.HAVESET, n, runs: [[0, 1]] });
+  const c = [...s.conns.values()][0];
+  const now = performance.now();
+  assert.equal(c.feeding(now), true, 'a peer just come, downloading, does not feed');
+  assert.equal(c.feeding(now + 1000), false, 'a peer silent for a second still feeds');
+  frame({ type: wire.T.HAVE, piece: 1 });
+  assert.equal(c.feeding(performance.now()), true);
+  frame({ type: wire.T.HAVE, piece: 2 });
+  frame({ type: wire.T.HAVE, piece: 3 });
+  assert.equal(c.feeding(performance.now()), false, 'a seed counts as feeding');
+  s.stopped = true;
+  c.close();
+});
