@@ -76,6 +76,11 @@ import (
 	"github.com/stampede-dev/stampede/manifest"
 )
 
+// NativeOfferMark opens the offer_id of a native peer's offers (package
+// rtcpeer): native peers pair over TCP and leave each other's offers
+// unanswered, so the tracker relays them to no peer that made one.
+const NativeOfferMark = "n-"
+
 // Bounds of the WebSocket signalling.
 const (
 	MaxWSMessage     = 64 << 10         // bytes of one message: an SDP is a few KiB
@@ -94,7 +99,6 @@ const (
 	wsAnnounceNumber = 1               // peers asked of the store: only its counts matter
 	wsRecent         = 5 * time.Second // arrivals counted in webrtc_recent
 	wsArrivals       = 16              // arrivals remembered per swarm, for webrtc_recent
-	nativeOfferMark  = "n-"            // opens a native peer's offer_id (package rtcpeer)
 )
 
 // isWebSocket reports whether r asks to upgrade to a WebSocket.
@@ -458,7 +462,7 @@ func (t *Tracker) wsHandle(ctx context.Context, conn *wsConn, ip netip.Addr, m *
 	now := t.cfg.Now()
 	native := false
 	for _, o := range m.Offers {
-		native = native || strings.HasPrefix(o.OfferID, nativeOfferMark)
+		native = native || strings.HasPrefix(o.OfferID, NativeOfferMark)
 	}
 	view, err := t.ws.join(conn, key, id, *m.Left, native, m.Event == EventStopped, t.cfg.MaxPeersPerSwarm, now)
 	if err != nil {

@@ -428,7 +428,7 @@ func TestWSOrder(t *testing.T) {
 	// A native's offers go to no native: not to 3, nor to 5 once it
 	// offered as one.
 	join(5, 100, true)
-	h.relayOffers(key, peer(3).id, &WSMessage{Offers: offers(4, nativeOfferMark)}, true, now)
+	h.relayOffers(key, peer(3).id, &WSMessage{Offers: offers(4, NativeOfferMark)}, true, now)
 	if g := got(); !slices.Equal(g, []int{1, 2, 4}) {
 		t.Errorf("a native's offers went to %v, want [1 2 4]", g)
 	}
