@@ -70,7 +70,7 @@ var (
 	turnAllocsDesc  = prometheus.NewDesc("stampede_origin_turn_allocations_total", "TURN relays allocated (serve --turn).", nil, nil)
 	turnActiveDesc  = prometheus.NewDesc("stampede_origin_turn_allocations_active", "TURN relays held now.", nil, nil)
 	turnRefusedDesc = prometheus.NewDesc("stampede_origin_turn_allocations_refused_total",
-		"TURN allocations refused by the quota (1,024 in all, 8 per source).", nil, nil)
+		fmt.Sprintf("TURN allocations refused by the quota (%d in all, %d per source).", MaxTURNAllocs, MaxTURNAllocsPerSrc), nil, nil)
 	turnBytesDesc = prometheus.NewDesc("stampede_origin_turn_relayed_bytes_total",
 		"Payload bytes the TURN relay carried, by direction: \"to_peer\" from its clients to their peers, \"from_peer\" back; each crosses the server's link twice.",
 		[]string{"direction"}, nil)
@@ -196,8 +196,11 @@ func ServeTURN(ctx context.Context, pc net.PacketConn, cfg TURNConfig, log *slog
 // Bounds of the TURN relay's allocations (each a UDP socket and its
 // traffic).
 const (
-	MaxTURNAllocs       = 1024
-	MaxTURNAllocsPerSrc = 8
+	MaxTURNAllocs = 1024
+	// MaxTURNAllocsPerSrc is room for the peer connections of a few
+	// peers behind one NAT: each holds one for every offer awaiting its
+	// answer and every channel being set up or open.
+	MaxTURNAllocsPerSrc = 32
 )
 
 // turnQuota counts the allocations, in all and by source (tracker.Source;

@@ -138,11 +138,16 @@ func (t *Transport) deliver(c net.Conn) {
 
 // newPC makes a peer connection using Config's ICE servers and site's.
 func (t *Transport) newPC(site []webrtc.ICEServer) (*webrtc.PeerConnection, error) {
-	ice := slices.Clip(site)
+	return t.api.NewPeerConnection(webrtc.Configuration{ICEServers: append(slices.Clip(site), t.configICE()...)})
+}
+
+// configICE is Config's ICEServers.
+func (t *Transport) configICE() []webrtc.ICEServer {
+	var ice []webrtc.ICEServer
 	for _, u := range t.cfg.ICEServers {
 		ice = append(ice, webrtc.ICEServer{URLs: []string{u}})
 	}
-	return t.api.NewPeerConnection(webrtc.Configuration{ICEServers: ice})
+	return ice
 }
 
 // Addr is a WebRTC peer's address as a net.Addr.

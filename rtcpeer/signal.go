@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,12 +23,20 @@ import (
 // Signalling timings.
 const (
 	offerEvery   = 2 * time.Second  // announces with offers while short of peers and not done
-	offerTTL     = 15 * time.Second // an offer unanswered this long is dropped
+	answerWait   = 8 * time.Second  // an offer unanswered this long is dropped: the answerer gathers for gatherWait at most
+	offerTTL     = 15 * time.Second // a channel answered and not open this long is dropped
 	gatherWait   = 3 * time.Second  // ICE candidates gathered at most this long
 	redialMin    = time.Second
 	redialMax    = 30 * time.Second
 	offersAtOnce = 3
-	nativeMark   = "n-" // opens a native peer's offer_id, telling it from a browser's in logs
+	// nativeMark opens the offer_id of a native peer that knows it has
+	// a public address (probeNAT): the tracker relays it to no other
+	// peer that made one, as they reach each other over TCP
+	// (tracker/ws.go). natMark opens the offer_id of a native peer
+	// behind a NAT, or that cannot tell (no STUN): it goes to every kind
+	// of peer, as a browser's does.
+	nativeMark = "n-"
+	natMark    = "nat-"
 )
 
 // message is the signalling's message (tracker/ws.go).
@@ -56,6 +67,7 @@ type joined struct {
 	offers    map[string]*pending
 	ws        *websocket.Conn
 	ice       []webrtc.ICEServer // the site's (siteICE)
+	nat       natType            // what the site's STUN and TURN servers tell of our NAT (probeNAT)
 	// linked counts the open channels by the other end's signalling ID:
 	// a peer already linked is neither answered nor taken again.
 	linked map[string]int
@@ -122,8 +134,10 @@ func (j *joined) session(ctx context.Context) error {
 		if err != nil {
 			j.t.log.Debug("webrtc: no ICE servers from the site", "tracker", j.site, "err", err)
 		}
+		nat := probeNAT(ctx, append(slices.Clip(ice), j.t.configICE()...))
+		j.t.log.Debug("webrtc: NAT", "id", j.id, "kind", nat, "relay", nat.needsRelay())
 		j.mu.Lock()
-		j.ice = ice
+		j.ice, j.nat = ice, nat
 		j.mu.Unlock()
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -248,7 +262,10 @@ func (j *joined) offer(ctx context.Context, pc *webrtc.PeerConnection, dc *webrt
 	gathered(ctx, pc)
 	var id [8]byte
 	rand.Read(id[:])
-	oid := nativeMark + hex.EncodeToString(id[:])
+	j.mu.Lock()
+	mark := map[bool]string{true: nativeMark, false: natMark}[j.nat == natNone]
+	j.mu.Unlock()
+	oid := mark + hex.EncodeToString(id[:])
 	j.mu.Lock()
 	j.offers[oid] = &pending{pc: pc, dc: dc, at: time.Now()}
 	j.mu.Unlock()
@@ -261,7 +278,7 @@ func (j *joined) expire() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for id, p := range j.offers {
-		if time.Since(p.at) > offerTTL {
+		if time.Since(p.at) > answerWait {
 			p.pc.Close()
 			delete(j.offers, id)
 		}
@@ -282,6 +299,7 @@ func (j *joined) answered(m message) {
 		p.pc.Close()
 		return
 	}
+	j.t.log.Debug("webrtc: answered", "id", j.id, "peer", m.PeerID, "offer", m.OfferID, "candidates", candidates(m.Answer.SDP), "ours", candidates(p.pc.LocalDescription().SDP))
 	p.dc.OnOpen(func() { j.opened(p.pc, p.dc, m.PeerID, true) })
 	if err := p.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: m.Answer.SDP}); err != nil {
 		j.t.log.Debug("webrtc: bad answer", "err", err)
@@ -290,7 +308,8 @@ func (j *joined) answered(m message) {
 	}
 	// Not connected in time: give it up.
 	time.AfterFunc(offerTTL, func() {
-		if p.pc.ConnectionState() != webrtc.PeerConnectionStateConnected {
+		if st := p.pc.ConnectionState(); st != webrtc.PeerConnectionStateConnected && st != webrtc.PeerConnectionStateClosed {
+			j.t.log.Debug("webrtc: no channel", "id", j.id, "peer", m.PeerID, "offered", true, "state", st)
 			p.pc.Close()
 		}
 	})
@@ -301,8 +320,10 @@ func (j *joined) answered(m message) {
 func (j *joined) answer(ctx context.Context, m message) {
 	if int(j.answering.Add(1)) > j.t.cfg.MaxPeers || int(j.peers.Load()) >= j.t.cfg.MaxPeers {
 		j.answering.Add(-1)
+		j.t.log.Debug("webrtc: offer not answered: full", "id", j.id, "peer", m.PeerID)
 		return
 	}
+	j.t.log.Debug("webrtc: answering", "id", j.id, "peer", m.PeerID, "offer", m.OfferID, "candidates", candidates(m.Offer.SDP))
 	var once sync.Once
 	answered := func() { once.Do(func() { j.answering.Add(-1) }) }
 	pc, err := j.t.newPC(j.iceServers())
@@ -335,7 +356,8 @@ func (j *joined) answer(ctx context.Context, m message) {
 	}
 	time.AfterFunc(offerTTL, func() {
 		answered()
-		if pc.ConnectionState() != webrtc.PeerConnectionStateConnected {
+		if st := pc.ConnectionState(); st != webrtc.PeerConnectionStateConnected && st != webrtc.PeerConnectionStateClosed {
+			j.t.log.Debug("webrtc: no channel", "id", j.id, "peer", m.PeerID, "offered", false, "state", st)
 			pc.Close()
 		}
 	})
@@ -380,9 +402,46 @@ func (j *joined) isLinked(peer string) bool {
 	return j.linked[peer] > 0
 }
 
-// iceServers are the site's ICE servers, as last read.
+// iceServers are the site's ICE servers, as last read, without its
+// TURN servers unless our NAT needs a relay (natType.needsRelay).
 func (j *joined) iceServers() []webrtc.ICEServer {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.ice
+	if j.nat.needsRelay() {
+		return j.ice
+	}
+	var out []webrtc.ICEServer
+	for _, s := range j.ice {
+		if !isTURN(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// isTURN reports whether s is a TURN server.
+func isTURN(s webrtc.ICEServer) bool {
+	return slices.ContainsFunc(s.URLs, func(u string) bool { return strings.HasPrefix(u, "turn:") || strings.HasPrefix(u, "turns:") })
+}
+
+// candidates sums up the ICE candidates of an SDP by type, for the log:
+// "host=2 srflx=1 relay=1".
+func candidates(sdp string) string {
+	n := map[string]int{}
+	for line := range strings.Lines(sdp) {
+		if !strings.HasPrefix(line, "a=candidate:") {
+			continue
+		}
+		f := strings.Fields(line)
+		if i := slices.Index(f, "typ"); i >= 0 && i+1 < len(f) {
+			n[f[i+1]]++
+		}
+	}
+	var b strings.Builder
+	for _, typ := range []string{"host", "srflx", "prflx", "relay"} {
+		if n[typ] > 0 {
+			fmt.Fprintf(&b, "%s%s=%d", map[bool]string{true: " "}[b.Len() > 0], typ, n[typ])
+		}
+	}
+	return b.String()
 }
