@@ -109,6 +109,8 @@ class Conn {
     this.depth = 2; // pieces asked at once (PIPELINE)
     this.pausedUntil = 0; // after a busy refusal
     this.haveAt = 0; // when it last announced a piece it got
+    this.gotAt = 0; // when it last gave us a piece
+    this.since = 0; // when its handshake came
     this.cancelled = new Set(); // pieces whose request we cancelled: their late DATA is no error
     this.uploads = [];
     this.serving = false;
@@ -139,6 +141,7 @@ class Conn {
         const s = this.swarm;
         if (h.size !== s.m.size || wire.toHex(h.root) !== s.m.rootHex) return this.bye(1, 'wrong swarm');
         this.id = hex(h.peerId);
+        this.since = performance.now();
         if (this.id === hex(s.peerId)) return this.bye(3, 'self');
         if (s.banned.has(this.id)) return this.bye(wire.BYE.CORRUPT, 'banned');
         if (s.conns.has(this.id)) return this.bye(4, 'duplicate');
@@ -229,6 +232,7 @@ class Conn {
     const s = this.swarm;
     if (await s.m.verify(m.piece, f.buf)) {
       s.stats.fromPeers += f.buf.length;
+      this.gotAt = performance.now();
       this.depth = Math.min(this.depth + 1, Math.max(2, Math.floor(PIPELINE / s.m.pieceSize)));
       s.mark('fromPeer');
       s.complete(m.piece, f.buf);
@@ -241,9 +245,13 @@ class Conn {
     }
     s.schedule();
   }
-  // feeding: it is still downloading and got a piece a moment ago (or
-  // came a moment ago: its first pieces are on their way).
-  feeding(now) { return !this.their.complete() && now - this.haveAt < FEED_MS; }
+  // feeding: it is still downloading, got a piece a moment ago and gave
+  // us one a moment ago (or came a moment ago: its first pieces are on
+  // their way). One that gets pieces but does not pass them on (its
+  // upload is taken) does not feed us.
+  feeding(now) {
+    return !this.their.complete() && now - this.haveAt < FEED_MS && (now - this.gotAt < FEED_MS || now - this.since < FEED_MS);
+  }
   bye(reason, text) {
     this.send({ type: wire.T.GOODBYE, reason, text });
     setTimeout(() => this.close(), 100);

@@ -114,6 +114,10 @@ test('a connection feeds while downloading and announcing pieces', () => {
   assert.equal(c.feeding(now + 1000), false, 'a peer silent for a second still feeds');
   frame({ type: wire.T.HAVE, piece: 1 });
   assert.equal(c.feeding(performance.now()), true);
+  c.since -= 1000; // a second on
+  assert.equal(c.feeding(performance.now()), false, 'a peer that gets pieces but gives us none feeds');
+  c.gotAt = performance.now();
+  assert.equal(c.feeding(performance.now()), true, 'a peer that gets pieces and gives them does not feed');
   frame({ type: wire.T.HAVE, piece: 2 });
   frame({ type: wire.T.HAVE, piece: 3 });
   assert.equal(c.feeding(performance.now()), false, 'a seed counts as feeding');
