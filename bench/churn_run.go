@@ -230,16 +230,19 @@ func (b *churnBench) runRate(ctx context.Context, sys system, rate float64, sche
 	cpu0 := readCPU()
 	start := time.Now()
 	peers := make([]*churnPeer, len(sched))
-	var wg sync.WaitGroup
+	// Each arrival is started on its own, so that a slow start (a busy
+	// machine) delays that arrival only, as it would a visitor.
+	var wg, launching sync.WaitGroup
 	for i, a := range sched {
-		if err := sleepUntil(ctx, start.Add(a.At)); err != nil {
-			b.endPeers(peers, &wg)
-			return fig, err
-		}
-		p := b.launch(sys, i, a, start, &wg)
-		peers[i] = p
+		launching.Go(func() {
+			if sleepUntil(ctx, start.Add(a.At)) == nil {
+				peers[i] = b.launch(sys, i, a, start, &wg)
+			}
+		})
 	}
-	if err := sleepUntil(ctx, start.Add(b.sc.Churn.Duration)); err != nil {
+	err = sleepUntil(ctx, start.Add(b.sc.Churn.Duration))
+	launching.Wait()
+	if err != nil {
 		b.endPeers(peers, &wg)
 		return fig, err
 	}

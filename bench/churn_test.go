@@ -164,8 +164,8 @@ func TestChurnAims(t *testing.T) {
 			{Rate: 1, Arrivals: 10, Completed: 10, Mean: 0.2, P99: 0.4, OriginBytesPerArrival: f},
 			{Rate: 16, Arrivals: 160, Completed: 160, Mean: 0.3, P99: 0.8, OriginBytesPerArrival: 0.05 * f}}}}},
 		{System: SysAria2, ChurnRuns: []*ChurnRun{{Rep: 1, Rates: []ChurnRate{
-			{Rate: 1, Arrivals: 10, Completed: 10, Mean: 1, CPUBusy: 0.5},
-			{Rate: 16, Arrivals: 160, Completed: 160, Mean: 0.4, CPUBusy: 0.95}}}}},
+			{Rate: 1, Arrivals: 10, Completed: 10, Mean: 1, StartLagP99: 0.1},
+			{Rate: 16, Arrivals: 160, Completed: 160, Mean: 0.4, StartLagP99: 2}}}}},
 	}}
 	rep.summarizeChurn()
 	got := map[string]PushAim{}
