@@ -44,8 +44,8 @@ func (f webFlags) handler() (http.Handler, error) {
 	}
 	if *f.stun != "" {
 		_, port, err := net.SplitHostPort(*f.stun)
-		if err != nil {
-			return nil, usageErrorf("--stun %q: want HOST:PORT or :PORT", *f.stun)
+		if err != nil || port == "0" {
+			return nil, usageErrorf("--stun %q: want HOST:PORT or :PORT, a fixed port (peer.json names it to the visitors)", *f.stun)
 		}
 		cfg.ICEServers = []string{"stun:{host}:" + port}
 	}
@@ -68,8 +68,8 @@ func (f webFlags) handler() (http.Handler, error) {
 func (f webFlags) turnAddr() (net.IP, string, error) {
 	host, port, err := net.SplitHostPort(*f.turn)
 	ip := net.ParseIP(host)
-	if err != nil || ip == nil || ip.IsUnspecified() {
-		return nil, "", usageErrorf("--turn %q: want IP:PORT, IP the server's public address (TURN tells it to clients)", *f.turn)
+	if err != nil || ip == nil || ip.IsUnspecified() || port == "0" {
+		return nil, "", usageErrorf("--turn %q: want IP:PORT, IP the server's public address (TURN tells it to clients), a fixed port (peer.json names it)", *f.turn)
 	}
 	return ip, port, nil
 }
