@@ -35,6 +35,14 @@ func (s *Scheduler) slots() int { return s.cfg.UploadSlots + s.cfg.OptimisticSlo
 
 func (s *Scheduler) strict() bool { return s.cfg.StrictTFT && !s.have.Complete() }
 
+// openAll reports whether every interested peer is unchoked: under
+// strict tit-for-tat (the tab decides each request instead), and for a
+// small object (small.go), whose whole download is a burst or two: a
+// neighbour kept waiting for a slot's rotation would wait longer than
+// the download takes, and the upload turns still bound what goes out at
+// once.
+func (s *Scheduler) openAll() bool { return s.strict() || s.small }
+
 func (s *Scheduler) reciprocate() {
 	if s.now.Before(s.nextChoke) {
 		s.fillSlots()
@@ -50,7 +58,7 @@ func (s *Scheduler) reciprocate() {
 	chosen := make(map[PeerID]bool, len(cands))
 	var catching *peer // has the catch-up slot this round
 	optimistic := make(map[PeerID]bool)
-	if s.strict() || len(cands) <= s.slots() {
+	if s.openAll() || len(cands) <= s.slots() {
 		for _, p := range cands {
 			chosen[p.id] = true
 		}
@@ -185,7 +193,7 @@ func (s *Scheduler) unchoke(p *peer) {
 
 // spareSlot reports whether one more interested peer may be unchoked.
 func (s *Scheduler) spareSlot() bool {
-	return s.strict() || s.unchokedInterested() < s.slots()
+	return s.openAll() || s.unchokedInterested() < s.slots()
 }
 
 func (s *Scheduler) unchokedInterested() int {
@@ -202,7 +210,7 @@ func (s *Scheduler) unchokedInterested() int {
 // waiting first.
 func (s *Scheduler) fillSlots() {
 	free := s.slots() - s.unchokedInterested()
-	if s.strict() {
+	if s.openAll() {
 		free = len(s.order)
 	}
 	if free <= 0 {

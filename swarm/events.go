@@ -265,6 +265,7 @@ const (
 	ReasonStalled     = "stalled"        // peers have it but it has not come for too long
 	ReasonPeersFail   = "peers-failing"  // only peers that are failing us have it (see suspect)
 	ReasonSpare       = "spare"          // peers have it, but the origin has budget and time to spare (see spare)
+	ReasonDeadline    = "deadline"       // a small object not whole by its deadline (see small.go)
 )
 
 // Announce: tell every connected peer (HAVE), after a piece was stored.

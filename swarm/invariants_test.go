@@ -49,6 +49,15 @@ func (c *checker) check(acts []Action) {
 			if s.have.Has(a.Piece) {
 				t.Fatalf("FetchOrigin %d: we have it", a.Piece)
 			}
+			if a.Reason == ReasonDeadline {
+				// Past a small object's deadline the origin is used
+				// whoever has or claims the piece, in or out of a slice.
+				if !s.small || s.now.Sub(s.startAt) < s.cfg.SmallDeadline || len(a.Candidates) > 0 {
+					t.Fatalf("FetchOrigin %d (deadline) of a small object %v, %v after the start, candidates %v",
+						a.Piece, s.small, s.now.Sub(s.startAt), a.Candidates)
+				}
+				continue
+			}
 			if a.Reason != ReasonStalled && a.Reason != ReasonPeersFail && s.pieces[a.Piece].avail > 0 {
 				t.Fatalf("FetchOrigin %d (%s): %d connected peers have it", a.Piece, a.Reason, s.pieces[a.Piece].avail)
 			}

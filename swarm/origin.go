@@ -49,6 +49,10 @@ import (
 //     unless one becomes preferred.
 
 func (s *Scheduler) useOrigin() {
+	if s.pastDeadline() {
+		s.fetchOverdue()
+		return
+	}
 	if s.have.Complete() || !s.trackerKnown() {
 		return
 	}
@@ -486,7 +490,12 @@ func (s *Scheduler) pickOrigin() (int, string, []int) {
 		reason = ReasonNoPeers
 	}
 	s.candBuf = cands
-	if best < 0 || bestTier < 0 {
+	if best < 0 || bestTier < 0 || (s.small && (reason == ReasonNoPeers || s.pieces[best].leftToSwarm)) {
+		// A small object's lone downloader offers nothing either: it
+		// leaves as soon as it has the object, so what the origin sends
+		// it is not on its way through any swarm; nor a piece the origin
+		// left to a swarm that none of our neighbours has or claims a
+		// slice later: it left with a pool that is gone (small.go).
 		return best, reason, nil
 	}
 	out := make([]int, 0, len(cands))
@@ -591,10 +600,11 @@ func (s *Scheduler) onOriginResult(e OriginResult) {
 		// Left to the swarm: the peers the origin sent them to pass
 		// them on. Retried if they have not come by then.
 		s.stats.OriginInSwarm++
-		until := s.now.Add(e.InSwarm)
+		until := s.now.Add(s.inSwarmWait(e.InSwarm))
 		for _, j := range append([]int{e.Piece}, e.Candidates...) {
 			if s.valid(j) && until.After(s.pieces[j].inSwarm) {
 				s.pieces[j].inSwarm = until
+				s.pieces[j].leftToSwarm = s.small
 			}
 		}
 	case e.Busy > 0:

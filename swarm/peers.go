@@ -357,7 +357,18 @@ func (s *Scheduler) mayProbe(p *peer) bool {
 		return true
 	}
 	h := s.hosts[p.host]
-	return h == nil || h.probes < hostProbes
+	return h == nil || h.probes < s.probes()
+}
+
+// probes is how many requests in flight the untested peers of one host
+// share: hostProbes, or for a small object the whole burst (small.go),
+// since there the origin deadline bounds what a peer that never answers
+// costs us.
+func (s *Scheduler) probes() int {
+	if s.small {
+		return max(hostProbes, len(s.pieces))
+	}
+	return hostProbes
 }
 
 // maxPerHost bounds the neighbours one host adds to the swarm-size

@@ -142,6 +142,8 @@ func (s *Scheduler) depth(p *peer) int {
 	switch {
 	case p.probation:
 		return 1
+	case s.small:
+		return s.cfg.MaxDepth // one burst (small.go)
 	case p.samples == 0 || p.rate <= 0:
 		return min(2, s.cfg.MaxDepth)
 	}

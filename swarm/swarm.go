@@ -206,6 +206,13 @@ type Config struct {
 	// one at a time and still only in a slice we hold (4×RequestTimeout).
 	StallAfter time.Duration
 
+	// SmallDeadline is the origin fallback of a small object (small.go):
+	// the pieces still missing this long after Start are fetched from the
+	// origin, all at once, whatever the draw and the origin's "in swarm"
+	// answers (DefaultSmallDeadline; negative: a small object is
+	// scheduled as any other file).
+	SmallDeadline time.Duration
+
 	// Seed seeds the scheduler's PCG: ties, the origin draw, eviction.
 	Seed uint64
 }
@@ -266,6 +273,9 @@ func (c Config) withDefaults() Config {
 	def(&c.EndgameMax, 2)
 	def(&c.Strikes, 3)
 	defD(&c.StallAfter, 4*c.RequestTimeout)
+	if c.SmallDeadline == 0 {
+		c.SmallDeadline = DefaultSmallDeadline
+	}
 	return c
 }
 
@@ -318,6 +328,7 @@ type Scheduler struct {
 
 	started, completeSent bool
 	layerPending          bool // Config.LayerPending until LayerReady
+	small                 bool // the file is a small object (small.go)
 	startAt, lastProgress time.Time
 
 	pieces []pieceState
@@ -384,8 +395,11 @@ type pieceState struct {
 	retry    time.Time // no origin fetch before (after an origin error)
 	failed   bool      // an origin fetch of ours failed (pickOrigin)
 	inSwarm  time.Time // no origin fetch before, unless preferred (the origin said "in swarm")
-	fetchAt  time.Time // when the origin fetch in flight started
-	claims   []claim   // other peers' START claims
+	// leftToSwarm: the origin said "in swarm" of this piece of a small
+	// object; the next fetch offers no candidates (small.go).
+	leftToSwarm bool
+	fetchAt     time.Time // when the origin fetch in flight started
+	claims      []claim   // other peers' START claims
 }
 
 type claim struct {
@@ -425,6 +439,7 @@ func New(cfg Config, have *pieceset.Set, now time.Time) *Scheduler {
 	if n > 0 && total > 0 {
 		s.avgLen = float64(total) / float64(n)
 	}
+	s.small = cfg.smallObject(n, total)
 	s.stats.OriginFetches = make(map[string]int)
 	s.stats.TrackerAsks = make(map[string]int)
 	return s
@@ -692,7 +707,7 @@ func (s *Scheduler) Lacks(id PeerID) bool {
 // average, in four pairs of the five, and the last peer as much.
 func (s *Scheduler) HaveCanWait(id PeerID, i int) bool {
 	p := s.peers[id]
-	return p != nil && s.valid(i) && p.offers > 0 && (p.has.Has(i) || p.amChoking)
+	return p != nil && !s.small && s.valid(i) && p.offers > 0 && (p.has.Has(i) || p.amChoking)
 }
 
 // StartTo says whether our START or STOP of piece i goes to the connected
@@ -725,7 +740,7 @@ func (s *Scheduler) StartTo(id PeerID, i int) (send, wait bool) {
 	// renewal, leaving that START to hold until it expires.
 	ps := &s.pieces[i]
 	young := s.now.Sub(ps.firstReq) < s.cfg.StartTimeout/2
-	return true, !ps.origin && young && s.swarmN() >= startWaitN*s.cfg.OriginK
+	return true, !ps.origin && !s.small && young && s.swarmN() >= startWaitN*s.cfg.OriginK
 }
 
 // startWaitN: a START for a request may wait in a swarm of at least

@@ -1,0 +1,112 @@
+package swarm
+
+import "time"
+
+// Small objects: a page bundle or an object of a few pieces, fetched by
+// visitors who arrive one to a few dozen a second and leave the moment
+// they have it (Flashback's setting; docs/architecture.md, "Small
+// objects"). What serves an arrival there is the pool of peers still
+// downloading, and every round trip counts against a download that takes
+// a few of them. The rules change in three ways:
+//
+//   - One burst. A neighbour is asked for every missing piece it has at
+//     once (depth MaxDepth), not for its bandwidth-delay product: the whole
+//     object is asked and sent in one round trip, as Roulette's
+//     stop-and-go burst. An untested neighbour gets the whole burst too
+//     (probes), since the deadline below bounds what one that never
+//     answers costs.
+//   - A deadline. The pieces still missing SmallDeadline after Start are
+//     fetched from the origin at once, all of them, whatever the k/n draw
+//     and the origin's "in swarm" answers say (reason "deadline"), without
+//     candidates, so that the origin does not refuse them. Before the
+//     deadline the origin rule is the usual one: a lone arrival (the
+//     tracker named nobody) fetches everything at once; in a pool the
+//     origin sends each piece about once per its resend window and the
+//     pool passes it on. A piece a neighbour is sending us right now (it
+//     delivered within MinRequestTimeout) is left to it.
+//   - The origin's "in swarm" answer holds a piece off the origin for one
+//     origin slice, not for the origin's resend window: the pool the
+//     origin sent it to turns over faster than that. If by then no
+//     neighbour has or claims it, a holder of the slice fetches it again
+//     without candidates, which the origin does not refuse (its START
+//     keeps its neighbours off it); so does a lone downloader, which
+//     leaves nothing behind in a swarm.
+//   - Every interested neighbour is unchoked, and HAVEs and STARTs go out
+//     at once: the download is over before a slot would rotate or a held
+//     HAVE would go.
+//   - Nothing else changes: a file is small or not from its geometry, so
+//     a long download runs exactly the code it ran before.
+//
+// A file is small when all of it fits in one burst: at most MaxDepth
+// pieces, and at most OriginWindow bytes (the origin's window: one
+// holder's fetches keep the origin's link busy with that much, so the
+// whole object is one window's worth). With the defaults, up to 256 KiB.
+
+// DefaultSmallDeadline is Config.SmallDeadline's default: a few times
+// what a lone fetch of a small object takes from a busy origin over a
+// home link, and well within a visitor's patience.
+const DefaultSmallDeadline = time.Second
+
+// smallObject reports whether a file of n pieces and total bytes is a
+// small object under c.
+func (c Config) smallObject(n int, total int64) bool {
+	return c.SmallDeadline > 0 && n > 0 && n <= c.MaxDepth && total <= c.OriginWindow
+}
+
+// IsSmall reports whether a file of n pieces and total bytes is a small
+// object under the scheduler configuration c (defaults filled in): the
+// runtime shortens its own waits for such a file too.
+func IsSmall(c Config, n int, total int64) bool {
+	return c.withDefaults().smallObject(n, total)
+}
+
+// Small reports whether the scheduler's file is a small object.
+func (s *Scheduler) Small() bool { return s.small }
+
+// pastDeadline reports whether a small object is still missing pieces
+// SmallDeadline after Start.
+func (s *Scheduler) pastDeadline() bool {
+	return s.small && !s.have.Complete() && s.now.Sub(s.startAt) >= s.cfg.SmallDeadline
+}
+
+// fetchOverdue fetches from the origin every missing piece of a small
+// object past its deadline that is not on its way from the origin already
+// or from a neighbour delivering now. A busy or failing origin is still
+// respected: its Retry-After and backoff hold, and while it fails one
+// fetch at a time tries it.
+func (s *Scheduler) fetchOverdue() {
+	if s.now.Before(s.busyUntil) || s.now.Before(s.originRetryAt) {
+		return
+	}
+	limit := len(s.pieces)
+	if s.originFails > 0 {
+		limit = 1
+	}
+	for i := s.have.NextMissing(0); i >= 0 && len(s.originReqs) < limit; i = s.have.NextMissing(i + 1) {
+		ps := &s.pieces[i]
+		if ps.origin || s.now.Before(ps.retry) || s.arriving(i) {
+			continue
+		}
+		s.fetchOrigin(i, ReasonDeadline, nil)
+	}
+}
+
+// inSwarmWait is how long an "in swarm" answer of wait keeps its pieces
+// off the origin: wait, or one origin slice for a small object.
+func (s *Scheduler) inSwarmWait(wait time.Duration) time.Duration {
+	if s.small {
+		return min(wait, s.cfg.OriginSlice)
+	}
+	return wait
+}
+
+// arriving reports whether piece i is asked of a neighbour that delivered
+// a piece within MinRequestTimeout: its burst is coming in.
+func (s *Scheduler) arriving(i int) bool {
+	for _, p := range s.order {
+		if p.findReq(i) >= 0 && !p.lastRecv.IsZero() && s.now.Sub(p.lastRecv) < s.cfg.MinRequestTimeout {
+			return true
+		}
+	}
+	return false
+}
