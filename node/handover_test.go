@@ -66,7 +66,8 @@ func TestHandOverProbe(t *testing.T) {
 			}
 			return fetch(ctx, fo)
 		}
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: 0})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedTime: 0,
+			Swarm: swarm.Config{SmallDeadline: -1}}) // the rules of any file, not a small object's
 		tn.wait(t, ctx)
 		select {
 		case <-tn.ended:

@@ -162,7 +162,8 @@ type testOrigin struct {
 	served      int         // 206 responses
 	bodyBytes   int64
 	trackerHits int
-	started     int // "started" announces
+	started     int   // "started" announces
+	allBytes    int64 // every response's body: files, manifests, tracker answers
 }
 
 type originConfig struct {
@@ -314,7 +315,8 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // handler wraps the origin's handler with the counters and switches.
 func (o *testOrigin) handler() http.Handler {
 	inner := o.srv.Handler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w0 http.ResponseWriter, r *http.Request) {
+		w := &allCounter{w0, o}
 		switch {
 		case r.URL.Path == tracker.WellKnownPath:
 			o.mu.Lock()
@@ -371,6 +373,22 @@ func (o *testOrigin) handler() http.Handler {
 	})
 }
 
+// allCounter counts every body byte the origin writes (allBytes).
+type allCounter struct {
+	http.ResponseWriter
+	o *testOrigin
+}
+
+func (w *allCounter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.o.mu.Lock()
+	w.o.allBytes += int64(n)
+	w.o.mu.Unlock()
+	return n, err
+}
+
+func (w *allCounter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // kill stops the origin: its listener and connections close, and new
 // connections are refused, until restart.
 func (o *testOrigin) kill() {
@@ -395,7 +413,7 @@ type originStats struct {
 	gets, maxBodies, maxRequests int
 	status                       map[int]int
 	perPiece                     map[int]int
-	bodyBytes                    int64
+	bodyBytes, allBytes          int64
 	trackerHits                  int
 }
 
@@ -403,7 +421,7 @@ func (o *testOrigin) stats() originStats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := originStats{gets: o.gets, maxBodies: o.maxBodies, maxRequests: o.maxRequests,
-		bodyBytes: o.bodyBytes, trackerHits: o.trackerHits, status: map[int]int{}, perPiece: map[int]int{}}
+		bodyBytes: o.bodyBytes, allBytes: o.allBytes, trackerHits: o.trackerHits, status: map[int]int{}, perPiece: map[int]int{}}
 	for k, v := range o.status {
 		s.status[k] = v
 	}

@@ -107,8 +107,17 @@ func nudge(c chan struct{}) {
 // layerWait.
 func (n *Node) fetchLayerLater(ctx context.Context) {
 	l := &n.layer
-	deadline := time.Now().Add(layerWait)
-	t := time.NewTimer(layerWait)
+	wait := layerWait
+	if d := n.cfg.Swarm.SmallDeadline; swarm.IsSmall(n.cfg.Swarm, n.m.NumPieces(), n.m.Size) {
+		// A small object's pieces go to the origin at its deadline
+		// (swarm/small.go), and none can be verified without the layer.
+		if d <= 0 {
+			d = swarm.DefaultSmallDeadline
+		}
+		wait = min(wait, d/2)
+	}
+	deadline := time.Now().Add(wait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	why := "no neighbour answered in time"
 	for wait := true; wait; {

@@ -503,7 +503,8 @@ func TestLazyHaves(t *testing.T) {
 		seed, leech := fakes[0], fakes[1]
 		st := openStore(t, m, data, func(int) bool { return false })
 		origin := storeOrigin(m, st, data)
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true,
+			Swarm: swarm.Config{SmallDeadline: -1}}) // the rules of any file, not a small object's
 		tn.wait(t, ctx)
 
 		// batches counts the bursts in which HAVEs came (20 ms apart or more).
@@ -905,7 +906,8 @@ func TestOriginInSwarmAnswer(t *testing.T) {
 			off := m.PieceOffset(f.Piece)
 			return f.Piece, 0, st.WritePiece(f.Piece, data[off:off+m.PieceLen(f.Piece)])
 		}
-		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true})
+		tn := startNode(t, ctx, nw, node.Config{Manifest: m, Store: st, Origin: origin, Trackers: m.Trackers, SeedForever: true,
+			Swarm: swarm.Config{SmallDeadline: -1}}) // the rules of any file, not a small object's
 		tn.wait(t, ctx)
 		mu.Lock()
 		defer mu.Unlock()

@@ -1,0 +1,150 @@
+package node_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stampede-dev/stampede/internal/memnet"
+)
+
+var churnVerbose = os.Getenv("STAMPEDETEST_CHURN") != ""
+
+// churnResult is what one run of arrivals measured.
+type churnResult struct {
+	arrivals         int
+	failed           int
+	mean, p90, p99   time.Duration
+	originBytes      int64 // every byte the origin sent: files, manifests, tracker answers
+	originFileBytes  int64
+	originPerArrival float64 // originBytes / arrivals
+}
+
+// runChurn starts peers at Poisson arrivals of rate per second for dur,
+// each leaving as soon as it has the file (seed time 0), on a network of
+// 8 Mbit/s up, 20 Mbit/s down peers and an 8 Mbit/s origin, all in
+// synctest's time. It returns once every peer is done.
+func runChurn(t *testing.T, size int, rate float64, dur time.Duration, seed uint64) churnResult {
+	var res churnResult
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		ctx := testContext(t)
+		nw := memNetwork{memnet.New()}
+		t0 := time.Now()
+		var served []string
+		o := startOrigin(t, originConfig{size: size, seed: seed, rate: 1 * MiB, net: nw, onPiece: func(int) {
+			if churnVerbose {
+				mu.Lock()
+				served = append(served, time.Since(t0).Round(time.Millisecond).String())
+				mu.Unlock()
+			}
+		}})
+		link := memnet.HostConfig{Up: 1 * MiB, Down: 5 * MiB / 2, Latency: 10 * time.Millisecond}
+		rng := rand.New(rand.NewPCG(seed, 34))
+		var (
+			tooks []time.Duration
+			wg    sync.WaitGroup
+		)
+		start := time.Now()
+		for i := 0; ; i++ {
+			time.Sleep(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+			if time.Since(start) > dur {
+				break
+			}
+			res.arrivals++
+			arrived := time.Since(start)
+			wg.Go(func() {
+				r := runPeer(ctx, t, o, nw, i, peerConfig{link: link})
+				mu.Lock()
+				defer mu.Unlock()
+				if r.err != nil {
+					t.Errorf("peer %d: %v", i, r.err)
+					res.failed++
+					return
+				}
+				tooks = append(tooks, r.took)
+				if churnVerbose && r.res.Swarm != nil {
+					sw := r.res.Swarm
+					t.Logf("peer %d arrived %v took %v: from peers %d pieces, origin %v, seen %d, timeouts %d, cancels %d",
+						i, arrived.Round(time.Millisecond), r.took.Round(time.Millisecond), sw.PiecesFromPeer, sw.OriginFetches, sw.PeersSeen, sw.RequestTimeouts, sw.Cancels)
+				}
+			})
+		}
+		wg.Wait()
+		if churnVerbose {
+			t.Logf("origin pieces served at %v", served)
+		}
+		st := o.stats()
+		res.originBytes, res.originFileBytes = st.allBytes, st.bodyBytes
+		if res.arrivals > 0 {
+			res.originPerArrival = float64(st.allBytes) / float64(res.arrivals)
+		}
+		slices.Sort(tooks)
+		if len(tooks) > 0 {
+			var sum time.Duration
+			for _, d := range tooks {
+				sum += d
+			}
+			res.mean = sum / time.Duration(len(tooks))
+			res.p90 = tooks[min(len(tooks)-1, len(tooks)*90/100)]
+			res.p99 = tooks[min(len(tooks)-1, len(tooks)*99/100)]
+		}
+	})
+	return res
+}
+
+func (r churnResult) log(t *testing.T, size int, rate float64) {
+	t.Helper()
+	t.Logf("rate %g/s: %d arrivals (%d failed), latency mean %v p90 %v p99 %v; origin sent %d bytes (%d of file), %.0f per arrival (%.3f × the object)",
+		rate, r.arrivals, r.failed, r.mean.Round(time.Millisecond), r.p90.Round(time.Millisecond), r.p99.Round(time.Millisecond),
+		r.originBytes, r.originFileBytes, r.originPerArrival, r.originPerArrival/float64(size))
+}
+
+// TestChurnMeasure logs a churn run per rate (STAMPEDETEST_CHURN=1, or
+// STAMPEDETEST_CHURN_RATE=r for one rate; each peer's outcome and the
+// origin's sends are logged too with STAMPEDETEST_CHURN): go test -run
+// TestChurnMeasure -v ./node. It checks only that every download completes.
+func TestChurnMeasure(t *testing.T) {
+	rates := []float64{1, 4, 16}
+	if r, err := strconv.ParseFloat(os.Getenv("STAMPEDETEST_CHURN_RATE"), 64); err == nil {
+		rates = []float64{r}
+	} else if !churnVerbose {
+		t.Skip("a measurement: set STAMPEDETEST_CHURN=1 or STAMPEDETEST_CHURN_RATE")
+	}
+	const size = 64 * KiB
+	for _, rate := range rates {
+		r := runChurn(t, size, rate, 8*time.Second, 7)
+		r.log(t, size, rate)
+	}
+}
+
+// TestChurnOriginFalls: visitors fetch a 64 KiB object at Poisson arrivals
+// and leave as soon as they have it. Every download completes, and the
+// origin's bytes per arrival (manifests and tracker answers counted) fall
+// as the rate rises: at 4 and 16 a second, the pool of peers still there
+// serves most arrivals, and at 16 the origin sends at most a tenth of the
+// object per arrival (the aim of issue 34; swarm/small.go).
+func TestChurnOriginFalls(t *testing.T) {
+	const size = 64 * KiB
+	var prev float64
+	for k, rate := range []float64{1, 4, 16} {
+		r := runChurn(t, size, rate, 4*time.Second, 11)
+		r.log(t, size, rate)
+		if r.failed > 0 || r.arrivals == 0 {
+			t.Fatalf("rate %g: %d of %d downloads failed", rate, r.failed, r.arrivals)
+		}
+		per := r.originPerArrival / size
+		if k > 0 && per >= prev {
+			t.Errorf("rate %g: origin sent %.3f of the object per arrival, not less than %.3f at the rate before", rate, per, prev)
+		}
+		if want := map[float64]float64{4: 0.25, 16: 0.1}[rate]; want > 0 && per > want {
+			t.Errorf("rate %g: origin sent %.3f of the object per arrival, want at most %g", rate, per, want)
+		}
+		prev = per
+	}
+}
