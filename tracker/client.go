@@ -28,7 +28,8 @@ type AnnounceResponse struct {
 	SwarmSize int
 	Complete  int
 	// Peers lists seeds first, then the latest arrivals, then others at
-	// random; never the asker, never a peer that cannot be reached.
+	// random (for a small object, up to 256 KiB: the peers that announced
+	// last first); never the asker, never a peer that cannot be reached.
 	Peers []Peer
 }
 

@@ -212,6 +212,7 @@ func (m *MemoryStore) slotFor(key swarmKey, src netip.Prefix, now time.Time) (*s
 		}
 		s = &slot{key: key, maker: src, sw: newSwarm(m.limits.Interval, m.limits.MaxPeersPerSwarm, m.limits.MaxPeersPerAddress, m.swarmSeedLocked(), now),
 			lone: true, wasLone: true}
+		s.sw.small = key.size <= smallObject
 		m.swarms[key] = s
 		m.makers.count(src, 1)
 		m.log.Debug("new swarm", "root", key.root.String(), "size", key.size)

@@ -67,7 +67,8 @@ type result struct {
 // heard from whether or not the table still holds it.
 type swarm struct {
 	interval   time.Duration
-	perAddress int // peers of one source the table holds (source.go)
+	perAddress int  // peers of one source the table holds (source.go)
+	small      bool // the file is a small object (smallObject)
 	peers      table
 	win        *window
 	rng        *rand.Rand
@@ -275,11 +276,21 @@ func (s *swarm) size(now time.Time) (n, complete int) {
 	return est, int(math.Round(float64(est) * float64(complete) / float64(n)))
 }
 
+// smallObject is the largest file whose swarm is answered most recent
+// first (pick): a file that fits in one burst of requests, as the
+// scheduler counts small objects (swarm/small.go: at most its origin
+// window, 256 KiB by default; the tracker does not know the piece size).
+const smallObject = 256 << 10
+
 // pick chooses up to want peers others may connect to, never the asker
 // (nil: no one is left out): seeds first, then the latest arrivals, then
 // others at random. Seeds, when more than wanted, are also taken at
-// random, so that the load spreads over all of them.
+// random, so that the load spreads over all of them. A small object's
+// swarm (smallObject) is answered most recently seen first (pickRecent).
 func (s *swarm) pick(asker *PeerID, want int) []Peer {
+	if s.small {
+		return s.pickRecent(asker, want)
+	}
 	out := make([]Peer, 0, min(want, s.peers.len()))
 	rows := s.peers.rows
 	if cap(s.chosen) < len(rows) {
@@ -324,6 +335,24 @@ func (s *swarm) pick(asker *PeerID, want int) []Peer {
 			}
 		}
 		takeRandom(s.cand)
+	}
+	return out
+}
+
+// pickRecent chooses up to want peers, never the asker, in the order
+// they last announced, most recent first. Visitors fetching a small object
+// leave the moment they have it (after a hand-over of a second or two), so
+// the peers that announced last are the ones still there: those that just
+// arrived (the pool of unfinished peers, Flashback's stabilized pool) and
+// those that just completed and hand over what they have. A seed or an
+// arrival of a few seconds ago has most likely left.
+func (s *swarm) pickRecent(asker *PeerID, want int) []Peer {
+	out := make([]Peer, 0, min(want, s.peers.len()))
+	for i := s.peers.head; i >= 0 && len(out) < want; i = s.peers.rows[i].next {
+		p := &s.peers.rows[i]
+		if p.addr.Port() != 0 && (asker == nil || p.id != *asker) {
+			out = append(out, p.peer())
+		}
 	}
 	return out
 }
