@@ -107,17 +107,20 @@ func nudge(c chan struct{}) {
 // layerWait.
 func (n *Node) fetchLayerLater(ctx context.Context) {
 	l := &n.layer
-	wait := layerWait
+	patience, grace := layerWait, layerGrace
 	if d := n.cfg.Swarm.SmallDeadline; swarm.IsSmall(n.cfg.Swarm, n.m.NumPieces(), n.m.Size) {
 		// A small object's pieces go to the origin at its deadline
-		// (swarm/small.go), and none can be verified without the layer.
+		// (swarm/small.go), none can be verified without the layer, and
+		// a neighbour that has it answers in a round trip; the layer is
+		// 512 bytes at most.
 		if d <= 0 {
 			d = swarm.DefaultSmallDeadline
 		}
-		wait = min(wait, d/2)
+		patience = min(patience, d/2)
+		grace = min(grace, patience/5)
 	}
-	deadline := time.Now().Add(wait)
-	t := time.NewTimer(wait)
+	deadline := time.Now().Add(patience)
+	t := time.NewTimer(patience)
 	defer t.Stop()
 	why := "no neighbour answered in time"
 	for wait := true; wait; {
@@ -129,8 +132,8 @@ func (n *Node) fetchLayerLater(ctx context.Context) {
 		case <-l.now:
 			why, wait = "drawn", false
 		case <-l.grace:
-			if time.Until(deadline) > layerGrace {
-				t.Reset(layerGrace)
+			if time.Until(deadline) > grace {
+				t.Reset(grace)
 				why = "drawn, and no neighbour answered within the grace"
 			}
 		case <-t.C:
