@@ -63,6 +63,10 @@ type Config struct {
 	// rtcpeer): every swarm joins its trackers' signalling, so that
 	// visitors' browsers reach the daemon's seeds (docs/browser.md).
 	WebRTC bool
+	// WebRTCAuto, with WebRTC, joins the signalling only where the
+	// site's STUN sees the daemon behind a NAT (rtcpeer.Config.Auto,
+	// docs/nat.md).
+	WebRTCAuto bool
 	// MaxUploadRate caps what all swarms send to peers together, bytes/s
 	// (0: unlimited).
 	MaxUploadRate int64
@@ -221,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.peerAddr = pl.Addr()
 	hc := host.Config{Transports: []host.Transport{host.TCP(pl)}, UploadRate: cfg.MaxUploadRate, Logger: s.log}
 	if cfg.WebRTC {
-		rt := rtcpeer.New(rtcpeer.Config{Logger: s.log})
+		rt := rtcpeer.New(rtcpeer.Config{Auto: cfg.WebRTCAuto, Logger: s.log})
 		hc.Transports, hc.OnAttach = append(hc.Transports, rt), rt.JoinNode
 	}
 	s.host, err = host.New(hc)

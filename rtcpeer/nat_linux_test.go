@@ -62,8 +62,10 @@ func (p *natPeer) natOf() string {
 }
 
 // TestNATTraversal: native peers behind each kind of NAT, and public
-// ones, download one file with get --webrtc, finding each other through
-// the tracker and the origin's STUN and TURN (named in its peer.json).
+// ones, download one file with get --webrtc (or without it, for its
+// default, auto: on behind a NAT, off on a public address), finding each
+// other through the tracker and the origin's STUN and TURN (named in its
+// peer.json).
 // Every peer tells its NAT's kind (probeNAT); every download completes,
 // verified; every two peers behind NATs pair, each pair by the path its
 // NATs allow: punched (direct behind the same NAT), or through the relay
@@ -127,8 +129,11 @@ func TestNATTraversal(t *testing.T) {
 		wg.Go(func() {
 			out := filepath.Join(dir, p.name+".bin")
 			logf := filepath.Join(dir, p.name+".log")
-			r := natStart(t, ctx, p.ns, logf, bin, "get", "--webrtc", "-v", "--json", "--seed-time", "12s",
-				"-o", out, "http://"+natOrigin+":8080/obj.bin")
+			args := []string{"get", "-v", "--json", "--seed-time", "12s", "-o", out, "http://" + natOrigin + ":8080/obj.bin"}
+			if !natAuto[p.name] {
+				args = append(args, "--webrtc")
+			}
+			r := natStart(t, ctx, p.ns, logf, bin, args...)
 			results[i] = natResult{err: r.cmd.Wait(), stdout: r.stdout.Bytes(), log: logf, out: out}
 		})
 	}
@@ -175,6 +180,10 @@ func TestNATTraversal(t *testing.T) {
 			if m[1] != want {
 				t.Errorf("%s (%s): NAT probed as %s, want %s", p.name, natKind(p), m[1], want)
 			}
+		}
+		// Without --webrtc (auto), a public peer keeps to TCP.
+		if skipped := len(natLogMatches(r.log, reNotNeeded)) > 0; natAuto[p.name] && skipped != (p.nat == "") {
+			t.Errorf("%s (%s), --webrtc=auto: WebRTC not needed: %v", p.name, natKind(p), skipped)
 		}
 	}
 	t.Logf("all:                 neighbours: %d direct, %d punched, %d relayed (%d bytes relayed)", total.Direct, total.Punched, total.Relayed, total.RelayedBytes)
@@ -264,10 +273,15 @@ func natTURNMetrics(t *testing.T) int64 {
 	return relayed
 }
 
+// natAuto are the peers run without --webrtc: its default, auto, turns
+// it on behind a NAT and leaves it off on a public address.
+var natAuto = map[string]bool{"pr2": true, "sym2": true, "pub2": true}
+
 var (
-	reJoining = regexp.MustCompile(`msg="webrtc: joining".* id=([0-9a-f]+)`)
-	reNAT     = regexp.MustCompile(`msg="webrtc: NAT" id=[0-9a-f]+ kind=(\w+)`)
-	reOpen    = regexp.MustCompile(`msg="webrtc: channel open" id=([0-9a-f]+) peer=([0-9a-f]+) offered=\w+ path=(\w+)`)
+	reJoining   = regexp.MustCompile(`msg="webrtc: joining".* id=([0-9a-f]+)`)
+	reNotNeeded = regexp.MustCompile(`msg="webrtc: not needed`)
+	reNAT       = regexp.MustCompile(`msg="webrtc: NAT" id=[0-9a-f]+ kind=(\w+)`)
+	reOpen      = regexp.MustCompile(`msg="webrtc: channel open" id=([0-9a-f]+) peer=([0-9a-f]+) offered=\w+ path=(\w+)`)
 )
 
 func natKind(p *natPeer) string {

@@ -59,6 +59,14 @@ type Config struct {
 	NoSiteICE bool
 	// HTTPClient reads peer.json. Default: a client with a 10 s timeout.
 	HTTPClient *http.Client
+	// Auto joins a swarm's signalling only when this peer cannot be
+	// dialled: when the STUN servers of the site (its peer.json) or of
+	// ICEServers see it behind a NAT (probeNAT). A peer with a public
+	// address, or that no STUN server answers (a site without peer.json),
+	// keeps to TCP: it is dialled, and it dials. It asks again every
+	// autoRecheck, and at each signalling session, for its network may
+	// change. Default false: every swarm joins (get --webrtc=on).
+	Auto bool
 	// MaxPeers bounds the data channels of each swarm joined. Default
 	// DefaultMaxPeers.
 	MaxPeers int

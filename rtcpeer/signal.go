@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -29,6 +30,7 @@ const (
 	redialMin    = time.Second
 	redialMax    = 30 * time.Second
 	offersAtOnce = 3
+	autoRecheck  = 5 * time.Minute // Config.Auto: a peer not behind a NAT probes again after this long
 	// nativeMark opens the offer_id of a native peer that knows it has
 	// a public address (probeNAT): the tracker relays it to no other
 	// peer that made one, as they reach each other over TCP
@@ -110,12 +112,18 @@ func (j *joined) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
-		j.t.log.Debug("webrtc: signalling lost", "tracker", j.url, "err", err, "again in", wait)
+		again := wait
+		if errors.Is(err, errDialled) {
+			again = autoRecheck
+			j.t.log.Debug("webrtc: not needed: the peer can be dialled", "tracker", j.url, "again in", again)
+		} else {
+			j.t.log.Debug("webrtc: signalling lost", "tracker", j.url, "err", err, "again in", again)
+			wait = min(2*wait, redialMax)
+		}
 		select {
-		case <-time.After(wait):
+		case <-time.After(again):
 		case <-ctx.Done():
 		}
-		wait = min(2*wait, redialMax)
 	}
 	j.mu.Lock()
 	for id, p := range j.offers {
@@ -134,11 +142,17 @@ func (j *joined) session(ctx context.Context) error {
 		if err != nil {
 			j.t.log.Debug("webrtc: no ICE servers from the site", "tracker", j.site, "err", err)
 		}
-		nat := probeNAT(ctx, append(slices.Clip(ice), j.t.configICE()...))
-		j.t.log.Debug("webrtc: NAT", "id", j.id, "kind", nat, "relay", nat.needsRelay())
 		j.mu.Lock()
-		j.ice, j.nat = ice, nat
+		j.ice = ice
 		j.mu.Unlock()
+	}
+	nat := probeNAT(ctx, append(slices.Clip(j.iceAll()), j.t.configICE()...))
+	j.t.log.Debug("webrtc: NAT", "id", j.id, "kind", nat, "relay", nat.needsRelay())
+	j.mu.Lock()
+	j.nat = nat
+	j.mu.Unlock()
+	if j.t.cfg.Auto && nat != natMapping && nat != natSymmetric && nat != natBehind {
+		return errDialled
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	ws, _, err := websocket.Dial(dctx, j.url, nil)
@@ -400,6 +414,17 @@ func (j *joined) isLinked(peer string) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.linked[peer] > 0
+}
+
+// errDialled ends a session of Config.Auto's: the peer is not behind a
+// NAT, or cannot tell.
+var errDialled = errors.New("rtcpeer: not behind a NAT")
+
+// iceAll is the site's ICE servers, as last read.
+func (j *joined) iceAll() []webrtc.ICEServer {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ice
 }
 
 // iceServers are the site's ICE servers, as last read, without its

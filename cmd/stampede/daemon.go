@@ -27,7 +27,7 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "keep jobs, the API socket and the cache in `DIR` (default $STATE_DIRECTORY, $XDG_STATE_HOME/stampede or ~/.local/state/stampede)")
 	fs.StringVar(&cfg.PeerListen, "peer-listen", daemon.DefaultPeerListen, "accept the peers of every swarm on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what all swarms upload together, `RATE` (0: unlimited)")
-	fs.BoolVar(&cfg.WebRTC, "webrtc", false, "also carry peers over WebRTC, signalled through each swarm's trackers, so that visitors' browsers and native peers behind NATs reach its swarms (docs/browser.md, docs/nat.md)")
+	webRTC := webrtcFlag(fs.FlagSet)
 	fs.StringVar(&cfg.API, "api", "", "serve the control API on unix socket `PATH` or on HOST:PORT (then with a token, in STATE-DIR/api-token; default STATE-DIR/api.sock)")
 	fs.StringVar(&cfg.Gateway, "gateway", "", "run the gateway on `HOST:PORT` too (e.g. "+gateway.DefaultListen+"; beyond loopback, whoever reaches it can use it)")
 	fs.StringVar(&cfg.CacheDir, "cache-dir", "", "the gateway's cache, `DIR` (default STATE-DIR/cache)")
@@ -51,6 +51,11 @@ downloads and seeds again what it seeded. See docs/daemon.md.`)
 	if cfg.MaxUploadRate, err = units.ParseRate(upStr); err != nil {
 		return usageErrorf("--max-upload-rate: %v", err)
 	}
+	rtcMode, err := parseWebRTC(*webRTC)
+	if err != nil {
+		return err
+	}
+	cfg.WebRTC, cfg.WebRTCAuto = rtcMode != webrtcOff, rtcMode == webrtcAuto
 	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil || cfg.CacheSize <= 0 {
 		return usageErrorf("--cache-size %q: want a positive size such as 10GiB", cacheSize)
 	}

@@ -96,7 +96,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&noSwarm, "no-swarm", false, "fetch from the server only, as a plain HTTP client (no peers)")
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
-	webRTC := fs.Bool("webrtc", false, "also trade pieces over WebRTC, signalled through the manifest's trackers: with visitors' browsers, and with native peers behind NATs (docs/browser.md, docs/nat.md)")
+	webRTC := webrtcFlag(fs.FlagSet)
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
 	fs.DurationVar(&patience, "origin-patience", node.DefaultOriginPatience, "in the swarm, give up (exit 4) when no piece has come for `DURATION` and the origin fails (refuses, resets, times out, answers 5xx)")
 	fs.BoolVar(&strict, "strict-tft", false, "strict tit-for-tat while downloading: serve a peer only while what we have sent or are sending it, less what it sent us, is under 2 pieces")
@@ -197,8 +197,12 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict,
 			Node: node.Config{OriginPatience: patience}},
 	}
-	if *webRTC && !noSwarm {
-		if o.cfg.Swarm.Node.Host, err = webrtcHost(ctx, listen, upRate, o.cfg.Logger); err != nil {
+	rtcMode, err := parseWebRTC(*webRTC)
+	if err != nil {
+		return err
+	}
+	if rtcMode != webrtcOff && !noSwarm {
+		if o.cfg.Swarm.Node.Host, err = webrtcHost(ctx, listen, rtcMode, upRate, o.cfg.Logger); err != nil {
 			return withCode(exitUsage, err)
 		}
 	}
