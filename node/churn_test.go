@@ -148,3 +148,29 @@ func TestChurnOriginFalls(t *testing.T) {
 		prev = per
 	}
 }
+
+// TestFlashSmallMeasure logs a flash crowd of 64 peers for a 128 KiB
+// object, with the small-object rules and without
+// (STAMPEDETEST_CHURN=1 go test -run TestFlashSmallMeasure -v ./node).
+func TestFlashSmallMeasure(t *testing.T) {
+	if !churnVerbose {
+		t.Skip("a measurement: set STAMPEDETEST_CHURN=1")
+	}
+	const size, peers = 128 * KiB, 64
+	for _, deadline := range []time.Duration{0, -1} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := testContext(t)
+			nw := memNetwork{memnet.New()}
+			o := startOrigin(t, originConfig{size: size, seed: 5, rate: 1 * MiB, net: nw})
+			link := memnet.HostConfig{Up: 1 * MiB, Down: 5 * MiB / 2, Latency: 10 * time.Millisecond}
+			results := runSwarm(ctx, t, o, nw, peers, func(int) peerConfig {
+				sc := scenarioSwarm()
+				sc.SmallDeadline = deadline
+				return peerConfig{link: link, swarm: &sc}
+			})
+			checkAll(t, o, results)
+			st := o.stats()
+			t.Logf("small deadline %v: %v; origin sent %d bytes (%.2f × the object)", deadline, summarize(results), st.allBytes, float64(st.allBytes)/size)
+		})
+	}
+}

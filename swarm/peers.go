@@ -361,9 +361,10 @@ func (s *Scheduler) mayProbe(p *peer) bool {
 }
 
 // probes is how many requests in flight the untested peers of one host
-// share: hostProbes, or for a small object the whole burst (small.go),
-// since there the origin deadline bounds what a peer that never answers
-// costs us.
+// share: hostProbes, or for a small object the whole burst (small.go):
+// a peer that has delivered nothing a second after being asked no longer
+// keeps the origin off its pieces (peers-failing), and the object is a
+// second's download.
 func (s *Scheduler) probes() int {
 	if s.small {
 		return max(hostProbes, len(s.pieces))

@@ -13,17 +13,18 @@ import "time"
 //     once (depth MaxDepth), not for its bandwidth-delay product: the whole
 //     object is asked and sent in one round trip, as Roulette's
 //     stop-and-go burst. An untested neighbour gets the whole burst too
-//     (probes), since the deadline below bounds what one that never
-//     answers costs.
-//   - A deadline. The pieces still missing SmallDeadline after Start are
-//     fetched from the origin at once, all of them, whatever the k/n draw
-//     and the origin's "in swarm" answers say (reason "deadline"), without
-//     candidates, so that the origin does not refuse them. Before the
-//     deadline the origin rule is the usual one: a lone arrival (the
-//     tracker named nobody) fetches everything at once; in a pool the
-//     origin sends each piece about once per its resend window and the
-//     pool passes it on. A piece a neighbour is sending us right now (it
-//     delivered within MinRequestTimeout) is left to it.
+//     (probes): one that has delivered nothing a second after being asked
+//     no longer keeps the origin off its pieces (peers-failing).
+//   - A deadline. The pieces still missing SmallDeadline after Start and
+//     asked of no neighbour are fetched from the origin at once, all of
+//     them, whatever the k/n draw, other peers' START claims and the
+//     origin's "in swarm" answers say (reason "deadline"), without
+//     candidates, so that the origin does not refuse them. Those asked of
+//     a neighbour are left to the request deadlines and the peers-failing
+//     rule. Before the deadline the origin rule
+//     is the usual one: a lone arrival (the tracker named nobody) fetches
+//     everything at once; in a pool the origin sends each piece about
+//     once per its resend window and the pool passes it on.
 //   - The origin's "in swarm" answer holds a piece off the origin for one
 //     origin slice, not for the origin's resend window: the pool the
 //     origin sent it to turns over faster than that. If by then no
@@ -70,10 +71,15 @@ func (s *Scheduler) pastDeadline() bool {
 }
 
 // fetchOverdue fetches from the origin every missing piece of a small
-// object past its deadline that is not on its way from the origin already
-// or from a neighbour delivering now. A busy or failing origin is still
-// respected: its Retry-After and backoff hold, and while it fails one
-// fetch at a time tries it.
+// object past its deadline that is on its way from nowhere: not from the
+// origin already, nor asked of a neighbour (a request has its own
+// deadline, and a neighbour that fails us is left by the usual rules:
+// peers-failing, timeouts). So a flash crowd whose neighbours are slow to
+// deliver does not send the whole crowd to the origin at once; what the
+// deadline overrides is what keeps a piece asked of nobody: the draw,
+// other peers' START claims and the origin's "in swarm" answers. A busy
+// or failing origin is still respected: its Retry-After and backoff hold,
+// and while it fails one fetch at a time tries it.
 func (s *Scheduler) fetchOverdue() {
 	if s.now.Before(s.busyUntil) || s.now.Before(s.originRetryAt) {
 		return
@@ -84,7 +90,7 @@ func (s *Scheduler) fetchOverdue() {
 	}
 	for i := s.have.NextMissing(0); i >= 0 && len(s.originReqs) < limit; i = s.have.NextMissing(i + 1) {
 		ps := &s.pieces[i]
-		if ps.origin || s.now.Before(ps.retry) || s.arriving(i) {
+		if ps.origin || ps.reqs > 0 || s.now.Before(ps.retry) {
 			continue
 		}
 		s.fetchOrigin(i, ReasonDeadline, nil)
@@ -98,15 +104,4 @@ func (s *Scheduler) inSwarmWait(wait time.Duration) time.Duration {
 		return min(wait, s.cfg.OriginSlice)
 	}
 	return wait
-}
-
-// arriving reports whether piece i is asked of a neighbour that delivered
-// a piece within MinRequestTimeout: its burst is coming in.
-func (s *Scheduler) arriving(i int) bool {
-	for _, p := range s.order {
-		if p.findReq(i) >= 0 && !p.lastRecv.IsZero() && s.now.Sub(p.lastRecv) < s.cfg.MinRequestTimeout {
-			return true
-		}
-	}
-	return false
 }

@@ -76,28 +76,35 @@ func TestSmallBurst(t *testing.T) {
 }
 
 // TestSmallDeadline: a small object still missing pieces SmallDeadline
-// after Start fetches every one of them from the origin at once, though
-// a neighbour has them and was asked (it never delivers), without
-// candidates; not before, and a piece whose burst is coming in is left to
-// its sender.
+// after Start fetches from the origin at once, without candidates, every
+// one asked of no neighbour, though another peer claims them; not before,
+// and not the pieces asked of a neighbour, which their requests' deadlines
+// look after.
 func TestSmallDeadline(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	cfg := smallConfig()
-	s := New(cfg, nil, t0)
-	acts := joinSeed(s, t0, 2)
-	if got := requestsTo(acts, 1); len(got) != 4 {
-		t.Fatalf("requests %v, want all 4", got)
+	s := New(smallConfig(), nil, t0)
+	s.Start(t0)
+	s.Step(TrackerPeers{Addrs: []string{"192.0.2.1:7000", "192.0.2.2:7000"}, SwarmSize: 3}, t0)
+	// Peer 1 has pieces 0 and 1 and is asked for both; peer 2 claims 2
+	// and 3 with START and has nothing.
+	s.Step(PeerUp{Peer: 1, Addr: "192.0.2.1:7000", Outbound: true}, t0)
+	s.Step(PeerUp{Peer: 2, Addr: "192.0.2.2:7000", Outbound: true}, t0)
+	s.Step(Started{Peer: 2, Piece: 2}, t0)
+	s.Step(Started{Peer: 2, Piece: 3}, t0)
+	s.Step(HaveSet{Peer: 2, Set: pieceset.New(4)}, t0)
+	half := pieceset.New(4)
+	half.Add(0)
+	half.Add(1)
+	s.Step(HaveSet{Peer: 1, Set: half}, t0)
+	if got := requestsTo(s.Step(Unchoked{Peer: 1}, t0), 1); len(got) != 2 {
+		t.Fatalf("asked peer 1 for %v, want pieces 0 and 1 at once", got)
 	}
 	deadline := t0.Add(DefaultSmallDeadline)
 	for now := t0; now.Before(deadline); now = now.Add(100 * time.Millisecond) {
-		acts = s.Step(Tick{}, now)
-		if slices.ContainsFunc(originFetches(acts), func(f FetchOrigin) bool { return f.Reason == ReasonDeadline }) {
-			t.Fatalf("%v after the start, before the deadline: %v", now.Sub(t0), acts)
+		if f := originFetches(s.Step(Tick{}, now)); len(f) > 0 {
+			t.Fatalf("%v after the start, before the deadline: origin fetches %+v", now.Sub(t0), f)
 		}
 	}
-	// Piece 2 arrives just before the deadline: the neighbour's burst is
-	// coming in, and piece 3 with it; 0 and 1 go to the origin.
-	s.Step(Received{Peer: 1, Piece: 2}, deadline.Add(-10*time.Millisecond))
 	var got []int
 	for _, f := range originFetches(s.Step(Tick{}, deadline)) {
 		if f.Reason != ReasonDeadline || len(f.Candidates) > 0 {
@@ -106,21 +113,8 @@ func TestSmallDeadline(t *testing.T) {
 		got = append(got, f.Piece)
 	}
 	slices.Sort(got)
-	// The burst's pieces are arriving: all of them stay with the peer
-	// (it delivered within MinRequestTimeout).
-	if len(got) != 0 {
-		t.Fatalf("at the deadline, with the neighbour delivering: origin fetches %v, want none", got)
-	}
-	// The neighbour falls silent: past MinRequestTimeout the rest goes to
-	// the origin.
-	later := deadline.Add(500 * time.Millisecond) // MinRequestTimeout's default
-	got = got[:0]
-	for _, f := range originFetches(s.Step(Tick{}, later)) {
-		got = append(got, f.Piece)
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, []int{0, 1, 3}) {
-		t.Fatalf("%v after the deadline, the neighbour silent: origin fetches %v, want [0 1 3]", later.Sub(deadline), got)
+	if !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("at the deadline: origin fetches %v, want [2 3]", got)
 	}
 }
 
