@@ -73,6 +73,9 @@ func runChurn(ctx context.Context, cfg Config, sc *Scenario, bin string, feats F
 	if len(systems) == 0 {
 		return nil, fmt.Errorf("%s: no system can run here: %w", sc.Name, joinUnavailable(unavail))
 	}
+	if sc.hasNAT() && slices.Contains(systems, SysStampede) && !slices.Contains(feats.GetFlags, "webrtc") {
+		rep.note("stampede get has no --webrtc: its peers behind NATs reach only the peers they can dial.")
+	}
 
 	// The namespaces of a harness killed before it could clean up.
 	if removed, err := cleanupStaleChurn(ctx, log); err != nil || len(removed) > 0 {
@@ -416,7 +419,7 @@ func (b *churnBench) peerArgv(sys system, p *churnPeer) []string {
 				}
 				argv = append(argv, "--seed-time", b.sc.Departure.Linger.String())
 			}
-			if b.sc.hasNAT() {
+			if b.sc.hasNAT() && slices.Contains(b.feats.GetFlags, "webrtc") {
 				argv = append(argv, "--webrtc")
 			}
 			argv = append(argv, b.sc.GetArgs...)
