@@ -46,6 +46,9 @@ const (
 	chunk = 16 << 10
 	// acceptQueue bounds the channels opened and not yet accepted.
 	acceptQueue = 64
+	// relayWait is how long ICE waits for a direct or punched pair
+	// before it takes a relayed one.
+	relayWait = 5 * time.Second
 )
 
 // Config configures a Transport.
@@ -100,6 +103,10 @@ func New(cfg Config) *Transport {
 	// Writes wait for room in the channel's buffer, as a socket's do, so
 	// that a slow browser holds back its own connection only.
 	se.EnableDataChannelBlockWrite(true)
+	// The relay is the last resort: a pair through it is taken only
+	// when no other answered for relayWait (pion's default is 2 s, which
+	// a loaded machine's checks on a punched path can outlast).
+	se.SetRelayAcceptanceMinWait(relayWait)
 	return &Transport{cfg: cfg, log: cfg.Logger, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)),
 		accept: make(chan net.Conn, acceptQueue), done: make(chan struct{})}
 }
