@@ -29,6 +29,11 @@ const FEED_MS = 500;
 const HOST_GRACE_MS = 50; // without STUN or TURN, gathering waits this long past the first candidate
 const ORIGIN_PARALLEL = 2;
 const ORIGIN_RUN = 1 << 20; // bytes in one origin request at most
+// Bytes asked of the origin at once, at most (and at least two pieces),
+// by a page with peers, before the deadline: a slice of the origin rule
+// it holds takes a window, not the whole rest of the object, so that
+// pieces a peer brings a moment later are not fetched twice.
+const ORIGIN_WINDOW = 128 << 10;
 const TRIES = 2; // peers a piece is asked of before the origin
 // Bytes asked of one peer at once, at most (and at least two pieces): its
 // link's queue and the data channel's round trips must not leave it idle
@@ -287,6 +292,7 @@ export class Swarm {
     this.tries = new Map(); // piece -> peers asked
     this.asked = new Set(); // pieces in flight (peer or origin)
     this.originQueue = [];
+    this.originRuns = new Set(); // the runs being fetched from the origin
     this.originBusy = 0;
     this.serving = true;
     this.listeners = new Set();
@@ -478,6 +484,8 @@ export class Swarm {
     const serving = [...this.conns.values()].filter((c) => c.unchoked && c.reader);
     const conns = serving.filter((c) => c.pausedUntil <= now);
     const origin = this.holdsOrigin(now, serving);
+    const past = now - this.started > this.cfg.deadline_ms;
+    let room = serving.length && !past ? Math.max(2, Math.floor(ORIGIN_WINDOW / this.m.pieceSize)) - this.originOut() : Infinity;
     let unasked = 0;
     for (let i = 0; i < this.m.n; i++) {
       if (this.have.has(i) || this.asked.has(i)) continue;
@@ -487,8 +495,9 @@ export class Swarm {
         this.asked.add(i);
         this.tries.set(i, (this.tries.get(i) || 0) + 1);
         c.request(i);
-      } else if (!serving.some((c) => c.their.has(i)) && (origin || now - this.started > this.cfg.deadline_ms)) {
+      } else if (!serving.some((c) => c.their.has(i)) && (origin || past) && room > 0) {
         this.toOrigin(i);
+        room--;
       } else unasked++;
     }
     if (!unasked) this.endgame(conns);
@@ -532,6 +541,12 @@ export class Swarm {
       }
     }
   }
+  // originOut counts the pieces queued for the origin or on their way.
+  originOut() {
+    let n = this.originQueue.length;
+    for (const run of this.originRuns) for (const i of run) if (!this.have.has(i)) n++;
+    return n;
+  }
   toOriginAll() { for (let i = 0; i < this.m.n; i++) if (!this.have.has(i) && !this.asked.has(i)) this.toOrigin(i); }
   toOrigin(i) {
     if (this.have.has(i) || this.originQueue.includes(i)) return;
@@ -555,7 +570,8 @@ export class Swarm {
       const want = run.filter((i) => !this.have.has(i));
       if (!want.length) continue;
       this.originBusy++;
-      this.fromOrigin(want).finally(() => { this.originBusy--; this.pumpOrigin(); });
+      this.originRuns.add(want);
+      this.fromOrigin(want).finally(() => { this.originBusy--; this.originRuns.delete(want); this.pumpOrigin(); if (!this.failed) this.schedule(); });
     }
   }
   // fromOrigin gets pieces (consecutive) with one Range request, verifying

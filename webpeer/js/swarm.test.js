@@ -124,3 +124,24 @@ test('a connection feeds while downloading and announcing pieces', () => {
   s.stopped = true;
   c.close();
 });
+
+test('a page with peers takes a window of pieces from the origin at once, not the rest of the object', () => {
+  const PIECE = 16 << 10, n = 32;
+  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
+  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  s.swarmSize = 2;
+  s.others = 1;
+  const queued = [];
+  s.toOrigin = (i) => { queued.push(i); s.asked.add(i); };
+  s.originOut = () => queued.length;
+  // A peer with nothing, not feeding: the origin rule holds (n = 2).
+  s.conns.set('p', { unchoked: true, reader: {}, pausedUntil: 0, their: new wire.Bits(n), inflight: new Map(), depth: 2, feeding: () => false });
+  s.schedule();
+  assert.equal(queued.length, (128 << 10) / PIECE);
+  s.schedule();
+  assert.equal(queued.length, (128 << 10) / PIECE, 'a second window before the first came');
+  // Past the deadline, the rest.
+  s.started -= 61000;
+  s.schedule();
+  assert.equal(queued.length, n);
+});
