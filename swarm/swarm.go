@@ -24,8 +24,10 @@
 //     fetch; others pick something else while they have a choice, and never
 //     fetch a START-claimed piece from the origin (pick.go).
 //   - Flashback (Roulette): strict tit-for-tat with a small tab as an option
-//     (choke.go), recommending recently traded neighbours to newcomers, and
-//     partition repair when no new data has arrived for a while (peers.go).
+//     (choke.go), recommending recently traded neighbours to newcomers,
+//     partition repair when no new data has arrived for a while (peers.go),
+//     and for small objects under churn, stop-and-go bursts and an origin
+//     deadline (small.go).
 //   - BitTorrent: rarest first, endgame, choking with optimistic unchokes;
 //     the request pipeline sized to each peer's bandwidth-delay product
 //     (rate.go).
