@@ -102,6 +102,23 @@ func setupNet(t *testing.T, n int) []string {
 		run(t, "ip", "-n", ns, "route", "add", "default", "via", bridgeIP)
 		names = append(names, ns)
 	}
+	// The kernel tells a link's carrier late on a loaded machine (up to a
+	// second or more), and Chromium started before a namespace's link is
+	// up says the network is off (ERR_INTERNET_DISCONNECTED).
+	for i, ns := range names {
+		peer := fmt.Sprintf("wp-n%d", i)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, _ := exec.Command("ip", "-n", ns, "-br", "link", "show", "dev", peer).Output()
+			if strings.Contains(string(out), " UP ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s in %s is not up: %s", peer, ns, out)
+			}
+			time.Sleep(20 * time.Millisecond) // no event to wait on short of netlink
+		}
+	}
 	return names
 }
 
