@@ -37,7 +37,7 @@ const (
 	// (tracker/ws.go). natMark opens the offer_id of a native peer
 	// behind a NAT, or that cannot tell (no STUN): it goes to every kind
 	// of peer, as a browser's does.
-	nativeMark = "n-"
+	nativeMark = tracker.NativeOfferMark
 	natMark    = "nat-"
 )
 
