@@ -85,15 +85,7 @@ func (n *Node) handedOver(now time.Time) bool {
 	if n.uploadsQueued() > 0 || n.uploading.Load() > 0 {
 		n.lastUpload = now
 	}
-	if now.Sub(n.completedAt) >= handOverMax || now.Sub(n.lastUpload) >= handOverQuiet {
-		return true
-	}
-	// A small object's pool turns over within a second (swarm/small.go):
-	// a neighbour that lacks nothing now is no sign that nobody will ask,
-	// since the next arrival is on its way, and the copy we hold is what
-	// keeps it off the origin. So such a peer waits until it has been
-	// quiet for handOverQuiet.
-	return !n.sched.Small() && !n.sched.Wanted()
+	return now.Sub(n.completedAt) >= handOverMax || now.Sub(n.lastUpload) >= handOverQuiet || !n.sched.Wanted()
 }
 
 // handingOver reports whether the node is complete and leaves at once,
