@@ -597,9 +597,27 @@ func (h *wsHub) relayOffers(key swarmKey, id PeerID, m *WSMessage, native bool, 
 			to = append(to, p)
 		}
 	}
+	// A peer still holding an offer of id's unanswered comes after those
+	// that do not: it is linked to id already or busy, and an offerer's
+	// offers must reach every peer in turn, not the same few each time.
+	waiting := map[*wsMember]bool{}
+	for _, p := range to {
+		for o := range p.conn.pending {
+			if o.key == key && o.from == id {
+				waiting[p] = true
+				break
+			}
+		}
+	}
 	slices.SortFunc(to, func(a, b *wsMember) int {
 		if (a.left > 0) != (b.left > 0) {
 			if a.left > 0 {
+				return -1
+			}
+			return 1
+		}
+		if waiting[a] != waiting[b] {
+			if waiting[b] {
 				return -1
 			}
 			return 1
