@@ -87,16 +87,7 @@ func set(l *rate.Limiter, bps float64) {
 }
 
 // crossReadBuffer is the receive buffer of a connection across an uplink.
-const crossReadBuffer = 64 << 10
-
-// readChunk is the most a shaped read takes off a socket at once. It is
-// paid for before the read (prepay), so what the budget has not let
-// through stays in the kernel's receive buffer, where it keeps the
-// sender's window shut. Paid for after the read, as it was, every reader
-// waiting on the budget held a read's worth taken off its socket, and
-// the sender refilled the window at the link's speed meanwhile: the
-// link's load swung past the budget in some seconds (docs/push.md).
-const readChunk = 16 << 10
+const crossReadBuffer = 128 << 10
 
 // wireOverhead turns payload bytes into bytes on the wire, as the links'
 // budgets count them (and tc does): a full Ethernet frame of 1514 bytes
@@ -117,20 +108,6 @@ func wait(ctx context.Context, l *rate.Limiter, n int) {
 		}
 		n -= k
 	}
-}
-
-// prepay makes sure *credit payload bytes are paid for on every limiter
-// of ls before a read takes up to that many off a socket: with no credit
-// left it waits for readChunk more. It returns how many bytes the read
-// may take.
-func prepay(ctx context.Context, ls []*rate.Limiter, credit *int, want int) int {
-	if *credit <= 0 {
-		for _, l := range ls {
-			wait(ctx, l, readChunk)
-		}
-		*credit = readChunk
-	}
-	return min(want, *credit)
 }
 
 // debit charges n payload bytes, counted on the wire, to l without
@@ -226,19 +203,16 @@ type shapedConn struct {
 	down []*rate.Limiter
 	up   []*rate.Limiter
 	own  bool
-
-	credit int // bytes paid for and not yet read (prepay); one reader
 }
 
 func (c *shapedConn) OwnBudget() bool { return c.own }
 
 func (c *shapedConn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return c.Conn.Read(p)
-	}
-	n, err := c.Conn.Read(p[:prepay(c.ctx, c.down, &c.credit, len(p))])
-	c.credit -= n
+	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
+	for _, l := range c.down {
+		wait(c.ctx, l, n)
+	}
 	return n, err
 }
 
@@ -353,17 +327,14 @@ type shapedBody struct {
 	n     *atomic.Int64
 	l     []*rate.Limiter
 	debit *rate.Limiter
-
-	credit int // as shapedConn's
 }
 
 func (b *shapedBody) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return b.ReadCloser.Read(p)
-	}
-	n, err := b.ReadCloser.Read(p[:prepay(b.ctx, b.l, &b.credit, len(p))])
-	b.credit -= n
+	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
 	debit(b.debit, n)
+	for _, l := range b.l {
+		wait(b.ctx, l, n)
+	}
 	return n, err
 }

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -65,51 +62,4 @@ func TestDebitUnlimited(t *testing.T) {
 	if l.Tokens() < 0 {
 		t.Errorf("tokens %v after a debit of an unlimited limiter", l.Tokens())
 	}
-}
-
-// recordConn is a net.Conn whose reads record their sizes and never end.
-type recordConn struct {
-	net.Conn
-	mu    sync.Mutex
-	reads []int
-}
-
-func (c *recordConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reads = append(c.reads, len(p))
-	return len(p), nil
-}
-
-func (c *recordConn) got() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.reads)
-}
-
-// TestPrepaidRead: a shaped read is paid for before it takes bytes off
-// the socket, and takes no more than it paid for: what the budget has not
-// let through stays in the kernel, holding the sender's window shut.
-func TestPrepaidRead(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		perSecond := readChunk * wireOverhead / 100
-		l := rate.NewLimiter(rate.Limit(perSecond), perSecond)
-		l.ReserveN(time.Now(), perSecond) // spent: the next chunk comes in a second
-		rc := &recordConn{}
-		var in atomic.Int64
-		c := &shapedConn{Conn: rc, ctx: context.Background(), in: &in, down: []*rate.Limiter{l}}
-		go c.Read(make([]byte, 1<<20))
-		synctest.Wait()
-		if r := rc.got(); len(r) != 0 {
-			t.Fatalf("read %v from the socket before the budget let it", r)
-		}
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if r := rc.got(); len(r) != 1 || r[0] > readChunk {
-			t.Fatalf("reads %v after a second's budget, want one of at most %d bytes", r, readChunk)
-		}
-		if in.Load() != readChunk {
-			t.Errorf("counted %d bytes, want %d", in.Load(), readChunk)
-		}
-	})
 }
