@@ -129,19 +129,14 @@ func (s *Scheduler) reciprocate() {
 // slots by need: those lacking the most of what we have first. So while
 // we download, half the regular slots go by reciprocation and half to the
 // neighbours furthest behind us. Reciprocation alone, by share of uplink,
-// still let the fast peers of a mixed crowd trade mostly among
-// themselves: they finished and left with the slow ones at half the file,
-// whose last pieces then came over 1 Mbit/s uplinks. In the simulator
-// (median of five seeds, docs/sim.md) the mixed crowd's last peer went
-// from 3.52 to 1.49 × T_KR (4.20 to 3.09 with the testbed's queues);
-// flash20 stayed at 1.06, adsl went from 1.69 to 1.68, and flash50 from
-// 1.065 to 1.11, the price: in a crowd of equals the neighbours lack
-// about as much each, and the slots move more. On the testbed one mixed
-// run each took 169 s against 221 s (docs/benchmarks.md).
-//
-// Giving those slots only to slow neighbours (RATE under half the
-// mean) kept flash50 at 1.07 but lost the gain with the testbed's queues
-// (3.97).
+// let the fast peers of a mixed crowd trade mostly among themselves: they
+// finished and left with the slow ones at half the file, whose last
+// pieces then came over 1 Mbit/s uplinks. In a crowd of equals the
+// neighbours lack about as much each, and the order hardly moves; it
+// costs such a crowd a little (flash50 in the simulator, 1.065 to 1.11 ×
+// T_KR). docs/benchmarks.md, "Mixed crowds", has the matrix. Giving
+// those slots only to slow neighbours (RATE under half the mean) spared
+// flash50 but lost the gain once links queue.
 func needFirst(cands []*peer) {
 	slices.SortStableFunc(cands, func(a, b *peer) int { return cmp.Compare(b.wants, a.wants) })
 }
