@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -178,6 +181,7 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 		if h.Rack == p.self.Rack {
 			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: []*rate.Limiter{e.rt.up}}
 		}
+		from, to := e.pace.open(e, h.Name)
 		if tc, ok := c.(interface{ SetReadBuffer(int) error }); ok && e.role.Cross > 0 {
 			// A receive buffer the kernel grows to megabytes fills at the
 			// link's speed before flow control follows our reads: a burst
@@ -186,8 +190,9 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 			// pace.
 			tc.SetReadBuffer(crossReadBuffer)
 		}
-		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, own: true,
-			down: []*rate.Limiter{e.rt.crossPeers, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
+		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, from: from, own: true,
+			down: []*rate.Limiter{e.rt.crossPeers, e.rt.down}, up: []*rate.Limiter{to, e.rt.crossUp, e.rt.up},
+			closed: func() { e.pace.release(h.Name) }}
 	}
 }
 
@@ -200,9 +205,13 @@ type shapedConn struct {
 	net.Conn
 	ctx  context.Context
 	in   *atomic.Int64
+	from *atomic.Int64 // the peer's bytes, for sender pacing (nil: not paced)
 	down []*rate.Limiter
 	up   []*rate.Limiter
 	own  bool
+
+	closed    func() // once, on Close (nil: nothing)
+	closeOnce sync.Once
 }
 
 func (c *shapedConn) OwnBudget() bool { return c.own }
@@ -210,17 +219,43 @@ func (c *shapedConn) OwnBudget() bool { return c.own }
 func (c *shapedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.in.Add(int64(n))
+	if c.from != nil {
+		c.from.Add(int64(n))
+	}
 	for _, l := range c.down {
 		wait(c.ctx, l, n)
 	}
 	return n, err
 }
 
+// Write sends p a chunk at a time, each once the limiters let it
+// through, so that what leaves is as smooth as they are: a piece written
+// whole after waiting for all of it would leave at the link's speed.
 func (c *shapedConn) Write(p []byte) (int, error) {
-	for _, l := range c.up {
-		wait(c.ctx, l, len(p))
+	var n int
+	for len(p) > 0 {
+		k := min(len(p), writeChunk)
+		for _, l := range c.up {
+			wait(c.ctx, l, k)
+		}
+		m, err := c.Conn.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
 	}
-	return c.Conn.Write(p)
+	return n, nil
+}
+
+// writeChunk is the most a shaped write sends at once.
+const writeChunk = 16 << 10
+
+func (c *shapedConn) Close() error {
+	if c.closed != nil {
+		c.closeOnce.Do(c.closed)
+	}
+	return c.Conn.Close()
 }
 
 func (c *shapedConn) SyscallConn() (syscall.RawConn, error) {
@@ -337,4 +372,164 @@ func (b *shapedBody) Read(p []byte) (int, error) {
 		wait(b.ctx, l, n)
 	}
 	return n, err
+}
+
+// pushPace is one push's sender pacing (cluster.Pacer). The bytes that
+// cross a rack's uplink into a representative are paced by their
+// senders, the representatives on the other side, each at the grant the
+// receiver gives it out of its share of the uplink (Role.Cross, less
+// what the origin sends it). The receiver's own limiters stay, as a
+// ceiling: they shape after the fact, by its reads, and the TCP windows
+// let the link's load swing around them; paced senders keep it smooth.
+//
+// As a receiver, it holds the Pacer and what came from each sender; as
+// a sender, a limiter for each receiver in another rack, at its last
+// grant, which it asks for every cluster.DefaultPaceInterval
+// (GET /v1/push/{id}/grant on the receiver's agent) while it has a
+// connection to it.
+type pushPace struct {
+	mu    sync.Mutex // guards the following
+	pacer *cluster.Pacer
+	from  map[string]*atomic.Int64 // host -> payload bytes received from it
+	to    map[string]*paceTo       // host -> what is sent to it
+}
+
+type paceTo struct {
+	l    *rate.Limiter
+	refs int // connections open to it
+}
+
+func newPushPace(role *cluster.Role) *pushPace {
+	p := &pushPace{from: map[string]*atomic.Int64{}, to: map[string]*paceTo{}}
+	if role.Cross > 0 {
+		p.pacer = &cluster.Pacer{Budget: float64(role.Cross)}
+	}
+	return p
+}
+
+// open returns the counter of what comes from host (in another rack)
+// and the limiter of what is sent to it, which starts at the receiver's
+// share divided among the hosts the plan lets send to it.
+func (p *pushPace) open(e *pushEnv, host string) (*atomic.Int64, *rate.Limiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	from := p.from[host]
+	if from == nil {
+		from = &atomic.Int64{}
+		p.from[host] = from
+	}
+	to := p.to[host]
+	if to == nil {
+		to = &paceTo{l: rate.NewLimiter(rate.Inf, 1<<20)}
+		if r := e.plan.Roles[host]; r != nil && r.Cross > 0 {
+			senders := 0
+			for n, o := range e.plan.Roles {
+				if o.Rack != r.Rack && e.plan.MayPeer(n, host) {
+					senders++
+				}
+			}
+			set(to.l, float64(r.Cross)/float64(max(senders, 1)))
+		}
+		p.to[host] = to
+	}
+	to.refs++
+	return from, to.l
+}
+
+// release is a connection to host closing.
+func (p *pushPace) release(host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if to := p.to[host]; to != nil {
+		if to.refs--; to.refs <= 0 {
+			delete(p.to, host)
+		}
+	}
+}
+
+// grant is the receiver's answer to sender's ask at now: its grant, on
+// the wire, bytes/s; false when this host has no budget to divide.
+func (p *pushPace) grant(sender string, now time.Time, fromOrigin int64) (float64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pacer == nil {
+		return 0, false
+	}
+	got := make(map[string]int64, len(p.from))
+	for h, n := range p.from {
+		got[h] = onWire(n.Load())
+	}
+	p.pacer.Tick(now, got, onWire(fromOrigin))
+	return p.pacer.Ask(sender, now), true
+}
+
+// onWire is n payload bytes counted on the wire.
+func onWire(n int64) int64 { return n * wireOverhead / 100 }
+
+// paceGrant is the answer to a sender's ask.
+type paceGrant struct {
+	// Rate is the sender's grant, bytes/s on the wire.
+	Rate float64 `json:"rate"`
+}
+
+// askGrants asks, every interval until ctx ends, each receiver this host
+// sends to in another rack for its grant, and applies it. A receiver
+// that does not answer leaves its limiter as it was.
+func (e *pushEnv) askGrants(ctx context.Context) {
+	client := &http.Client{Timeout: time.Second}
+	t := time.NewTicker(cluster.DefaultPaceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.pace.mu.Lock()
+		hosts := make(map[string]*rate.Limiter, len(e.pace.to))
+		for h, to := range e.pace.to {
+			hosts[h] = to.l
+		}
+		e.pace.mu.Unlock()
+		var wg sync.WaitGroup
+		for h, l := range hosts {
+			wg.Go(func() {
+				g, err := e.askGrant(ctx, client, h)
+				if err != nil {
+					e.s.log.Debug("asking for a grant", "push", e.ps.req.ID(), "host", h, "err", err)
+					return
+				}
+				set(l, g)
+			})
+		}
+		wg.Wait()
+	}
+}
+
+func (e *pushEnv) askGrant(ctx context.Context, client *http.Client, host string) (float64, error) {
+	h := e.s.push.cfg.Cluster.Hosts[host]
+	if h == nil {
+		return 0, errors.New("not in the cluster")
+	}
+	u := "http://" + h.Agent + "/v1/push/" + url.PathEscape(e.ps.req.ID()) + "/grant?from=" + url.QueryEscape(e.s.push.self.Name)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("grant: %s", resp.Status)
+	}
+	var g paceGrant
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&g); err != nil {
+		return 0, fmt.Errorf("grant: %w", err)
+	}
+	if g.Rate <= 0 {
+		return 0, fmt.Errorf("grant: rate %v", g.Rate)
+	}
+	return g.Rate, nil
 }
