@@ -16,6 +16,11 @@ const (
 	// paceSaturated: a sender that sent at least this share of its grant
 	// used it all, and asks for more.
 	paceSaturated = 0.9
+	// prioSmoothing is the time constant of the priority traffic's
+	// measured rate: it comes in bursts (a few fetches from the origin at
+	// a time), and a reservation that followed each would leave the
+	// senders the troughs.
+	prioSmoothing = time.Second
 )
 
 // Pacer divides what a receiver may take in across a shared link (its
@@ -34,8 +39,9 @@ const (
 // in over the same link (the origin's bodies) is measured and left out
 // of what is divided.
 //
-// The sum of the grants never passes Budget less the priority traffic's
-// rate, but for each sender's floor (Min) when the priority traffic
+// The sum of the grants is Budget less the priority traffic's rate (so
+// the senders together never pass it, and no part of it is kept from
+// them), but for each sender's floor (Min) when the priority traffic
 // leaves less than Min a sender.
 //
 // Pacer is pure: the caller passes the time and the byte counts, in the
@@ -65,7 +71,8 @@ type paceSender struct {
 	// demand is what it was found to use at the last measure, with
 	// headroom; -1: all it can get.
 	demand float64
-	fresh  bool // joined since the last measure: not measured yet
+	rate   float64 // measured at the last measure
+	fresh  bool    // joined since the last measure: not measured yet
 }
 
 func (p *Pacer) defaults() {
@@ -158,15 +165,19 @@ func (p *Pacer) divide(now time.Time, join bool) {
 		if measure && s.fresh {
 			s.fresh = false
 		} else if measure && s.grant > 0 {
+			// The better of the last two measures: what a sender has
+			// to send comes a piece at a time.
+			r := float64(s.bytes-s.before) / dt
 			s.demand = -1
-			if r := float64(s.bytes-s.before) / dt; r < paceSaturated*s.grant {
-				s.demand = max(p.Min, r*paceHeadroom)
+			if r < paceSaturated*s.grant {
+				s.demand = max(p.Min, max(r, s.rate)*paceHeadroom)
 			}
+			s.rate = r
 		}
 		wants = append(wants, want{s, s.demand})
 	}
 	if measure {
-		p.prioRate = float64(p.prio-p.prioBefore) / dt
+		p.prioRate += (float64(p.prio-p.prioBefore)/dt - p.prioRate) * min(1, dt/prioSmoothing.Seconds())
 		for _, w := range wants {
 			w.s.before = w.s.bytes
 		}
@@ -202,5 +213,11 @@ func (p *Pacer) divide(now time.Time, join bool) {
 		g = max(g, min(p.Min, left))
 		w.s.grant = g
 		left -= g
+	}
+	// When every sender sends less than it may, what they leave is
+	// theirs too, evenly: a grant is a ceiling, not a reservation, and
+	// one that has more to send can take it before the next division.
+	for _, w := range wants {
+		w.s.grant += left / float64(len(wants))
 	}
 }
