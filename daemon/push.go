@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stampede-dev/stampede/cluster"
@@ -141,7 +140,6 @@ type push struct {
 	req    cluster.Request
 	status PushStatus
 	ctr    *pushCounters
-	pace   atomic.Pointer[pushPace] // its run's, once it runs
 }
 
 // pushRecord is what StateDir/pushes/ID.json keeps.
@@ -226,7 +224,6 @@ func (s *Server) startPush() error {
 		writeJSON(w, http.StatusOK, map[string]string{"host": self.Name, "peer": self.Peer})
 	})
 	mux.HandleFunc("POST /v1/push", s.handlePush)
-	mux.HandleFunc("GET /v1/push/{id}/grant", s.handleGrant)
 	mux.HandleFunc("GET /v1/push/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := s.pushStatus(r.PathValue("id"))
 		if !ok {
@@ -275,61 +272,6 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": req.ID()})
-}
-
-// handleGrant answers a sender's ask for its grant (pushPace): a host
-// of another rack of the push, asking from its own address.
-func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request) {
-	p := s.push
-	p.mu.Lock()
-	ps := p.pushes[r.PathValue("id")]
-	p.mu.Unlock()
-	var pace *pushPace
-	if ps != nil {
-		pace = ps.pace.Load()
-	}
-	if pace == nil {
-		apiError(w, http.StatusNotFound, "no such push running")
-		return
-	}
-	from := r.URL.Query().Get("from")
-	h := p.cfg.Cluster.Hosts[from]
-	if h == nil || h.Rack == p.self.Rack || !ps.req.For(from) {
-		apiError(w, http.StatusForbidden, "%q is not a host of another rack in the push", from)
-		return
-	}
-	if !fromHost(r.RemoteAddr, h) {
-		apiError(w, http.StatusForbidden, "the ask for %s comes from %s", from, r.RemoteAddr)
-		return
-	}
-	g, ok := pace.grant(from, time.Now(), ps.ctr.fromOrigin.Load())
-	if !ok {
-		apiError(w, http.StatusNotFound, "this host divides no budget")
-		return
-	}
-	writeJSON(w, http.StatusOK, paceGrant{Rate: g})
-}
-
-// fromHost reports whether remote (IP:port) is h's: the IP of its agent
-// or peer address. Names that are not IP addresses are not checked (a
-// grant only divides a budget among the push's senders).
-func fromHost(remote string, h *cluster.Host) bool {
-	ip, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return false
-	}
-	checked := false
-	for _, a := range []string{h.Agent, h.Peer} {
-		host, _, err := net.SplitHostPort(a)
-		if err != nil || net.ParseIP(host) == nil {
-			continue
-		}
-		if net.ParseIP(host).Equal(net.ParseIP(ip)) {
-			return true
-		}
-		checked = true
-	}
-	return !checked
 }
 
 // acceptPush checks req and starts it.

@@ -48,13 +48,6 @@ type pushEnv struct {
 	plan *cluster.Plan
 	role *cluster.Role
 	rt   *pushRates
-	pace *pushPace
-}
-
-func newPushEnv(s *Server, ps *push, plan *cluster.Plan, role *cluster.Role) *pushEnv {
-	e := &pushEnv{s: s, ps: ps, plan: plan, role: role, rt: newPushRates(role), pace: newPushPace(role)}
-	ps.pace.Store(e.pace)
-	return e
 }
 
 func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
@@ -66,11 +59,10 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 		return err
 	}
 	role := plan.Roles[p.self.Name]
-	e := newPushEnv(s, ps, plan, role)
+	e := &pushEnv{s: s, ps: ps, plan: plan, role: role, rt: newPushRates(role)}
 	s.updatePush(ps, func(st *PushStatus) { st.Role = roleName(role) })
 	ps.ctr.progressAt.Store(time.Now().UnixNano())
 	s.wg.Go(func() { e.throttle(ctx) })
-	s.wg.Go(func() { e.askGrants(ctx) })
 
 	client := &http.Client{Transport: e.gate(req.URL, nil)}
 	m, _, err := fetch.Join(ctx, client, req.URL)
@@ -333,8 +325,7 @@ func (s *Server) seedPushLater(ps *push, dest string) {
 			return
 		}
 		role := plan.Roles[s.push.self.Name]
-		e := newPushEnv(s, ps, plan, role)
-		s.wg.Go(func() { e.askGrants(ctx) })
+		e := &pushEnv{s: s, ps: ps, plan: plan, role: role, rt: newPushRates(role)}
 		s.seedPush(ctx, ps, dest, m, node.Config{Host: s.host, PeerConn: e.peerConn(ctx)})
 	})
 }
