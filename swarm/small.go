@@ -109,7 +109,7 @@ func (s *Scheduler) fetchOverdue() {
 // harness at 16 arrivals a second, holding them for a slice (250 ms, up
 // to a tick more) put that wait on the arrivals after a gap in the
 // arrivals, for no fewer origin bytes: p99 0.75-0.76 s against
-// 0.38-0.39 s (docs/benchmarks.md, "Churn").
+// 0.38-0.41 s (docs/benchmarks.md, "Churn").
 func (s *Scheduler) inSwarmWait(wait time.Duration) time.Duration {
 	if s.small {
 		return 0
