@@ -70,6 +70,12 @@ type Config struct {
 	// MaxUploadRate caps what all swarms send to peers together, bytes/s
 	// (0: unlimited).
 	MaxUploadRate int64
+	// NoPacing sends to peers as fast as the uplink takes, without the
+	// pacer that keeps the swarms' uploads together a little below its
+	// measured capacity (package uplink). A daemon with a cluster file
+	// (Push.Cluster) does not pace: the push shapes every link to the
+	// capacity the file gives, less its reserve.
+	NoPacing bool
 	// API is the control API's address: a unix socket path, or HOST:PORT
 	// for TCP (then with a token). Default: StateDir/api.sock. NoAPI runs
 	// none (the gateway alone). APIListener, when set, is used instead.
@@ -223,7 +229,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}
 	s.peerAddr = pl.Addr()
-	hc := host.Config{Transports: []host.Transport{host.TCP(pl)}, UploadRate: cfg.MaxUploadRate, Logger: s.log}
+	hc := host.Config{Transports: []host.Transport{host.TCP(pl)}, UploadRate: cfg.MaxUploadRate,
+		NoPacing: cfg.NoPacing || cfg.Push.Cluster != nil, Logger: s.log}
 	if cfg.WebRTC {
 		rt := rtcpeer.New(rtcpeer.Config{Auto: cfg.WebRTCAuto, Logger: s.log})
 		hc.Transports, hc.OnAttach = append(hc.Transports, rt), rt.JoinNode

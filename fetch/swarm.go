@@ -23,6 +23,10 @@ type SwarmConfig struct {
 	ListenAddr string
 	// MaxUploadRate caps what we send to peers, bytes/s (0: unlimited).
 	MaxUploadRate int64
+	// NoPacing sends to peers as fast as the uplink takes, without the
+	// pacer that keeps it a little below its measured capacity
+	// (node.Config.NoPacing).
+	NoPacing bool
 	// SeedTime is how long to keep serving peers after completion (0: leave
 	// at once, after handing over the uploads under way, at most 2 s).
 	// SeedForever serves until the context ends.
@@ -89,6 +93,7 @@ func (d *Download) runSwarm(ctx context.Context, m *manifest.Manifest, in *origi
 	ncfg.ListenAddr = d.cfg.Swarm.ListenAddr
 	ncfg.DownloadLimit = d.lim
 	ncfg.UploadLimit = ratelimit.New(d.cfg.Swarm.MaxUploadRate)
+	ncfg.NoPacing = d.cfg.Swarm.NoPacing
 	ncfg.SeedTime, ncfg.SeedForever = d.cfg.Swarm.SeedTime, d.cfg.Swarm.SeedForever
 	if d.cfg.Swarm.StrictTFT {
 		ncfg.Swarm.StrictTFT = true

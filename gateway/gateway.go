@@ -57,6 +57,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/dashboard"
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/originclient"
 )
@@ -167,6 +168,7 @@ type Gateway struct {
 	origins   *originclient.Client // manifests and pieces, over fetches
 	trackers  *http.Client         // tracker announces, through the upstream proxy too
 	upload    *ratelimit.Limiter
+	pacer     *uplink.Pacer
 	via       string    // our token in Via, to detect loops
 	selfProxy sync.Once // warns once that the upstream proxy is ourselves
 	proxy     *httputil.ReverseProxy
@@ -246,6 +248,7 @@ func New(cfg Config) (*Gateway, error) {
 		fetches:      &http.Client{Transport: t},
 		trackers:     &http.Client{Transport: t, Timeout: 10 * time.Second},
 		upload:       ratelimit.New(cfg.UploadRate),
+		pacer:        uplink.New(),
 		via:          "stampede-" + hex.EncodeToString(id[:]),
 		ctx:          ctx,
 		cancel:       cancel,

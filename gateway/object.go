@@ -97,6 +97,9 @@ func (o *object) startNode(src *originclient.Source) error {
 	cfg.Listener, cfg.ListenAddr = nil, g.cfg.PeerListen
 	cfg.HTTPClient = g.trackers
 	cfg.UploadLimit = g.upload
+	if cfg.Host == nil && !cfg.NoPacing {
+		cfg.Pacer = g.pacer // one uplink for every file
+	}
 	cfg.SeedForever = true // until the cache stops it
 	var nd *node.Node      // set before it runs, which is before any origin fetch
 	if src != nil {

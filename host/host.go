@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/wire"
@@ -76,6 +77,10 @@ type Config struct {
 	// once.
 	UploadTurns   int
 	NoUploadTurns bool
+	// NoPacing sends to peers as fast as the uplink takes, without the
+	// pacer that keeps it a little below its measured capacity (package
+	// uplink).
+	NoPacing bool
 	// MaxPending bounds the accepted connections whose handshake is still
 	// awaited (default 256); past it new ones are closed at once, so a
 	// flood of silent connections costs a bounded number of goroutines.
@@ -105,6 +110,7 @@ type Host struct {
 	cfg     Config
 	log     *slog.Logger
 	limit   *ratelimit.Limiter
+	pacer   *uplink.Pacer
 	turns   *node.Turns
 	pending chan struct{} // a slot per handshake awaited
 
@@ -141,6 +147,10 @@ func New(cfg Config) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	var pacer *uplink.Pacer
+	if !cfg.NoPacing {
+		pacer = uplink.New()
+	}
 	turns := node.NewTurns(cfg.UploadTurns)
 	if cfg.NoUploadTurns {
 		turns = nil
@@ -149,6 +159,7 @@ func New(cfg Config) (*Host, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		limit:     ratelimit.New(cfg.UploadRate),
+		pacer:     pacer,
 		turns:     turns,
 		pending:   make(chan struct{}, cfg.MaxPending),
 		pendingBy: map[string]int{},
@@ -342,6 +353,10 @@ func (h *Host) Dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // UploadLimit is the upload budget every swarm of the host shares.
 func (h *Host) UploadLimit() *ratelimit.Limiter { return h.limit }
+
+// Pacer is the host's uplink pacer, shared by its nodes; nil when
+// Config.NoPacing.
+func (h *Host) Pacer() *uplink.Pacer { return h.pacer }
 
 // Turns are the upload turns every swarm of the host shares.
 func (h *Host) Turns() *node.Turns { return h.turns }

@@ -229,6 +229,9 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 		case busy > 0:
 			n.log.Debug("origin busy", "piece", a.Piece, "retry_after", busy)
 		}
+		if err == nil && got >= 0 && got < n.m.NumPieces() {
+			n.bytesFromOrigin.Add(n.m.PieceLen(got))
+		}
 		if err == nil && got != a.Piece {
 			n.log.Debug("origin picked", "asked", a.Piece, "got", got)
 			res.Picked, res.Got = true, got

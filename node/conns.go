@@ -11,6 +11,7 @@ import (
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
 	"github.com/stampede-dev/stampede/internal/sockopt"
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
@@ -139,8 +140,9 @@ type Host interface {
 	Addr() net.Addr
 	// Dial connects to a peer.
 	Dial(ctx context.Context, addr string) (net.Conn, error)
-	// UploadLimit and Turns are shared by every node of the host.
+	// UploadLimit, Pacer and Turns are shared by every node of the host.
 	UploadLimit() *ratelimit.Limiter
+	Pacer() *uplink.Pacer
 	Turns() *Turns
 	// Attach routes the connections that ask for n's swarm to n.Adopt
 	// until detach is called. Several nodes of one swarm may be attached

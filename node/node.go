@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/ratelimit"
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/sign"
@@ -81,14 +82,20 @@ type Config struct {
 	// holding many swarms on one peer port (package host) accepts them,
 	// reads each handshake and hands this swarm's to Adopt, dials for the
 	// node, and shares one upload budget and one set of upload turns among
-	// its swarms. Listener, ListenAddr, Dial, UploadLimit and UploadTurns
-	// are then ignored.
+	// its swarms. Listener, ListenAddr, Dial, UploadLimit, Pacer and
+	// UploadTurns are then ignored.
 	Host Host
 	// HTTPClient talks to the tracker (default: a client with 10s timeout).
 	HTTPClient *http.Client
 	// DownloadLimit and UploadLimit shape peer traffic (nil: unlimited).
 	// DownloadLimit is shared with origin fetches by the caller.
 	DownloadLimit, UploadLimit *ratelimit.Limiter
+	// Pacer keeps the uploads a little below the uplink's capacity, which
+	// it measures (package uplink), so that the uplink's queue does not
+	// hold back the acknowledgements of our downloads. Nil: the node
+	// paces itself, unless NoPacing.
+	Pacer    *uplink.Pacer
+	NoPacing bool
 	// UploadTurns is how many pieces are sent to peers at once, across all
 	// connections (turns.go; default 3). NoUploadTurns sends them all at
 	// once.
@@ -163,6 +170,11 @@ type Stats struct {
 	// Neighbours counts the neighbours made by how their connection
 	// reaches them (paths.go).
 	Neighbours Paths `json:"neighbours"`
+	// UplinkCapacity is the uplink's capacity for data as the pacer read
+	// it, and UploadPace the pace it set, in bytes/s (0: not read yet,
+	// or not paced; package uplink). Shared by the swarms of a host.
+	UplinkCapacity float64 `json:"uplink_capacity"`
+	UploadPace     float64 `json:"upload_pace"`
 }
 
 // Node is one running peer.
@@ -224,6 +236,10 @@ type Node struct {
 	lastPiece               time.Time // when a piece last arrived
 
 	bytesFromPeers, bytesToPeers, queueDrops atomic.Int64
+	// bytesFromOrigin counts the origin's pieces; pacerRecv, the bytes
+	// downloaded last told to the pacer (measureCapacity).
+	bytesFromOrigin atomic.Int64
+	pacerRecv       int64
 	paths                                    pathCounts // paths.go
 
 	mu        sync.Mutex // guards the following
@@ -256,6 +272,9 @@ func New(cfg Config) (*Node, error) {
 		cfg.Listener, cfg.ListenAddr = nil, ""
 		cfg.Dial = cfg.Host.Dial
 		cfg.UploadLimit = cfg.Host.UploadLimit()
+		cfg.Pacer = cfg.Host.Pacer()
+	} else if cfg.Pacer == nil && !cfg.NoPacing {
+		cfg.Pacer = uplink.New()
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout}
@@ -346,7 +365,9 @@ func (n *Node) Stats() Stats {
 	for k, v := range n.origin {
 		o[k] = v
 	}
+	capacity, pace := n.cfg.Pacer.Rates()
 	return Stats{
+		UplinkCapacity: capacity, UploadPace: pace,
 		BytesFromPeers: n.bytesFromPeers.Load(), BytesToPeers: n.bytesToPeers.Load(),
 		PiecesFromPeer: n.lastSched.Received, OriginFetches: o, PeersSeen: n.seen, PeersBanned: n.banned,
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,

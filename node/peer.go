@@ -58,8 +58,13 @@ type peerConn struct {
 	// at pathRTTAt (Node.pathRTTs); owned by the loop goroutine.
 	pathRTT   time.Duration
 	pathRTTAt time.Time
-	done      chan struct{}
-	once      sync.Once
+	// sent counts the DATA bytes written to the connection; acked, the
+	// most of them read as acknowledged (Node.measureCapacity, for the
+	// pacer; the loop's).
+	sent  atomic.Int64
+	acked int64
+	done  chan struct{}
+	once  sync.Once
 
 	mu        sync.Mutex // guards the following
 	wanted    map[int]*assembly
@@ -627,8 +632,11 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
 	for off := 0; off < len(data); off += dataChunk {
 		chunk := data[off:min(len(data), off+dataChunk)]
-		t.pause() // waiting for the upload limit is not a stall
+		t.pause() // waiting for the upload limit or the pace is not a stall
 		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
+			return false, err
+		}
+		if err := p.n.cfg.Pacer.WaitN(ctx, len(chunk)); err != nil {
 			return false, err
 		}
 		t.progress()
@@ -637,15 +645,20 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 				return done, err
 			}
 		}
+		wrote := time.Now()
 		if err := w.WriteData(uint32(piece), uint32(off), chunk); err != nil {
 			return false, err
 		}
+		p.n.backlogged(wrote)
 		t.progress()
 		p.n.bytesToPeers.Add(int64(len(chunk)))
+		p.sent.Add(int64(len(chunk)))
 	}
+	wrote := time.Now()
 	if err := w.Flush(); err != nil {
 		return false, err
 	}
+	p.n.backlogged(wrote)
 	p.n.post(ctx, swarm.Uploaded{Peer: p.id, Piece: piece, Bytes: int64(len(data))})
 	return false, nil
 }

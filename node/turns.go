@@ -328,9 +328,11 @@ func (p *peerConn) takeTurn(ctx context.Context, rank int, control func(wire.Mes
 		return nil, nil, false, nil
 	}
 	w := ts.enter(rank)
+	asked := time.Now()
 	for {
 		select {
 		case <-w:
+			p.n.backlogged(asked)
 			return newTurn(ts, p), nil, false, nil
 		case m := <-p.ctrl:
 			if holdsForPiece(m) {
@@ -348,6 +350,15 @@ func (p *peerConn) takeTurn(ctx context.Context, rank int, control func(wire.Mes
 			ts.leave(w)
 			return nil, nil, true, nil
 		}
+	}
+}
+
+// backlogged tells the pacer that an upload waited since then for the
+// uplink: for a turn, or for TCP to take its bytes (uplink.Estimator:
+// the sign that the uplink, not the requests, holds the uploads back).
+func (n *Node) backlogged(since time.Time) {
+	if d := time.Since(since); d > time.Millisecond {
+		n.cfg.Pacer.Backlogged(d)
 	}
 }
 

@@ -261,6 +261,9 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 			delivered -= int64(q)
 		}
 	}
+	recv := n.bytesFromPeers.Load() + n.bytesFromOrigin.Load()
+	n.cfg.Pacer.Delivered(now, n.ackedSince(), recv-n.pacerRecv)
+	n.pacerRecv = recv
 	if !n.capAt.IsZero() {
 		rate := float64(delivered-n.capDelivered) / now.Sub(n.capAt).Seconds()
 		n.capacity = max(rate, n.capacity*capacityDecay)
@@ -277,6 +280,26 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 		p.sendControl(&wire.Rate{Up: rateUp(n.capSent)})
 	}
 	return append(evs, swarm.Capacity{Up: n.capSent})
+}
+
+// ackedSince is how many of the DATA bytes written to the connections
+// were acknowledged since it was last called, as far as TCP tells
+// (unacked): the pacer's reading (uplink). Per connection, so that the
+// bytes a connection held when it closed, never delivered, are not
+// counted.
+func (n *Node) ackedSince() int64 {
+	var d int64
+	for _, p := range n.peers {
+		a := p.sent.Load()
+		if q := unacked(p.c); q > 0 {
+			a -= int64(q)
+		}
+		if a > p.acked {
+			d += a - p.acked
+			p.acked = a
+		}
+	}
+	return d
 }
 
 // rateUp is a capacity as RATE carries it.

@@ -73,6 +73,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		seedTime  time.Duration
 		patience  time.Duration
 		strict    bool
+		noPacing  bool
 		viaD      bool
 		apiAddr   string
 		apiToken  string
@@ -96,6 +97,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&noSwarm, "no-swarm", false, "fetch from the server only, as a plain HTTP client (no peers)")
 	fs.StringVar(&listen, "peer-listen", ":0", "accept peers on `HOST:PORT`")
 	fs.StringVar(&upStr, "max-upload-rate", "0", "cap what we upload to peers, `RATE` (0: unlimited)")
+	fs.BoolVar(&noPacing, "no-pacing", false, "upload to peers as fast as the uplink takes; by default uploads keep a little below its measured capacity, so that the acknowledgements of the download get through")
 	webRTC := webrtcFlag(fs.FlagSet)
 	fs.DurationVar(&seedTime, "seed-time", 0, "keep serving peers this long after completion (0: leave once no upload has been asked or under way for 1s, at most 2s after completion; -1s: until interrupted)")
 	fs.DurationVar(&patience, "origin-patience", node.DefaultOriginPatience, "in the swarm, give up (exit 4) when no piece has come for `DURATION` and the origin fails (refuses, resets, times out, answers 5xx)")
@@ -194,7 +196,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		TrustKey: trusted,
 		Continue: cont, LimitRate: rate, SHA256: sum, MaxParallel: parallel, Retries: retries, NoRetries: retries == 0,
 		Client: client, Logger: e.newLogger(level),
-		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict,
+		Swarm: fetch.SwarmConfig{Disabled: noSwarm, ListenAddr: listen, MaxUploadRate: upRate, NoPacing: noPacing, SeedTime: max(seedTime, 0), SeedForever: seedTime < 0, StrictTFT: strict,
 			Node: node.Config{OriginPatience: patience}},
 	}
 	rtcMode, err := parseWebRTC(*webRTC)
