@@ -240,7 +240,7 @@ type Node struct {
 	// downloaded last told to the pacer (measureCapacity).
 	bytesFromOrigin atomic.Int64
 	pacerRecv       int64
-	paths                                    pathCounts // paths.go
+	paths           pathCounts // paths.go
 
 	mu        sync.Mutex // guards the following
 	origin    map[string]int
