@@ -59,7 +59,7 @@ type peerConn struct {
 	pathRTT   time.Duration
 	pathRTTAt time.Time
 	// sent counts the DATA bytes written to the connection; acked, the
-	// most of them read as acknowledged (Node.measureCapacity, for the
+	// most of them read as acknowledged (ackedSince, for the
 	// pacer; the loop's).
 	sent  atomic.Int64
 	acked int64

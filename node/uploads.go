@@ -255,14 +255,17 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 	if !n.capAt.IsZero() && now.Sub(n.capAt) < capacityEvery {
 		return evs
 	}
+	// One reading of each send buffer serves both estimates: this one,
+	// node-wide, and the pacer's, per connection (ackedSince).
 	delivered := n.bytesToPeers.Load()
+	var acked int64
 	for _, p := range n.peers {
-		if q := unacked(p.c); q > 0 {
-			delivered -= int64(q)
-		}
+		q := max(unacked(p.c), 0)
+		delivered -= int64(q)
+		acked += p.ackedSince(int64(q))
 	}
 	recv := n.bytesFromPeers.Load() + n.bytesFromOrigin.Load()
-	n.cfg.Pacer.Delivered(now, n.ackedSince(), recv-n.pacerRecv)
+	n.cfg.Pacer.Delivered(now, acked, recv-n.pacerRecv)
 	n.pacerRecv = recv
 	if !n.capAt.IsZero() {
 		rate := float64(delivered-n.capDelivered) / now.Sub(n.capAt).Seconds()
@@ -282,23 +285,18 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 	return append(evs, swarm.Capacity{Up: n.capSent})
 }
 
-// ackedSince is how many of the DATA bytes written to the connections
-// were acknowledged since it was last called, as far as TCP tells
-// (unacked): the pacer's reading (uplink). Per connection, so that the
-// bytes a connection held when it closed, never delivered, are not
+// ackedSince is how many of the DATA bytes written to p were
+// acknowledged since it was last called, with unacked of them still in
+// its send buffer: the pacer's reading (uplink). Per connection, so that
+// the bytes a connection held when it closed, never delivered, are not
 // counted.
-func (n *Node) ackedSince() int64 {
-	var d int64
-	for _, p := range n.peers {
-		a := p.sent.Load()
-		if q := unacked(p.c); q > 0 {
-			a -= int64(q)
-		}
-		if a > p.acked {
-			d += a - p.acked
-			p.acked = a
-		}
+func (p *peerConn) ackedSince(unacked int64) int64 {
+	a := p.sent.Load() - unacked
+	if a <= p.acked {
+		return 0
 	}
+	d := a - p.acked
+	p.acked = a
 	return d
 }
 

@@ -42,21 +42,31 @@ func linkDown(e *Estimator, now *time.Time, capacity, demand, down float64, n in
 	return paces
 }
 
+// pacedOn returns an Estimator that has read a link of capacity bytes/s,
+// and its clock.
+func pacedOn(capacity float64) (*Estimator, time.Time) {
+	e := new(Estimator)
+	now := time.Unix(0, 0)
+	e.Tick(now)
+	link(e, &now, capacity, 10*capacity, StartupFlat+1)
+	return e, now
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) <= 0.01*b }
 
 func TestUnpacedUntilRead(t *testing.T) {
-	var e Estimator
+	e := new(Estimator)
 	now := time.Unix(0, 0)
 	e.Tick(now)
 	const capacity = 1 << 20
 	// The requests, not the uplink, hold the uploads back: no reading,
 	// however long.
-	link(&e, &now, capacity, capacity/2, 10)
+	link(e, &now, capacity, capacity/2, 10)
 	if p := e.Pace(); p != 0 {
 		t.Fatalf("pace %v after windows below the link: want 0 (unpaced)", p)
 	}
 	// The uplink holds them back: read after StartupFlat windows.
-	paces := link(&e, &now, capacity, 4*capacity, StartupFlat+1)
+	paces := link(e, &now, capacity, 4*capacity, StartupFlat+1)
 	for i, p := range paces {
 		if p != 0 {
 			t.Fatalf("window %d of the backlog: pace %v, want 0 until read", i, p)
@@ -78,12 +88,9 @@ func TestUnpacedUntilRead(t *testing.T) {
 // the pace; the capacity must not decay with it, nor rise, but for the
 // probes.
 func TestHeldWhilePaced(t *testing.T) {
-	var e Estimator
-	now := time.Unix(0, 0)
-	e.Tick(now)
 	const capacity = 125_000 // 1 Mbit/s
-	link(&e, &now, capacity, 10*capacity, StartupFlat+1)
-	paces := link(&e, &now, capacity, 10*capacity, 40)
+	e, now := pacedOn(capacity)
+	paces := link(e, &now, capacity, 10*capacity, 40)
 	probes := 0
 	for i, p := range paces {
 		switch {
@@ -106,15 +113,12 @@ func TestHeldWhilePaced(t *testing.T) {
 // TestProbesFindFasterLink: a link that got faster is found by a probe,
 // and read again unpaced.
 func TestProbesFindFasterLink(t *testing.T) {
-	var e Estimator
-	now := time.Unix(0, 0)
-	e.Tick(now)
 	const capacity = 1_000_000
-	link(&e, &now, capacity, 10*capacity, StartupFlat+1)
+	e, now := pacedOn(capacity)
 	if !near(e.Capacity(), capacity) {
 		t.Fatalf("capacity %v, want %v", e.Capacity(), float64(capacity))
 	}
-	link(&e, &now, 4*capacity, 10*capacity, 2*ProbeEvery+2*StartupFlat)
+	link(e, &now, 4*capacity, 10*capacity, 2*ProbeEvery+2*StartupFlat)
 	if c := e.Capacity(); c < 3.8*capacity || c > 4*capacity {
 		t.Errorf("capacity %v after the link went to %v, want about that", c, 4.0*capacity)
 	}
@@ -123,43 +127,37 @@ func TestProbesFindFasterLink(t *testing.T) {
 // TestDecaysWhenIdle: when the pace holds nothing back, the capacity
 // follows the reading down, by Decay a window at most.
 func TestDecaysWhenIdle(t *testing.T) {
-	var e Estimator
-	now := time.Unix(0, 0)
-	e.Tick(now)
 	const capacity = 1_000_000
-	link(&e, &now, capacity, 10*capacity, StartupFlat+1)
-	link(&e, &now, capacity, 0.1*capacity, 3)
+	e, now := pacedOn(capacity)
+	link(e, &now, capacity, 0.1*capacity, 3)
 	if c, want := e.Capacity(), capacity*Decay*Decay*Decay; !near(c, want) {
 		t.Errorf("capacity %v after 3 idle windows, want %v", c, want)
 	}
 	// A link that got slower: the pace sends more than it takes, the
 	// uploads wait for TCP rather than the pace, and the capacity comes
 	// down until the pace is under the link.
-	link(&e, &now, 0.5*capacity, 10*capacity, 30)
+	link(e, &now, 0.5*capacity, 10*capacity, 30)
 	if p := e.Pace(); p > 0.5*capacity {
-		t.Errorf("pace %v after 30 s on a link of %v", p, 0.5*capacity)
+		t.Errorf("pace %v after 30 windows on a link of %v", p, 0.5*capacity)
 	}
 }
 
 // TestOnlyWhileDownloading: a host that downloads at less than Asymmetry
 // times its uplink goes unpaced, and is paced again once it does.
 func TestOnlyWhileDownloading(t *testing.T) {
-	var e Estimator
-	now := time.Unix(0, 0)
-	e.Tick(now)
 	const capacity = 1_000_000
-	link(&e, &now, capacity, 10*capacity, StartupFlat+1)
+	e, now := pacedOn(capacity)
 	if p := e.Pace(); !near(p, Fraction*capacity) {
 		t.Fatalf("pace %v downloading at %v times the uplink, want %v", p, 2*Asymmetry, Fraction*capacity)
 	}
-	linkDown(&e, &now, capacity, 10*capacity, Asymmetry/2, 1)
+	linkDown(e, &now, capacity, 10*capacity, Asymmetry/2, 1)
 	if p := e.Pace(); p != 0 {
 		t.Fatalf("pace %v downloading at %v times the uplink, want 0 (unpaced)", p, Asymmetry/2)
 	}
 	if c := e.Capacity(); !near(c, capacity) {
 		t.Fatalf("capacity %v while unpaced, want the reading kept, %v", c, float64(capacity))
 	}
-	linkDown(&e, &now, capacity, 10*capacity, Asymmetry, 1)
+	linkDown(e, &now, capacity, 10*capacity, Asymmetry, 1)
 	if p := e.Pace(); !near(p, Fraction*capacity) {
 		t.Fatalf("pace %v downloading at %v times the uplink again, want %v", p, Asymmetry, Fraction*capacity)
 	}
