@@ -332,6 +332,7 @@ type stats struct {
 	Offers     int   `json:"offers"`   // made
 	Answers    int   `json:"answers"`  // to them, received
 	OffersIn   int   `json:"offersIn"` // received
+	Busy       int   `json:"busy"`     // busy refusals received
 }
 
 type fetched struct {

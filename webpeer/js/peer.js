@@ -26,7 +26,7 @@ class Page {
     this.signals = new Map();
     this.swarms = new Map();
     this.hidden = null;
-    this.retired = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0, banned: 0 }; // of the swarms dropped
+    this.retired = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0, busy: 0, banned: 0 }; // of the swarms dropped
     this.asleep = false;
     this.log = (...a) => { if (self.stampedeDebug) console.log('stampede:', ...a); };
   }

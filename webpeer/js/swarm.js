@@ -20,7 +20,13 @@ const OFFER_WAIT_MS = 1000; // how long our first offers may take to bring a pee
 const CONNECT_WAIT_MS = 1500; // an answer given or taken may take this long to open its channel
 // A visitor alone in a swarm that others joined a moment ago (the
 // tracker's webrtc_recent) is in a crowd between arrivals: it waits this
-// long for the next one rather than take the object from the origin.
+// long for the next one rather than take the whole object from the
+// origin. Meanwhile it takes its share of the origin as a member of that
+// crowd (holdsOrigin), from the object's end, rather than leave the
+// origin idle: the next arrival finds part of the object here, and one
+// who came after the crowd ended does not wait with nothing. (It did not
+// move the p90 of docs/browser.md's benchmark: the pair is then bound by
+// the next arrival's own origin fetch.)
 const CROWD_WAIT_MS = 1500;
 // A peer still downloading that announced a piece this recently is
 // feeding us (it takes from the origin what we lack): we leave the origin
@@ -181,6 +187,8 @@ class Conn {
     const s = this.swarm;
     if (!this.inflight.delete(m.piece)) return;
     if (m.reason === wire.REJECT.BUSY) {
+      s.stats.busy++;
+      s.mark('busy');
       this.depth = Math.max(1, this.depth >> 1);
       this.pausedUntil = performance.now() + BUSY_PAUSE_MS;
       s.tries.set(m.piece, Math.max(0, (s.tries.get(m.piece) || 1) - 1));
@@ -296,10 +304,11 @@ export class Swarm {
     this.originBusy = 0;
     this.serving = true;
     this.listeners = new Set();
-    this.stats = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0 };
+    this.stats = { fromPeers: 0, fromOrigin: 0, uploaded: 0, corrupt: 0, connected: 0, offers: 0, answers: 0, offersIn: 0, busy: 0 };
     this.timeline = {}; // when each step first came (performance.now()): what a slow download waited for
     this.swarmSize = 0;
     this.others = -1; // the tracker's webrtc_peers: other WebRTC peers there (-1: not said)
+    this.recent = 0; // the tracker's webrtc_recent: others arrived in the last few seconds
     this.crowdUntil = 0; // alone in a crowd: waiting for the next arrival until then
     this.connectingUntil = 0; // a channel answered may open until then
     this.started = performance.now();
@@ -406,13 +415,15 @@ export class Swarm {
       this.mark('tracker');
       this.swarmSize = m.swarm_size;
       if (m.webrtc_peers !== undefined) this.others = m.webrtc_peers;
+      if (m.webrtc_recent !== undefined) this.recent = m.webrtc_recent;
       if (this.onAnswer) { this.onAnswer(); this.onAnswer = null; }
       const alone = m.webrtc_peers !== undefined ? m.webrtc_peers === 0 : m.swarm_size <= 1;
       if (alone && !this.conns.size) {
         if (m.webrtc_recent > 0) {
           // Others joined a moment ago and left: more are coming. Wait
-          // for the next (it offers to us), once per lonely spell.
-          if (!this.crowdUntil) { this.mark('crowd'); this.crowdUntil = performance.now() + CROWD_WAIT_MS; setTimeout(() => this.schedule(), CROWD_WAIT_MS); }
+          // for the next (it offers to us), once per lonely spell, taking
+          // our share of the origin meanwhile (holdsOrigin).
+          if (!this.crowdUntil) { this.mark('crowd'); this.crowdUntil = performance.now() + CROWD_WAIT_MS; setTimeout(() => this.schedule(), CROWD_WAIT_MS); this.schedule(); }
         } else { this.mark('alone'); this.toOriginAll(); } // no one to wait for
       } else if (!alone) this.crowdUntil = 0;
       return;
@@ -485,7 +496,15 @@ export class Swarm {
     const conns = serving.filter((c) => c.pausedUntil <= now);
     const origin = this.holdsOrigin(now, serving);
     const past = now - this.started > this.cfg.deadline_ms;
-    let room = serving.length && !past ? Math.max(2, Math.floor(ORIGIN_WINDOW / this.m.pieceSize)) - this.originOut() : Infinity;
+    // With peers, or awaiting the next arrival, a window at a time; and
+    // awaiting it, one window in each slice held (its share, not all the
+    // origin sends).
+    const waiting = !serving.length && now < this.crowdUntil;
+    const window = Math.max(2, Math.floor(ORIGIN_WINDOW / this.m.pieceSize));
+    let room = Infinity;
+    if (waiting && !past) room = this.windowSlice === this.sliceAt ? 0 : window - this.originOut();
+    else if (serving.length && !past) room = window - this.originOut();
+    const spare = []; // pieces none of our peers has: the origin's, by its rule
     let unasked = 0;
     for (let i = 0; i < this.m.n; i++) {
       if (this.have.has(i) || this.asked.has(i)) continue;
@@ -495,11 +514,17 @@ export class Swarm {
         this.asked.add(i);
         this.tries.set(i, (this.tries.get(i) || 0) + 1);
         c.request(i);
-      } else if (!serving.some((c) => c.their.has(i)) && (origin || past) && room > 0) {
-        this.toOrigin(i);
-        room--;
-      } else unasked++;
+      } else if (!serving.some((c) => c.their.has(i))) spare.push(i);
+      else unasked++;
     }
+    // The origin's pieces from the object's end: peers are asked from
+    // its start (and a feeding peer's pieces come in about that order),
+    // so the two meet in the middle rather than fetch the same pieces.
+    if ((origin || past) && room > 0 && spare.length) {
+      if (waiting) this.windowSlice = this.sliceAt;
+      while (room-- > 0 && spare.length) this.toOrigin(spare.pop());
+    }
+    unasked += spare.length;
     if (!unasked) this.endgame(conns);
   }
   // holdsOrigin is the origin rule of the native scheduler (swarm/origin.go),
@@ -509,22 +534,31 @@ export class Swarm {
   // ORIGIN_K peers of a swarm go to the origin at once however large it
   // is, and a swarm of a few does not wait for the deadline. Not before
   // the tracker's first answer; nor, with no peer, while our offers may
-  // still bring us one (for a second after them), a channel answered may
-  // still open, or, alone in a crowd, the next arrival is awaited; nor
-  // while a peer still downloading feeds us (its pieces come from the
-  // origin: the pool splits the origin rather than fetch a piece twice).
+  // still bring us one (for a second after them) or a channel answered
+  // may still open; nor while a peer still downloading feeds us (its
+  // pieces come from the origin: the pool splits the origin rather than
+  // fetch a piece twice). Alone in a crowd, awaiting the next arrival, n
+  // is the crowd: us and those who arrived in the last few seconds (the
+  // tracker's webrtc_recent), whose next will split the origin with us.
   holdsOrigin(now, serving) {
     const peers = serving.length;
     if (!this.swarmSize) return false;
     if (!peers) {
       const offered = this.timeline.offered ?? (this.offering ? now : -Infinity); // offers being made count as made now
-      if (now - offered < OFFER_WAIT_MS || now < this.connectingUntil || now < this.crowdUntil) return false;
+      if (now - offered < OFFER_WAIT_MS || now < this.connectingUntil) return false;
+      if (now < this.crowdUntil) return this.draw(now, this.recent + 1);
       if (this.others === 0 || (this.others < 0 && this.swarmSize === 1)) return true; // alone
     }
     if (serving.some((c) => c.feeding(now))) return false;
+    return this.draw(now, Math.max(this.swarmSize, peers + 1));
+  }
+  // draw holds the origin for the current slice with probability
+  // ORIGIN_K/n, drawn once a slice.
+  draw(now, n) {
     if (now - (this.sliceAt || 0) >= ORIGIN_SLICE_MS) {
       this.sliceAt = now;
-      this.holding = Math.random() < ORIGIN_K / Math.max(this.swarmSize, peers + 1);
+      this.holding = Math.random() < ORIGIN_K / n;
+      if (this.holding) this.mark('holds');
     }
     return this.holding;
   }

@@ -74,18 +74,49 @@ test('alone, with no one arrived lately, the page goes to the origin at once', (
   assert.equal(s.holdsOrigin(performance.now(), []), true);
 });
 
+// withRandom runs f with Math.random returning r.
+function withRandom(r, f) {
+  const saved = Math.random;
+  Math.random = () => r;
+  try { f(); } finally { Math.random = saved; }
+}
+
 test('alone in a crowd, the page waits for the next arrival, then takes the origin', () => {
   const s = idleSwarm();
-  s.onSignal({ swarm_size: 3, webrtc_peers: 0, webrtc_recent: 2 });
+  withRandom(0.99, () => s.onSignal({ swarm_size: 1, webrtc_peers: 0, webrtc_recent: 9 }));
   assert.equal(s.allToOrigin, undefined);
   assert.ok('crowd' in s.timeline);
   const now = performance.now();
-  assert.equal(s.holdsOrigin(now, []), false, 'took the origin while the next arrival was awaited');
+  // The crowd is 10 (9 arrived lately, and us): 3 slices in 10 are ours.
+  withRandom(0.5, () => assert.equal(s.holdsOrigin(now, []), false, 'took the origin past its share of the crowd'));
+  s.sliceAt = 0;
+  withRandom(0.2, () => assert.equal(s.holdsOrigin(now, []), true, 'no share of the origin while the next arrival was awaited'));
   assert.equal(s.holdsOrigin(now + 2000, []), true, 'still waiting past the crowd wait');
   // A second lonely answer does not wait again.
   const until = s.crowdUntil;
   s.onSignal({ swarm_size: 3, webrtc_peers: 0, webrtc_recent: 2 });
   assert.equal(s.crowdUntil, until);
+});
+
+test('awaiting the next arrival, the page takes one window from the object\'s end in each slice it holds', () => {
+  const PIECE = 16 << 10, n = 32;
+  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
+  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  const queued = [];
+  s.toOrigin = (i) => { queued.push(i); s.asked.add(i); };
+  s.originOut = () => 0; // the window came back at once
+  withRandom(0, () => s.onSignal({ swarm_size: 1, webrtc_peers: 0, webrtc_recent: 4 }));
+  const window = (128 << 10) / PIECE;
+  assert.deepEqual(queued, Array.from({ length: window }, (_, k) => n - 1 - k), 'not the last window first');
+  withRandom(0, () => s.schedule());
+  assert.equal(queued.length, window, 'a second window in the same slice');
+  s.sliceAt -= 300; // the next slice, not ours
+  withRandom(0.99, () => s.schedule());
+  assert.equal(queued.length, window, 'a window in a slice not held');
+  s.sliceAt -= 300; // the next, ours
+  withRandom(0, () => s.schedule());
+  assert.equal(queued.length, 2 * window);
+  assert.equal(queued.at(-1), n - 2 * window);
 });
 
 test('a peer still downloading that feeds the page keeps it off the origin', () => {
