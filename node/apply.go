@@ -194,7 +194,7 @@ func (n *Node) fetchOrigin(ctx context.Context, a swarm.FetchOrigin) {
 	n.mu.Lock()
 	n.origin[a.Reason]++
 	n.mu.Unlock()
-	n.log.Debug("origin fetch", "piece", a.Piece, "why", a.Reason, "peers", len(n.peers))
+	n.log.Debug("origin fetch", "piece", a.Piece, "why", a.Reason, "peers", len(n.peers), "odds", a.Odds)
 	if n.cfg.Origin == nil {
 		n.postLater(ctx, swarm.OriginResult{Piece: a.Piece, OK: false})
 		return

@@ -175,6 +175,11 @@ type Stats struct {
 	// or not paced; package uplink). Shared by the swarms of a host.
 	UplinkCapacity float64 `json:"uplink_capacity"`
 	UploadPace     float64 `json:"upload_pace"`
+	// UploadCapacity is our upload capacity as the scheduler knows it,
+	// bytes/s: what TCP delivered to peers in a second, the most seen,
+	// decaying (measureCapacity). It weights our odds of taking the
+	// origin's pieces against our neighbours' and is told to them (RATE).
+	UploadCapacity float64 `json:"upload_capacity"`
 }
 
 // Node is one running peer.
@@ -373,6 +378,7 @@ func (n *Node) Stats() Stats {
 		QueueDrops: n.queueDrops.Load(), RequestTimeouts: n.lastSched.Timeouts,
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
 		OriginInSwarm: n.lastSched.OriginInSwarm, LayerFrom: n.layerFrom(), Neighbours: n.paths.snapshot(),
+		UploadCapacity: n.lastSched.Capacity,
 	}
 }
 
@@ -510,7 +516,7 @@ func (n *Node) Run(ctx context.Context) error {
 			if n.handingOver() {
 				n.probeHandOver()
 			}
-			rtts = n.pathRTTs(now, rtts[:0])
+			rtts = n.pathRTTs(now, rtts)
 		case ev = <-n.events:
 		}
 		// Hand the scheduler everything already waiting in one batch: a

@@ -23,12 +23,17 @@ func TestUplinkRead(t *testing.T) {
 		read := 0
 		for _, r := range results {
 			sw := r.res.Swarm
-			t.Logf("peer %2d: %v, sent %.1f MiB, capacity read %.0f KiB/s, pace %.0f KiB/s", r.idx, r.took.Round(time.Millisecond),
-				float64(sw.BytesToPeers)/MiB, sw.UplinkCapacity/KiB, sw.UploadPace/KiB)
+			t.Logf("peer %2d: %v, sent %.1f MiB, capacity read %.0f KiB/s, pace %.0f KiB/s, the scheduler's %.0f KiB/s", r.idx, r.took.Round(time.Millisecond),
+				float64(sw.BytesToPeers)/MiB, sw.UplinkCapacity/KiB, sw.UploadPace/KiB, sw.UploadCapacity/KiB)
 			if sw.UplinkCapacity == 0 {
 				continue
 			}
 			read++
+			// The scheduler weighs its origin draw by the same uplink:
+			// a peer whose uploads waited on it knows it too.
+			if c := sw.UploadCapacity; c < 0.5*up || c > 2*up {
+				t.Errorf("peer %d: the scheduler's upload capacity is %.0f KiB/s on a %d KiB/s uplink", r.idx, c/KiB, up/KiB)
+			}
 			// memnet's links let a tenth of a second's burst through,
 			// and a memnet connection has no send buffer to count as
 			// unacknowledged: up to 1.2 × read.

@@ -14,8 +14,8 @@ import (
 
 // TestRateTold: a seed on a 256 KiB/s uplink, asked for pieces without a
 // pause, tells the peer asking its upload capacity (RATE), and tells it
-// right: within a third of its uplink. Peers weight their origin draw by
-// it against their neighbours' (swarm's capacityWeight).
+// right: within a third of its uplink. Peers measure a neighbour's upload
+// to them against it in reciprocation (swarm's capacityOf).
 func TestRateTold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const up = 256 * KiB

@@ -279,6 +279,7 @@ func (n *Node) measureCapacity(now time.Time, evs []swarm.Event) []swarm.Event {
 		return evs
 	}
 	n.capSent = n.capacity
+	n.log.Debug("upload capacity", "bytes_per_second", int64(n.capSent))
 	for _, p := range n.peers {
 		p.sendControl(&wire.Rate{Up: rateUp(n.capSent)})
 	}

@@ -134,6 +134,9 @@ type ClassResult struct {
 	Down     int64   `json:"down"`
 	Mean     float64 `json:"mean"`
 	Last     float64 `json:"last"` // its last completion, from the first arrival
+	// OriginBytes is what the class took from the origin: who gets the
+	// origin's pieces (issue 30).
+	OriginBytes int64 `json:"origin_bytes"`
 }
 
 // EngineStats describe the simulation itself.
@@ -171,6 +174,7 @@ func (s *Sim) result(timedOut bool) *Result {
 			names = append(names, n.class)
 		}
 		c.Peers++
+		c.OriginBytes += n.fromOrigin
 		if n.state == waiting {
 			continue
 		}
@@ -293,8 +297,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "mean             %.2f s = %.3f × T_KR (p50 %.2f s, p90 %.2f s)\n", r.Mean, r.MeanOverTKR, r.P50, r.P90)
 	if len(r.Classes) > 1 {
 		for _, c := range r.Classes {
-			fmt.Fprintf(&b, "  class %-9s %d peers %s up / %s down: %d finished, mean %.2f s, last %.2f s\n", c.Name, c.Peers,
-				rate(c.Up), rate(c.Down), c.Finished, c.Mean, c.Last)
+			fmt.Fprintf(&b, "  class %-9s %d peers %s up / %s down: %d finished, mean %.2f s, last %.2f s, %.2f copies from the origin\n", c.Name, c.Peers,
+				rate(c.Up), rate(c.Down), c.Finished, c.Mean, c.Last, float64(c.OriginBytes)/float64(r.Size))
 		}
 	}
 	o := r.Origin

@@ -92,8 +92,9 @@ func TestFlashCrowd(t *testing.T) {
 	}
 }
 
-// TestMixedCrowd: a crowd of two classes, fast and slow, both finish; the
-// fast peers first, on average.
+// TestMixedCrowd: a crowd of two classes, fast and slow, both finish, and
+// the slow peers are not left behind: the fast ones leave when done, and
+// the slow ones' mean is within half again of theirs.
 func TestMixedCrowd(t *testing.T) {
 	sc := &bench.Scenario{Name: "mixed", Size: 8 << 20, OriginUp: 10 * mbit, Seed: 1,
 		Classes: []bench.Class{
@@ -115,8 +116,8 @@ func TestMixedCrowd(t *testing.T) {
 		fast, slow = slow, fast
 	}
 	t.Logf("fast: mean %.2f s, last %.2f s; slow: mean %.2f s, last %.2f s", fast.Mean, fast.Last, slow.Mean, slow.Last)
-	if fast.Finished != 10 || slow.Finished != 10 || fast.Mean >= slow.Mean {
-		t.Errorf("fast %+v, slow %+v: want all finished, the fast ones sooner", fast, slow)
+	if fast.Finished != 10 || slow.Finished != 10 || slow.Mean > 1.5*fast.Mean {
+		t.Errorf("fast %+v, slow %+v: want all finished, the slow ones' mean within 1.5 times the fast ones'", fast, slow)
 	}
 	if r.LastOverTKR > 4 {
 		t.Errorf("last peer at %.2f × T_KR, want at most 4", r.LastOverTKR)

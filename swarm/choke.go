@@ -158,7 +158,7 @@ func (s *Scheduler) capacityOf(p *peer, mean float64) float64 {
 	case p.capacity <= 0:
 		return mean
 	}
-	return max(p.capacity, mean*minCapacityWeight)
+	return max(p.capacity, mean/16)
 }
 
 // catchUp returns the index in rest (the candidates the regular slots left

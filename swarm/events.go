@@ -146,8 +146,8 @@ type PathRTT struct {
 }
 
 // Capacity: our own upload capacity as the runtime measures it, bytes/s
-// (0: not known). With PeerCapacity it weights our origin draw (see
-// capacityWeight).
+// (0: not known). With PeerCapacity it sets what reciprocation measures
+// a neighbour's upload against (capacityOf, meanCapacity).
 type Capacity struct{ Up float64 }
 
 // PeerCapacity: a neighbour told its upload capacity (RATE), bytes/s (0:
@@ -256,6 +256,9 @@ type FetchOrigin struct {
 	Piece      int
 	Reason     string
 	Candidates []int
+	// Odds is the chance with which we drew the origin slice the fetch
+	// is in (1 for an origin holder), for logs.
+	Odds float64
 }
 
 // Origin request reasons.

@@ -246,36 +246,12 @@ func (s *Scheduler) pickSpare() int {
 	return best
 }
 
-// capacityWeight scales our odds of holding the origin by our upload
-// capacity over our neighbours' (Capacity, PeerCapacity): a piece the
-// origin sends us reaches the others as fast as our uplink carries it, so
-// in a crowd of 20 and 1 Mbit/s uplinks the fast peers should take most
-// of the origin's pieces, and a slow peer that took one leaves the crowd
-// waiting on it (issue 30: a piece sent to a 1 Mbit/s uplink, the last
-// pieces of a crowd all held by slow peers). The weight is our capacity
-// over the mean of ours and the neighbours', so that over a crowd the
-// weights average about 1 and the origin keeps about k holders; in a
-// crowd of equal uplinks it is 1 and changes nothing. Seeds do not count:
-// they never draw. The mean is
-// trimmed (the highest and lowest quarter left out) and counts at most
-// maxPerHost neighbours of a host, and only neighbours that are not
-// suspect: a few liars claiming a huge uplink cannot draw the crowd off
-// the origin. 1 while we do not know our own capacity or know no other;
-// between minCapacityWeight and maxCapacityWeight otherwise.
-func (s *Scheduler) capacityWeight() float64 {
-	if s.capacity <= 0 {
-		return 1
-	}
-	mean := s.meanCapacity()
-	if mean <= 0 {
-		return 1
-	}
-	return min(max(s.capacity/mean, minCapacityWeight), maxCapacityWeight)
-}
-
 // meanCapacity is the trimmed mean upload capacity of us and the
-// neighbours that count (see capacityWeight), or 0 when fewer than two
-// are known.
+// neighbours that count, or 0 when fewer than two are known: seeds do
+// not count, nor suspect or idle neighbours, and at most maxPerHost of a
+// host; the highest and lowest quarter are left out, so a few liars
+// claiming a huge uplink do not move it. Reciprocation measures a
+// neighbour's upload against it (capacityOf).
 func (s *Scheduler) meanCapacity() float64 {
 	caps := s.capBuf[:0]
 	if s.capacity > 0 {
@@ -302,21 +278,21 @@ func (s *Scheduler) meanCapacity() float64 {
 	return sum / float64(len(caps)-2*cut)
 }
 
-// The bounds of capacityWeight: a peer on a twentieth of its neighbours'
-// uplink still takes a turn now and then (a crowd of such peers alone
-// must still fetch), and one on a far faster link than its neighbours'
-// does not take every slice.
-const (
-	minCapacityWeight = 1.0 / 16
-	maxCapacityWeight = 4
-)
-
 // originHold is how many slices' holders may have fetches in flight at
 // once before the draw is scaled down (see drawSlice).
 const originHold = 8
 
+// drawSlice draws whether we hold the origin for the next slice, with
+// odds k/n whatever our uplink. Weighting the odds by our upload capacity
+// over our neighbours' (a 1 Mbit/s uplink passes an origin piece on
+// twenty times slower than a 20 Mbit/s one) was tried and taken out:
+// with peers leaving when done, the fast peers then took the file at the
+// origin's pace and left the slow ones with half of it, to finish from
+// each other's uplinks (mixed on the testbed: 99.9, 110.8 and 141.4 s
+// with it, 55.5 and 65.6 s without; docs/benchmarks.md, "Who gets the
+// origin's pieces").
 func (s *Scheduler) drawSlice() {
-	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN())*s.capacityWeight())
+	p := min(1, float64(s.cfg.OriginK)/float64(s.swarmN()))
 	// Fetches outlive the slice in which they start: with fetches taking
 	// d > OriginSlice, the holders of d/OriginSlice slices have theirs in
 	// flight at once. Up to originHold that is welcome (it keeps a
@@ -332,6 +308,7 @@ func (s *Scheduler) drawSlice() {
 		p *= float64(hold) / float64(d)
 	}
 	s.holding = s.cfg.OriginHolder || s.rng.Float64() < p
+	s.sliceOdds = p
 	s.sliceUsed = false
 	s.stats.OriginSlicesDrawn++
 	if s.holding {
@@ -536,7 +513,7 @@ func (s *Scheduler) fetchOrigin(i int, reason string, cands []int) {
 	}
 	s.stats.OriginFetches[reason]++
 	s.announceStart(i)
-	s.emit(FetchOrigin{Piece: i, Reason: reason, Candidates: cands})
+	s.emit(FetchOrigin{Piece: i, Reason: reason, Candidates: cands, Odds: s.sliceOdds})
 }
 
 func (s *Scheduler) onOriginResult(e OriginResult) {

@@ -303,6 +303,9 @@ type Stats struct {
 	Dials, DialFailures, Evicted, Banned int
 	TrackerAsks                          map[string]int
 	Invalid                              int // events naming bad pieces or sets
+	// Capacity is our upload capacity as the node last told it
+	// (Capacity), bytes/s; 0 if never told.
+	Capacity float64
 
 	PerPeer []PeerStats // sorted by ID
 }
@@ -364,6 +367,7 @@ type Scheduler struct {
 	nextChoke, nextOptimistic time.Time
 	nextSlice, busyUntil      time.Time
 	holding, sliceUsed        bool
+	sliceOdds                 float64       // the last draw's odds (FetchOrigin)
 	originReqs                []int         // origin fetches in flight
 	originTime                time.Duration // smoothed time of our origin fetches
 	originTimeAt              time.Time     // when originTime was last measured
@@ -757,6 +761,7 @@ func (s *Scheduler) Stats() Stats {
 	st := s.stats
 	st.Pieces, st.Have, st.Complete = s.have.Len(), s.have.Count(), s.have.Complete()
 	st.Peers = len(s.order)
+	st.Capacity = s.capacity
 	st.OriginFetches = cloneMap(s.stats.OriginFetches)
 	st.TrackerAsks = cloneMap(s.stats.TrackerAsks)
 	st.PerPeer = nil
