@@ -185,7 +185,10 @@ func deleteNetns(ctx context.Context, ns string, log *slog.Logger) error {
 	return err
 }
 
-var staleNetns = regexp.MustCompile(`^stb(\d+)x\d+-`)
+// staleNetns matches the namespaces the harness makes, named after the
+// process that made them: "stb<pid>x<k>-..." for crowds and pushes,
+// "stch<pid>x<k>-..." for churn runs (churn_net_linux.go).
+var staleNetns = regexp.MustCompile(`^st(?:b|ch)(\d+)x\d+-`)
 
 // ListNetns lists the network namespaces made by stampede's harness, by
 // any process.
