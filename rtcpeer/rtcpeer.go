@@ -176,7 +176,6 @@ func (a Addr) String() string { return string(a) }
 // messages of at most chunk bytes.
 type conn struct {
 	pc     *webrtc.PeerConnection
-	wdc    *webrtc.DataChannel // for its buffered amount
 	dc     datachannel.ReadWriteCloserDeadliner
 	remote net.Addr
 	path   string      // node.PathDirect, PathPunched or PathRelayed
@@ -192,7 +191,7 @@ func newConn(pc *webrtc.PeerConnection, dc *webrtc.DataChannel, onEnd func()) (*
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{pc: pc, wdc: dc, dc: raw, remote: Addr("webrtc"), rbuf: make([]byte, 256<<10+64), onEnd: onEnd}
+	c := &conn{pc: pc, dc: raw, remote: Addr("webrtc"), rbuf: make([]byte, 256<<10+64), onEnd: onEnd}
 	var pair *webrtc.ICECandidatePair
 	if c.path, pair = pathOf(pc); pair != nil {
 		c.remote = &net.UDPAddr{IP: net.ParseIP(pair.Remote.Address), Port: int(pair.Remote.Port)}
