@@ -396,3 +396,71 @@ func TestBrowserAims(t *testing.T) {
 	t.Logf("  alone, time to the page's object: without the peer %.0f ms; with its tag, first visit %.0f ms (ratio %.2f), through the worker %.0f ms (ratio %.2f) (aim <= 1.1)",
 		median(alonePlain), median(aloneFirst), median(aloneFirst)/median(alonePlain), median(alonePeer), median(alonePeer)/median(alonePlain))
 }
+
+// TestBrowserSeedRate, with STAMPEDETEST_BROWSER_AIMS=seed, measures what
+// one native seed gives one browser on the benchmark's links (8/20
+// Mbit/s), the origin refusing: the time from the page's first piece to
+// the whole object, three browsers in turn, then a native download (over
+// TCP) from the same seed for comparison. STAMPEDETEST_BROWSER_SEEDS=2:
+// two seeds. docs/browser.md, "The p90".
+func TestBrowserSeedRate(t *testing.T) {
+	needBrowser(t)
+	if os.Getenv(aimsEnv) != "seed" {
+		t.Skipf("set %s=seed to run it", aimsEnv)
+	}
+	bin := buildStampede(t)
+	seeds := 1
+	if os.Getenv("STAMPEDETEST_BROWSER_SEEDS") == "2" {
+		seeds = 2
+	}
+	nss := setupNet(t, 1+seeds)
+	for i := range nss {
+		shape(t, i, "8mbit", "20mbit")
+	}
+	o := startOriginRate(t, originRate, aimsPeerConfig)
+	os.WriteFile(filepath.Join(o.www, "page.html"), []byte(peerPage), 0o644)
+	for k := range seeds {
+		ctx, cancel := context.WithCancel(t.Context())
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", nss[1+k], bin, "get", "--webrtc", "-q", "--seed-time", "-1s",
+			"--sha256", o.sha, "-o", filepath.Join(t.TempDir(), "obj.bin"), o.url+"/obj.bin")
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); cmd.Wait() })
+	}
+	deadline := time.Now().Add(time.Minute)
+	for o.bodies.Load() < int64(seeds*len(o.obj)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the seeds did not get the object")
+		}
+		time.Sleep(50 * time.Millisecond) // the origin's count is all there is to watch
+	}
+	time.Sleep(time.Second) // their "completed" announced
+	o.blocked.Store(true)
+	for r := range 3 {
+		b := blank(t, nss[0], "S", o)
+		b.do(chromedp.Navigate(o.url + "/page.html"))
+		var res struct {
+			T     float64    `json:"t"`
+			Stats *pageStats `json:"stats"`
+		}
+		b.eval("window.result", &res)
+		b.cancel()
+		if res.Stats == nil || res.Stats.FromPeers != int64(len(o.obj)) {
+			t.Fatalf("run %d: %+v, want the whole object from the seeds", r+1, res.Stats)
+		}
+		tl := res.Stats.Timeline
+		t.Logf("run %d: first piece at %.0f ms, done at %.0f ms: %.0f ms from %d seed(s), %d busy refusals",
+			r+1, tl["fromPeer"], tl["done"], tl["done"]-tl["fromPeer"], seeds, res.Stats.Busy)
+	}
+	for r := range 3 {
+		start := time.Now()
+		out, err := exec.Command("ip", "netns", "exec", nss[0], bin, "get", "--webrtc=off", "-q",
+			"--sha256", o.sha, "-o", filepath.Join(t.TempDir(), "obj.bin"), o.url+"/obj.bin").CombinedOutput()
+		if err != nil {
+			t.Fatalf("native download from the seeds: %v: %s", err, out)
+		}
+		t.Logf("native run %d, over TCP: %v in all, its start included", r+1, time.Since(start).Round(time.Millisecond))
+	}
+}
