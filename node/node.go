@@ -177,8 +177,8 @@ type Stats struct {
 	UploadPace     float64 `json:"upload_pace"`
 	// UploadCapacity is our upload capacity as the scheduler knows it,
 	// bytes/s: what TCP delivered to peers in a second, the most seen,
-	// decaying (measureCapacity). It weights our odds of taking the
-	// origin's pieces against our neighbours' and is told to them (RATE).
+	// decaying (measureCapacity). It is told to the neighbours (RATE),
+	// which measure what we upload to them against it (reciprocation).
 	UploadCapacity float64 `json:"upload_capacity"`
 }
 

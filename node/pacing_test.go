@@ -29,8 +29,8 @@ func TestUplinkRead(t *testing.T) {
 				continue
 			}
 			read++
-			// The scheduler weighs its origin draw by the same uplink:
-			// a peer whose uploads waited on it knows it too.
+			// The scheduler, which tells it to the neighbours (RATE),
+			// knows the same uplink: the node's reading reaches it.
 			if c := sw.UploadCapacity; c < 0.5*up || c > 2*up {
 				t.Errorf("peer %d: the scheduler's upload capacity is %.0f KiB/s on a %d KiB/s uplink", r.idx, c/KiB, up/KiB)
 			}

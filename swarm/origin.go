@@ -309,6 +309,9 @@ func (s *Scheduler) drawSlice() {
 	}
 	s.holding = s.cfg.OriginHolder || s.rng.Float64() < p
 	s.sliceOdds = p
+	if s.cfg.OriginHolder {
+		s.sliceOdds = 1
+	}
 	s.sliceUsed = false
 	s.stats.OriginSlicesDrawn++
 	if s.holding {
