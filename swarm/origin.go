@@ -287,7 +287,7 @@ const originHold = 8
 // over our neighbours' (a 1 Mbit/s uplink passes an origin piece on
 // twenty times slower than a 20 Mbit/s one) was tried and taken out:
 // with peers leaving when done, the fast peers then took the file at the
-// origin's pace and left the slow ones with half of it, to finish from
+// origin's pace and left the slow ones 17-30% short of it, to finish from
 // each other's uplinks (mixed on the testbed: 99.9, 110.8 and 141.4 s
 // with it, 55.5 and 65.6 s without; docs/benchmarks.md, "Who gets the
 // origin's pieces").
