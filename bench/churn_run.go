@@ -339,9 +339,21 @@ func (b *churnBench) launch(sys system, i int, a churnArrival, start time.Time, 
 	if sys.name() == SysAria2 {
 		spec.collect, spec.stdout = nil, func(string, time.Time) {}
 	}
+	// STAMPEDETEST_PEER_LOGS keeps each arrival's stderr, as run.go does
+	// for the crowds' peers: a debugging aid, not part of the report.
+	logf := debugLog(fmt.Sprintf("churn-%s-%d.log", sys.name(), i))
+	if logf != nil {
+		t0 := start.Add(a.At)
+		spec.stderr = func(line string, at time.Time) {
+			fmt.Fprintf(logf, "%.3f %s\n", at.Sub(t0).Seconds(), line)
+		}
+	}
 	proc, err := startProc(spec)
 	p.lag = time.Since(start.Add(a.At))
 	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
 		b.log.Warn("bench: churn peer did not start", "err", err)
 		return p
 	}
@@ -349,6 +361,9 @@ func (b *churnBench) launch(sys system, i int, a churnArrival, start time.Time, 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if logf != nil {
+			defer logf.Close()
+		}
 		if !p.watch {
 			<-proc.done
 			return

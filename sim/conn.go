@@ -543,6 +543,7 @@ func (e *end) sent(f *flow) {
 	e.flow = nil
 	n.upBytes += float64(f.size)
 	s.stats.peerBytes += f.size
+	s.flowTo(n.class, e.peer.n.class, f.size)
 	n.post(swarm.Uploaded{Peer: e.id, Piece: e.head.piece, Bytes: f.size})
 	s.at(e.arrival(), event{kind: evPieceIn, e: e.peer, i: e.head.piece})
 	e.ws = wsDrain

@@ -137,6 +137,13 @@ type ClassResult struct {
 	// OriginBytes is what the class took from the origin: who gets the
 	// origin's pieces (issue 30).
 	OriginBytes int64 `json:"origin_bytes"`
+	// UpTo is what the class uploaded to each class, by name: where its
+	// uplinks went.
+	UpTo map[string]int64 `json:"up_to"`
+	// Have is the class's mean share of the file held every 10 s of
+	// simulated time, and at the run's end (a peer that finished counts
+	// 1, one yet to arrive 0).
+	Have []float64 `json:"have"`
 }
 
 // EngineStats describe the simulation itself.
@@ -161,6 +168,7 @@ func (s *Sim) result(timedOut bool) *Result {
 		SimSeconds: s.now.Seconds(),
 	}
 	r.Complete = s.done() && !timedOut
+	s.sampleClasses()
 	first := time.Duration(math.MaxInt64)
 	var secs []float64
 	crowd := bench.Crowd{Size: s.cfg.Size, OriginUp: float64(s.cfg.OriginUp)}
@@ -169,7 +177,8 @@ func (s *Sim) result(timedOut bool) *Result {
 	for _, n := range s.nodes {
 		c := classes[n.class]
 		if c == nil {
-			c = &ClassResult{Name: n.class, Up: s.cfg.Peers[n.idx].Up, Down: s.cfg.Peers[n.idx].Down}
+			c = &ClassResult{Name: n.class, Up: s.cfg.Peers[n.idx].Up, Down: s.cfg.Peers[n.idx].Down,
+				UpTo: s.upTo[n.class], Have: s.have[n.class]}
 			classes[n.class] = c
 			names = append(names, n.class)
 		}
@@ -299,6 +308,15 @@ func (r *Result) WriteText(w io.Writer) error {
 		for _, c := range r.Classes {
 			fmt.Fprintf(&b, "  class %-9s %d peers %s up / %s down: %d finished, mean %.2f s, last %.2f s, %.2f copies from the origin\n", c.Name, c.Peers,
 				rate(c.Up), rate(c.Down), c.Finished, c.Mean, c.Last, float64(c.OriginBytes)/float64(r.Size))
+			var to []string
+			for _, d := range r.Classes {
+				to = append(to, fmt.Sprintf("%.2f copies to %s", float64(c.UpTo[d.Name])/float64(r.Size), d.Name))
+			}
+			have := make([]string, len(c.Have))
+			for i, h := range c.Have {
+				have[i] = fmt.Sprintf("%.0f%%", 100*h)
+			}
+			fmt.Fprintf(&b, "                  uploaded %s; held every 10 s: %s\n", strings.Join(to, ", "), strings.Join(have, " "))
 		}
 	}
 	o := r.Origin

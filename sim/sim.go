@@ -196,6 +196,52 @@ type Sim struct {
 	lastArrival                        time.Duration
 	stats                              counters
 	wallStart                          time.Time
+
+	// Per class, for the result's ClassResult: bytes uploaded to each
+	// class, and the share of the file held every classSampleEvery
+	// samples.
+	upTo    map[string]map[string]int64
+	have    map[string][]float64
+	sampled int
+}
+
+// classSampleEvery is how many 1 s samples apart ClassResult.Have's are.
+const classSampleEvery = 10
+
+// flowTo counts n bytes a peer of class from uploaded to one of class to.
+func (s *Sim) flowTo(from, to string, n int64) {
+	if s.upTo == nil {
+		s.upTo = map[string]map[string]int64{}
+	}
+	if s.upTo[from] == nil {
+		s.upTo[from] = map[string]int64{}
+	}
+	s.upTo[from][to] += n
+}
+
+// sampleClasses appends each class's mean share of the file held to
+// s.have.
+func (s *Sim) sampleClasses() {
+	sum, count := map[string]float64{}, map[string]int{}
+	var names []string
+	for _, n := range s.nodes {
+		if _, ok := count[n.class]; !ok {
+			names = append(names, n.class)
+		}
+		count[n.class]++
+		switch {
+		case n.complete:
+			sum[n.class]++
+		case n.state != waiting:
+			sum[n.class] += float64(n.have.Count()) / float64(s.pieces)
+		}
+	}
+	if s.have == nil {
+		s.have = map[string][]float64{}
+	}
+	for _, c := range names {
+		s.have[c] = append(s.have[c], math.Round(1000*sum[c]/float64(count[c]))/1000)
+	}
 }
 
 // New checks cfg and prepares a run.
@@ -523,6 +569,9 @@ func (s *Sim) kill(count int) {
 // sample runs every simulated second: the tracker's state and progress.
 func (s *Sim) sample() {
 	s.tracker.sample()
+	if s.sampled++; s.sampled%classSampleEvery == 0 {
+		s.sampleClasses()
+	}
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(Progress{
 			SimTime: s.now, Arrived: s.arrived, Finished: s.finished, Running: s.running, Peers: len(s.nodes),

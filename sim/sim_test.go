@@ -122,6 +122,24 @@ func TestMixedCrowd(t *testing.T) {
 	if r.LastOverTKR > 4 {
 		t.Errorf("last peer at %.2f × T_KR, want at most 4", r.LastOverTKR)
 	}
+	// Where the uplinks went: every byte between peers counted once, from
+	// its class to its class; and each class's share of the file held,
+	// every 10 s, rising to the whole file.
+	var flows int64
+	for _, c := range r.Classes {
+		for _, n := range c.UpTo {
+			flows += n
+		}
+		if len(c.Have) == 0 || c.Have[len(c.Have)-1] != 1 || !slices.IsSorted(c.Have) || c.Have[0] <= 0 {
+			t.Errorf("class %s held %v of the file every 10 s: want rising to 1", c.Name, c.Have)
+		}
+		if want := int(r.SimSeconds)/10 + 1; len(c.Have) != want {
+			t.Errorf("class %s: %d samples in %.1f s", c.Name, len(c.Have), r.SimSeconds)
+		}
+	}
+	if flows != r.PeerBytes || fast.UpTo["slow"] == 0 || slow.UpTo["fast"] == 0 {
+		t.Errorf("flows between classes %v and %v sum to %d, the peers sent %d", fast.UpTo, slow.UpTo, flows, r.PeerBytes)
+	}
 }
 
 // TestArrivalsAndDepartures: peers arriving one by one and lingering, then
