@@ -127,6 +127,8 @@ const MinRate = 64 << 10
 
 // Step returns the rate to apply, bytes/s (0: not limited), given the
 // load, the rate measured since the last step and the budget (0: none).
+// Loaded with no rate to cut (no budget, no limit yet, nothing measured:
+// a push that starts on a loaded host), it starts from MinRate.
 func (t *Throttle) Step(l HostLoad, measured, budget float64) (rate float64, throttled bool) {
 	factor := 1.0
 	if t.MaxLoad > 0 && l.CPU > t.MaxLoad {

@@ -91,4 +91,9 @@ func TestThrottle(t *testing.T) {
 	if got, thr := nb.Step(HostLoad{}, 3e6, 0); got != 0 || thr {
 		t.Errorf("no budget, unloaded again: %v, %v", got, thr)
 	}
+	// Loaded at the start, with no rate known: the floor.
+	start := Throttle{MaxLoad: 1}
+	if got, thr := start.Step(HostLoad{CPU: 1.1}, 0, 0); got != MinRate || !thr {
+		t.Errorf("no budget, nothing measured, loaded: %v, %v; want MinRate", got, thr)
+	}
 }

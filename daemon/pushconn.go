@@ -22,6 +22,7 @@ import (
 type pushCounters struct {
 	done, reused                    atomic.Int64
 	fromRack, fromRacks, fromOrigin atomic.Int64
+	sent                            atomic.Int64 // every byte written to peers, for the throttle's measure
 	progressAt                      atomic.Int64 // unix ns of the last piece verified (or the start)
 	throttled                       atomic.Bool
 }
@@ -136,7 +137,7 @@ func (e *pushEnv) throttle(ctx context.Context) {
 	up := down
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	last := e.ps.ctr.received()
+	last, lastSent := e.ps.ctr.received(), e.ps.ctr.sent.Load()
 	for first := true; ; first = false {
 		if !first {
 			select {
@@ -150,10 +151,10 @@ func (e *pushEnv) throttle(ctx context.Context) {
 			e.s.log.Debug("reading the load", "err", err)
 			continue
 		}
-		got := e.ps.ctr.received()
+		got, sent := e.ps.ctr.received(), e.ps.ctr.sent.Load()
 		dr, dt := down.Step(l, float64(got-last), e.rt.downMax)
-		ur, ut := up.Step(l, 0, e.rt.upMax)
-		last = got
+		ur, ut := up.Step(l, float64(sent-lastSent), e.rt.upMax)
+		last, lastSent = got, sent
 		set(e.rt.down, dr)
 		set(e.rt.up, ur)
 		if dt != e.ps.ctr.throttled.Swap(dt || ut) {
@@ -176,7 +177,7 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 			return nil
 		}
 		if h.Rack == p.self.Rack {
-			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, down: []*rate.Limiter{e.rt.down}, up: []*rate.Limiter{e.rt.up}}
+			return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRack, out: &e.ps.ctr.sent, down: []*rate.Limiter{e.rt.down}, up: []*rate.Limiter{e.rt.up}}
 		}
 		if tc, ok := c.(interface{ SetReadBuffer(int) error }); ok && e.role.Cross > 0 {
 			// A receive buffer the kernel grows to megabytes fills at the
@@ -186,7 +187,7 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 			// pace.
 			tc.SetReadBuffer(crossReadBuffer)
 		}
-		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, own: true,
+		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, out: &e.ps.ctr.sent, own: true,
 			down: []*rate.Limiter{e.rt.crossPeers, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
 	}
 }
@@ -199,7 +200,8 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 type shapedConn struct {
 	net.Conn
 	ctx  context.Context
-	in   *atomic.Int64
+	in   *atomic.Int64 // bytes read
+	out  *atomic.Int64 // bytes written
 	down []*rate.Limiter
 	up   []*rate.Limiter
 	own  bool
@@ -220,7 +222,9 @@ func (c *shapedConn) Write(p []byte) (int, error) {
 	for _, l := range c.up {
 		wait(c.ctx, l, len(p))
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	c.out.Add(int64(n))
+	return n, err
 }
 
 func (c *shapedConn) SyscallConn() (syscall.RawConn, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -55,11 +56,35 @@ func TestOriginFirst(t *testing.T) {
 	})
 }
 
-// TestDebitUnlimited: a limiter without a limit takes no debt.
-func TestDebitUnlimited(t *testing.T) {
-	l := rate.NewLimiter(rate.Inf, 1<<20)
-	debit(l, 10<<20)
-	if l.Tokens() < 0 {
-		t.Errorf("tokens %v after a debit of an unlimited limiter", l.Tokens())
-	}
+// TestShapedConnCounts: a peer connection counts what it reads and what
+// it writes (the throttle measures both ways from these), and its writes
+// wait on its upload limiters.
+func TestShapedConnCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		var in, out atomic.Int64
+		const budget = 1 << 20
+		up := rate.NewLimiter(budget, budget/50)
+		up.AllowN(time.Now(), budget/50) // start with the bucket empty
+		c := &shapedConn{Conn: a, ctx: context.Background(), in: &in, out: &out,
+			down: []*rate.Limiter{rate.NewLimiter(rate.Inf, 1)}, up: []*rate.Limiter{up}}
+		go io.Copy(io.Discard, b)
+		start := time.Now()
+		if _, err := c.Write(make([]byte, budget/4)); err != nil {
+			t.Fatal(err)
+		}
+		// A quarter of the budget's second, on the wire (× wireOverhead).
+		if took := time.Since(start); took < 250*time.Millisecond {
+			t.Errorf("a quarter of the upload budget went in %v", took)
+		}
+		go b.Write(make([]byte, 1000))
+		if _, err := io.ReadFull(c, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if in.Load() != 1000 || out.Load() != budget/4 {
+			t.Errorf("counted %d in, %d out; want 1000 and %d", in.Load(), out.Load(), budget/4)
+		}
+	})
 }
