@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // testCluster has dcs datacenters of racks racks of hosts hosts each:
@@ -237,60 +236,33 @@ func TestMayPeer(t *testing.T) {
 }
 
 func TestWork(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	type step struct {
-		op   string // claim, done, dead
-		rep  string
-		at   float64
-		want int // claim: the piece; done: the piece done
-	}
+	w := NewWork([]string{"a", "b", "c"}, 12) // a: 0-3, b: 4-7, c: 8-11
 	for _, tc := range []struct {
-		name   string
-		reps   []string
-		pieces int
-		steps  []step
+		name  string
+		rep   string
+		asked int
+		cands []int
+		piece int
+		offer []int
+		ok    bool
 	}{
-		{"division", []string{"a", "b"}, 8, []step{
-			{"claim", "a", 0, 0}, {"claim", "b", 0, 4}, {"claim", "a", 0, 1}, {"claim", "b", 0, 5},
-		}},
-		{"stealing from the far end", []string{"a", "b"}, 8, []step{
-			{"claim", "a", 0, 0}, {"done", "", 0, 0}, {"claim", "a", 0, 1}, {"done", "", 0, 1},
-			{"claim", "a", 0, 2}, {"done", "", 0, 2}, {"claim", "a", 0, 3}, {"done", "", 0, 3},
-			{"claim", "b", 0, 4},
-			// a is done with its share; b is behind: a takes 7, then 6.
-			{"claim", "a", 1, 7}, {"claim", "a", 1, 6}, {"done", "", 1, 4},
-			{"claim", "b", 2, 5}, {"claim", "b", 2, -1},
-		}},
-		{"a dead representative's claims time out", []string{"a", "b"}, 4, []step{
-			{"claim", "b", 0, 2}, {"claim", "a", 0, 0}, {"done", "", 1, 0}, {"claim", "a", 1, 1}, {"done", "", 1, 1},
-			// b claimed 2 and went silent: a steals 3 at once, 2 only once
-			// b's claim has timed out.
-			{"claim", "a", 2, 3}, {"claim", "a", 3, -1}, {"done", "", 4, 3}, {"claim", "a", 10, 2},
-		}},
-		{"a dead representative's claims released", []string{"a", "b", "c"}, 6, []step{
-			{"claim", "c", 0, 4}, {"claim", "c", 0, 5}, {"dead", "c", 0, 0},
-			{"claim", "a", 0, 0}, {"claim", "a", 0, 1}, {"claim", "a", 0, 5}, {"claim", "b", 0, 2}, {"claim", "b", 0, 3}, {"claim", "b", 0, 4},
-		}},
-		{"not a representative", []string{"a"}, 2, []step{{"claim", "z", 0, -1}, {"claim", "a", 0, 0}}},
+		{"the piece asked, in its share", "a", 2, []int{0, 5, 3}, 2, []int{0, 2, 3}, true},
+		{"the first free of its share, in place of another's", "a", 6, []int{9, 3, 1}, 1, []int{1, 3}, true},
+		{"its share done: the far end of the one most behind", "a", 5, []int{4, 9, 10, 7}, 7, []int{4, 5, 7}, true},
+		{"a tie: the first representative's", "b", 0, []int{10}, 0, []int{0}, true},
+		{"a tie, from the far end", "b", 2, []int{10, 1, 11}, 2, []int{1, 2}, true},
+		{"the most free", "b", 2, []int{10, 9, 11}, 11, []int{9, 10, 11}, true},
+		{"nothing known", "c", -1, nil, -1, nil, false},
+		{"not a representative", "z", 1, []int{2}, -1, nil, false},
+		{"out of range ignored", "c", 40, []int{-3, 8}, 8, []int{8}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := NewWork(tc.reps, tc.pieces, 5*time.Second)
-			for i, s := range tc.steps {
-				switch s.op {
-				case "claim":
-					if got := w.Claim(s.rep, at(s.at)); got != s.want {
-						t.Fatalf("step %d: %s claims %d, want %d", i, s.rep, got, s.want)
-					}
-				case "done":
-					w.Done(s.want)
-				case "dead":
-					w.Dead(s.rep)
-				}
-			}
-		})
+		piece, offer, ok := w.Pick(tc.rep, tc.asked, tc.cands)
+		if piece != tc.piece || !slices.Equal(offer, tc.offer) || ok != tc.ok {
+			t.Errorf("%s: %s asks %d offering %v: got %d, %v, %v; want %d, %v, %v",
+				tc.name, tc.rep, tc.asked, tc.cands, piece, offer, ok, tc.piece, tc.offer, tc.ok)
+		}
 	}
-	w := NewWork([]string{"a", "b", "c"}, 10, time.Second)
+	w = NewWork([]string{"a", "b", "c"}, 10)
 	var all []int
 	for _, r := range []string{"a", "b", "c"} {
 		f, to := w.Share(r)
@@ -301,10 +273,7 @@ func TestWork(t *testing.T) {
 	if len(all) != 10 || !slices.IsSorted(all) {
 		t.Errorf("shares cover %v", all)
 	}
-	for i := range 10 {
-		w.Done(i)
-	}
-	if w.Left() != 0 {
-		t.Error("pieces left after all were done")
+	if f, to := w.Share("z"); f != 0 || to != 0 {
+		t.Errorf("not a representative: share %d-%d", f, to)
 	}
 }

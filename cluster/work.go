@@ -2,39 +2,36 @@ package cluster
 
 import (
 	"slices"
-	"time"
 )
 
 // Work divides a file's pieces among the representatives that fetch from
-// the origin, so that the origin sends each piece about once, and lets a
-// representative that has fetched its share take pieces from one that is
-// behind (work stealing). Before fetching a piece a representative claims
-// it, as the thesis's START message does, so no other fetches it too; a
-// claim not done within the timeout (its holder died or stalls) is open
-// to all again.
+// the origin, so that the origin sends each piece about once, and steers
+// a representative that has fetched its share to the share of the one
+// most behind (work stealing, the thesis's START and steal).
 //
-// Work is pure: the caller passes the time and applies what it returns.
+// The claims are the swarm's: before it asks the origin for a piece a
+// peer tells its neighbours with a START, and a peer offers the origin
+// only pieces it lacks that no neighbour has or has claimed. So the
+// pieces a representative would fetch (the piece its scheduler asks and
+// the candidates it offers with it: contract.CandidatesHeader) are the
+// free ones as it sees them, and Pick chooses among those alone. A
+// representative that dies takes its claims with it: its neighbours
+// forget its STARTs when its connection goes, and its pieces are free
+// again.
+//
+// Work is pure and read-only once made: the caller asks, and rewrites its
+// request to the origin with what Pick returns.
 type Work struct {
-	reps    []string
-	share   []int // piece -> index in reps of the owner of its share
-	state   []pieceState
-	dead    []bool // by index in reps
-	timeout time.Duration
-}
-
-type pieceState struct {
-	done    bool
-	by      int // claimed by reps[by]; -1: not claimed
-	claimed time.Time
+	reps  []string
+	share []int // piece -> index in reps of the owner of its share
 }
 
 // NewWork divides pieces among reps in contiguous parts, so each one
-// reads the file in order, and lets claims last timeout.
-func NewWork(reps []string, pieces int, timeout time.Duration) *Work {
-	w := &Work{reps: slices.Clone(reps), share: make([]int, pieces), state: make([]pieceState, pieces), dead: make([]bool, len(reps)), timeout: timeout}
+// reads the file in order.
+func NewWork(reps []string, pieces int) *Work {
+	w := &Work{reps: slices.Clone(reps), share: make([]int, pieces)}
 	for i := range w.share {
 		w.share[i] = i * len(reps) / max(pieces, 1)
-		w.state[i].by = -1
 	}
 	return w
 }
@@ -46,6 +43,10 @@ func (w *Work) Share(rep string) (from, to int) {
 	if r < 0 {
 		return 0, 0
 	}
+	return w.shareOf(r)
+}
+
+func (w *Work) shareOf(r int) (from, to int) {
 	from = slices.Index(w.share, r)
 	if from < 0 {
 		return 0, 0
@@ -57,89 +58,44 @@ func (w *Work) Share(rep string) (from, to int) {
 	return from, to
 }
 
-// free reports whether piece i may be claimed at now.
-func (w *Work) free(i int, now time.Time) bool {
-	s := w.state[i]
-	return !s.done && (s.by < 0 || now.Sub(s.claimed) >= w.timeout)
-}
-
-// Claim returns the piece rep fetches next from the origin, claimed for
-// it at now: the first free piece of its own share; when its share is all
-// done or claimed, the last free piece of the representative with the
-// most free pieces left (stealing from the far end, where the owner
-// would come last); -1 when no piece is free.
-func (w *Work) Claim(rep string, now time.Time) int {
+// Pick chooses what rep asks the origin for, given the piece its
+// scheduler asks (asked, or -1) and the other pieces it would take
+// (cands): the free pieces. Within its own share: the piece asked if it
+// is there, else the first free one (the share is read in order), offered
+// with the share's other free pieces. Its share done or claimed by others,
+// it steals from the share with the most free pieces (the representative
+// most behind), from its far end, where the owner, reading in order,
+// comes last. ok is false when rep is not a representative or nothing it
+// could fetch is known: the request goes as it is.
+func (w *Work) Pick(rep string, asked int, cands []int) (piece int, offer []int, ok bool) {
 	r := slices.Index(w.reps, rep)
 	if r < 0 {
-		return -1
+		return -1, nil, false
 	}
-	pick := -1
-	from, to := w.Share(rep)
-	for i := from; i < to; i++ {
-		if w.free(i, now) {
-			pick = i
-			break
+	free := make([][]int, len(w.reps))
+	for _, i := range append([]int{asked}, cands...) {
+		if i >= 0 && i < len(w.share) && !slices.Contains(free[w.share[i]], i) {
+			free[w.share[i]] = append(free[w.share[i]], i)
 		}
 	}
-	if pick < 0 {
-		// The one most behind: the most free pieces in its share; a
-		// dead representative's share before any.
-		most := 0
-		for o := range w.reps {
-			if o == r {
-				continue
-			}
-			f, t := w.Share(w.reps[o])
-			n, last := 0, -1
-			for i := f; i < t; i++ {
-				if w.free(i, now) {
-					n, last = n+1, i
-				}
-			}
-			if w.dead[o] && n > 0 {
-				n += len(w.state) // ahead of any living one
-			}
-			if n > most {
-				most, pick = n, last
-			}
+	for _, f := range free {
+		slices.Sort(f)
+	}
+	if mine := free[r]; len(mine) > 0 {
+		if slices.Contains(mine, asked) {
+			return asked, mine, true
+		}
+		return mine[0], mine, true
+	}
+	most := -1
+	for o, f := range free {
+		if len(f) > 0 && (most < 0 || len(f) > len(free[most])) {
+			most = o
 		}
 	}
-	if pick >= 0 {
-		w.state[pick] = pieceState{by: r, claimed: now}
+	if most < 0 {
+		return -1, nil, false
 	}
-	return pick
-}
-
-// Done records that piece i is fetched (by anyone: a representative, or
-// the swarm), so nobody claims it again.
-func (w *Work) Done(i int) {
-	if i >= 0 && i < len(w.state) {
-		w.state[i].done = true
-	}
-}
-
-// Dead releases rep's claims at once: it is known to be gone, and its
-// pieces need not wait for the timeout.
-func (w *Work) Dead(rep string) {
-	r := slices.Index(w.reps, rep)
-	if r < 0 {
-		return
-	}
-	w.dead[r] = true
-	for i := range w.state {
-		if w.state[i].by == r && !w.state[i].done {
-			w.state[i].by = -1
-		}
-	}
-}
-
-// Left counts the pieces not done.
-func (w *Work) Left() int {
-	n := 0
-	for _, s := range w.state {
-		if !s.done {
-			n++
-		}
-	}
-	return n
+	f := free[most]
+	return f[len(f)-1], f, true
 }

@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/stampede-dev/stampede/cluster"
 	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/internal/httphdr"
+	"github.com/stampede-dev/stampede/manifest"
 )
 
 // pushCounters are one push's live figures, updated by its connections
@@ -241,8 +245,13 @@ func (c *shapedConn) CloseWrite() error {
 	return c.Conn.Close()
 }
 
-// pieceRange is a representative's share of the pieces (cluster.Work).
-type pieceRange struct{ from, to, n int }
+// workShare is how a datacenter's representative divides the origin's
+// pieces with the others (cluster.Work): the file's manifest, to read
+// the piece a request asks for.
+type workShare struct {
+	w *cluster.Work
+	m *manifest.Manifest
+}
 
 // gate returns the transport of the push's requests to the pusher's
 // origin. Piece requests (GETs of the file with a Range) are counted and
@@ -250,9 +259,11 @@ type pieceRange struct{ from, to, n int }
 // answered at once, as the origin answers pieces on their way through
 // the swarm (503, Stampede-In-Swarm), while pieces come from its peers,
 // and goes to the origin only after Fallback without any. A
-// representative's candidates are narrowed to its share while it has
-// some there, so representatives fetch different pieces.
-func (e *pushEnv) gate(fileURL string, share *pieceRange) http.RoundTripper {
+// representative's request is steered by its share of the work
+// (cluster.Work.Pick): to a free piece of its share, and once that is
+// done to the far end of the share of the one most behind, so
+// representatives fetch different pieces.
+func (e *pushEnv) gate(fileURL string, share *workShare) http.RoundTripper {
 	next := e.s.client.Transport
 	if next == nil {
 		next = http.DefaultTransport
@@ -282,7 +293,7 @@ type originGate struct {
 	e     *pushEnv
 	next  http.RoundTripper
 	path  string
-	share *pieceRange
+	share *workShare
 }
 
 func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -298,29 +309,53 @@ func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
 			Body:   http.NoBody, Request: r,
 		}, nil
 	}
+	steered := -1
 	if s := g.share; s != nil {
-		if v := r.Header.Get(contract.CandidatesHeader); v != "" {
-			if cs, err := contract.ParseCandidates(v, s.n, 256); err == nil {
-				var mine []int
-				for _, c := range cs {
-					if c >= s.from && c < s.to {
-						mine = append(mine, c)
-					}
-				}
-				if len(mine) > 0 {
-					r = r.Clone(r.Context())
-					r.Header.Set(contract.CandidatesHeader, contract.FormatCandidates(mine))
-				}
-			}
-		}
+		r, steered = s.steer(g.e.s.push.self.Name, r)
 	}
 	resp, err := g.next.RoundTrip(r)
 	if err != nil || resp.StatusCode != http.StatusPartialContent {
 		return resp, err
 	}
+	if steered >= 0 && resp.Header.Get(contract.PieceHeader) == "" {
+		// The origin sent the piece we asked it for in place of the
+		// scheduler's: a pick answer, as the origin makes them.
+		resp.Header.Set(contract.PieceHeader, strconv.Itoa(steered))
+	}
 	resp.Body = &shapedBody{ReadCloser: resp.Body, ctx: r.Context(), n: &ctr.fromOrigin, l: []*rate.Limiter{g.e.rt.cross, g.e.rt.down},
 		debit: g.e.rt.crossPeers}
 	return resp, nil
+}
+
+// steer rewrites r, a piece request of the scheduler's with its
+// candidates, to the piece Work.Pick chooses for rep and the candidates
+// it offers with it. It returns the request to send and the piece asked
+// in place of the scheduler's one, or -1 when r goes as it was. Only
+// pieces the scheduler offered are asked for, so the answer is one it
+// takes (a pick answer names one of its candidates).
+func (s *workShare) steer(rep string, r *http.Request) (*http.Request, int) {
+	asked := -1
+	if rs, err := httphdr.ParseRange(r.Header.Get("Range"), s.m.Size); err == nil && len(rs) == 1 {
+		if i := int(rs[0].Start / s.m.PieceSize); i < s.m.NumPieces() && rs[0].Start == s.m.PieceOffset(i) && rs[0].Length == s.m.PieceLen(i) {
+			asked = i
+		}
+	}
+	cands, err := contract.ParseCandidates(r.Header.Get(contract.CandidatesHeader), s.m.NumPieces(), 256)
+	if asked < 0 || err != nil || len(cands) == 0 {
+		return r, -1 // not a swarm peer's piece request
+	}
+	piece, offer, ok := s.w.Pick(rep, asked, cands)
+	if !ok {
+		return r, -1
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set(contract.CandidatesHeader, contract.FormatCandidates(offer))
+	if piece == asked {
+		return r, -1
+	}
+	off, n := s.m.PieceOffset(piece), s.m.PieceLen(piece)
+	r.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	return r, piece
 }
 
 // shapedBody counts and shapes an origin answer's body, and charges it to

@@ -3,13 +3,19 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/stampede-dev/stampede/cluster"
+	"github.com/stampede-dev/stampede/contract"
+	"github.com/stampede-dev/stampede/manifest"
 	"golang.org/x/time/rate"
 )
 
@@ -87,4 +93,45 @@ func TestShapedConnCounts(t *testing.T) {
 			t.Errorf("counted %d in, %d out; want 1000 and %d", in.Load(), out.Load(), budget/4)
 		}
 	})
+}
+
+// TestSteer: a datacenter representative's piece request is steered to
+// its share of the work, among the pieces its scheduler offered; a
+// request with no candidates, or already in its share, goes as it was.
+func TestSteer(t *testing.T) {
+	data := make([]byte, 8*16<<10+100) // 9 pieces of 16 KiB
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.NumPieces() != 9 {
+		t.Fatalf("%d pieces", m.NumPieces())
+	}
+	s := &workShare{cluster.NewWork([]string{"a", "b", "c"}, m.NumPieces()), m} // a: 0-2, b: 3-5, c: 6-8
+	req := func(piece int, cands string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/f", nil)
+		off, n := m.PieceOffset(piece), m.PieceLen(piece)
+		r.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+		if cands != "" {
+			r.Header.Set(contract.CandidatesHeader, cands)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		rep, cands     string
+		asked, steered int
+		rng, offer     string
+	}{
+		{"a", "1,4,7", 4, 1, "bytes=16384-32767", "1"},
+		{"a", "1-2", 2, -1, "bytes=32768-49151", "1-2"},
+		{"b", "0,6-8", 1, 8, fmt.Sprintf("bytes=%d-%d", 8*16<<10, len(data)-1), "6-8"},
+		{"a", "", 4, -1, "bytes=65536-81919", ""},
+		{"z", "1", 4, -1, "bytes=65536-81919", "1"},
+	} {
+		r, steered := s.steer(tc.rep, req(tc.asked, tc.cands))
+		if steered != tc.steered || r.Header.Get("Range") != tc.rng || r.Header.Get(contract.CandidatesHeader) != tc.offer {
+			t.Errorf("%s asks %d offering %q: steered %d, Range %q, candidates %q; want %d, %q, %q", tc.rep, tc.asked, tc.cands,
+				steered, r.Header.Get("Range"), r.Header.Get(contract.CandidatesHeader), tc.steered, tc.rng, tc.offer)
+		}
+	}
 }

@@ -73,9 +73,7 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 		return fmt.Errorf("the pusher serves root %s, %d bytes; the push is of root %s, %d bytes", m.Root, m.Size, req.Root, req.Size)
 	}
 	if role.DCRep {
-		w := cluster.NewWork(plan.Representatives(), m.NumPieces(), 10*time.Second)
-		from, to := w.Share(p.self.Name)
-		client.Transport = e.gate(req.URL, &pieceRange{from, to, m.NumPieces()})
+		client.Transport = e.gate(req.URL, &workShare{cluster.NewWork(plan.Representatives(), m.NumPieces()), m})
 	}
 	s.updatePush(ps, func(st *PushStatus) { st.State = PushFetching })
 	same, reused, err := reuseOld(dest, m)
