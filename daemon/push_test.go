@@ -314,11 +314,24 @@ func TestPushRefused(t *testing.T) {
 			t.Errorf("%s: %d %s; want %d saying %q", c.name, code, body, c.code, c.says)
 		}
 	}
+	// The exact replay above never reaches the nonce: the destination's
+	// newest issued time refuses it first. One whose destination now
+	// resolves elsewhere (a link in its path turned) passes that check,
+	// and its nonce, seen, refuses it.
+	dest, turn := turnableDest(t, a.prefix)
+	r := good
+	r.Dest = dest
+	r.Sign(tc.priv, time.Now(), time.Minute)
+	if code, body := send(t, a, r); code != 202 {
+		t.Fatalf("through a link: %d %s", code, body)
+	}
+	turn()
+	checkNonceRefused(t, "replayed after the link turned", a, r)
 	// A symbolic link out of the prefix is refused too.
 	if err := os.Symlink(t.TempDir(), filepath.Join(a.prefix, "out")); err != nil {
 		t.Fatal(err)
 	}
-	r := good
+	r = good
 	r.Dest = filepath.Join(a.prefix, "out", "x.bin")
 	r.Sign(tc.priv, time.Now(), time.Minute)
 	if code, body := send(t, a, r); code != 403 {
@@ -338,6 +351,40 @@ func TestPushRefused(t *testing.T) {
 	r.Sign(tc.priv, time.Now(), time.Minute)
 	if code, body := send(t, a, r); code != 202 {
 		t.Errorf("a new directory in the prefix: %d %s", code, body)
+	}
+}
+
+// turnableDest returns a destination under prefix through a link,
+// prefix/cur -> v1, and turn, which points the link at v2: the same
+// destination then resolves to another file.
+func turnableDest(t *testing.T, prefix string) (dest string, turn func()) {
+	t.Helper()
+	link := filepath.Join(prefix, "cur")
+	for _, d := range []string{"v1", "v2"} {
+		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("v1", link); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(link, "app.bin"), func() {
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("v2", link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkNonceRefused sends req, accepted before, to a and wants it refused
+// by its nonce (409, "seen before"), not by another check.
+func checkNonceRefused(t *testing.T, what string, a *pushAgent, req cluster.Request) {
+	t.Helper()
+	code, body := send(t, a, req)
+	if code != http.StatusConflict || !strings.Contains(body, "seen before") || strings.Contains(body, "accepted already") || strings.Contains(body, "installing") {
+		t.Errorf("%s: %d %s; want 409, its nonce seen before", what, code, body)
 	}
 }
 
@@ -407,7 +454,11 @@ func TestPushRestartResumes(t *testing.T) {
 	o := startOrigin(t, 2*MiB, map[string][]byte{"app.bin": data})
 	tc := startCluster(t, 1, 1, "", nil)
 	a := tc.agents["r0h0"]
-	req := tc.forAgent(a, tc.request(o, "app.bin", tc.hosts, "echo ok"))
+	// Through a link, so that the replay below reaches the nonce check.
+	dest, turn := turnableDest(t, a.prefix)
+	req := tc.request(o, "app.bin", tc.hosts, "echo ok")
+	req.Dest = dest
+	req.Sign(tc.priv, time.Now(), time.Minute)
 	if code, body := send(t, a, req); code != 202 {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -418,13 +469,14 @@ func TestPushRestartResumes(t *testing.T) {
 	if st.State != daemon.PushDone || st.Resumed != 1 || st.Then == nil || st.Then.Exit != 0 {
 		t.Fatalf("after the restart: %+v", st)
 	}
-	checkFile(t, filepath.Join(a.prefix, "app.bin"), data)
+	checkFile(t, filepath.Join(a.prefix, "v1", "app.bin"), data)
 	if again := o.sent.Load() - sentBefore; again > int64(len(data))-MiB/2 {
 		t.Errorf("after the restart the origin sent %d of %d bytes: not resumed", again, len(data))
 	}
-	if code, body := send(t, a, req); code != http.StatusConflict {
-		t.Errorf("replayed after the restart: %d %s", code, body)
-	}
+	// The nonce is remembered across the restart: refused even where the
+	// destination's issued time does not refuse it.
+	turn()
+	checkNonceRefused(t, "replayed after the restart", a, req)
 }
 
 // TestPushHostDiesMidPush: a host stopped mid-push does not stop the
