@@ -81,6 +81,7 @@ func (b *budget) roll(now time.Duration) {
 type fetch struct {
 	n        *node
 	a        swarm.FetchOrigin
+	ask      int // the piece the request's Range asks: a.Piece, or the push agent's steer
 	got      int
 	swarmReq bool // it offered candidates
 	prevLast time.Duration
@@ -119,14 +120,16 @@ func newOrigin(s *Sim, site *Site) *origin {
 
 // fetch is the FetchOrigin action: an HTTP request to the origin.
 func (o *origin) fetch(n *node, a swarm.FetchOrigin) {
+	ask := a.Piece
 	if ps := o.s.push; ps != nil {
-		if res := ps.gate(n, &a); res != nil {
+		var res *swarm.OriginResult
+		if res, ask = ps.gate(n, &a); res != nil {
 			// The push agent's gate answers without a request.
 			n.post(*res)
 			return
 		}
 	}
-	f := &fetch{n: n, a: a}
+	f := &fetch{n: n, a: a, ask: ask}
 	o.reasons[a.Reason]++
 	n.fetches = append(n.fetches, f)
 	o.account()
@@ -176,7 +179,7 @@ func (o *origin) request(f *fetch) {
 		resend = 0
 	}
 	alone := f.a.Reason == swarm.ReasonNoPeers
-	from, offer := f.a.Piece, f.a.Candidates
+	from, offer := f.ask, f.a.Candidates
 	if b := o.budget; b != nil && !alone {
 		from, offer = b.filter(s.now, s.pieceLen(from), from, offer)
 	}

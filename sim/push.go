@@ -21,8 +21,8 @@ import (
 //     counting as active once no piece has come for Fallback;
 //   - a host that is not one of its datacenter's representatives is
 //     answered "in swarm" by its own gate, without a request, until
-//     Fallback passes without a piece; a representative's candidates are
-//     narrowed to its share of the pieces (cluster.Work);
+//     Fallback passes without a piece; a representative's request is
+//     steered by its share of the work (cluster.Work.Pick);
 //   - each host's budgets (cluster.Role: Down, Up, Cross each way) shape
 //     its traffic as its rate limiters do: in the simulator, a link of
 //     the budget's capacity over the wire overhead, on the path of every
@@ -135,10 +135,8 @@ type pushSim struct {
 	// less what the origin's bodies take, which come first (the agent's
 	// crossPeers limiter, following the origin's rate every tick).
 	peersIn []*link
-	share   []pieceRange // a datacenter representative's share; n 0 for others
+	work    *cluster.Work // the datacenter representatives' shares
 }
-
-type pieceRange struct{ from, to, n int }
 
 func newPushSim(s *Sim, p *Push) (*pushSim, error) {
 	if len(p.Hosts) != len(s.cfg.Peers) {
@@ -154,7 +152,6 @@ func newPushSim(s *Sim, p *Push) (*pushSim, error) {
 	n := len(p.Hosts)
 	ps.roles = make([]*cluster.Role, n)
 	ps.down, ps.up, ps.crossIn, ps.crossOut = make([]*link, n), make([]*link, n), make([]*link, n), make([]*link, n)
-	ps.share = make([]pieceRange, n)
 	ps.peersIn = make([]*link, n)
 	budget := func(b int64) *link {
 		if b <= 0 {
@@ -162,7 +159,7 @@ func newPushSim(s *Sim, p *Push) (*pushSim, error) {
 		}
 		return &link{cap: float64(b) / ps.Overhead, share: math.Inf(1)}
 	}
-	w := cluster.NewWork(p.Plan.Representatives(), s.pieces, 10*time.Second)
+	ps.work = cluster.NewWork(p.Plan.Representatives(), s.pieces)
 	for i, name := range p.Hosts {
 		r := p.Plan.Roles[name]
 		if r == nil {
@@ -171,10 +168,6 @@ func newPushSim(s *Sim, p *Push) (*pushSim, error) {
 		ps.roles[i] = r
 		ps.down[i], ps.up[i] = budget(r.Down), budget(r.Up)
 		ps.crossIn[i], ps.peersIn[i], ps.crossOut[i] = budget(r.Cross), budget(r.Cross), budget(r.Cross)
-		if r.DCRep {
-			from, to := w.Share(name)
-			ps.share[i] = pieceRange{from, to, s.pieces}
-		}
 	}
 	return ps, nil
 }
@@ -242,27 +235,23 @@ func (ps *pushSim) mayConnect(a, b *node) bool {
 		pl.MayPeerActive(hb, ha, ps.roles[b.idx].Standby && ps.stalled(b))
 }
 
-// gate is the agent's gate in front of a fetch from the origin: nil to
-// let it through (its candidates narrowed to the host's share), or the
-// answer the gate gives at once.
-func (ps *pushSim) gate(n *node, a *swarm.FetchOrigin) *swarm.OriginResult {
+// gate is the agent's gate in front of a fetch from the origin: the
+// answer the gate gives at once, or nil and the piece the request asks
+// the origin for (a datacenter representative's steered by its share of
+// the work, a.Candidates to what it offers with it).
+func (ps *pushSim) gate(n *node, a *swarm.FetchOrigin) (*swarm.OriginResult, int) {
 	if !ps.roles[n.idx].DCRep && !ps.stalled(n) {
-		return &swarm.OriginResult{Piece: a.Piece, InSwarm: time.Second, Candidates: a.Candidates}
+		return &swarm.OriginResult{Piece: a.Piece, InSwarm: time.Second, Candidates: a.Candidates}, a.Piece
 	}
-	sh := ps.share[n.idx]
-	if sh.n == 0 || len(a.Candidates) == 0 {
-		return nil
+	if !ps.roles[n.idx].DCRep || len(a.Candidates) == 0 {
+		return nil, a.Piece
 	}
-	var mine []int
-	for _, c := range a.Candidates {
-		if c >= sh.from && c < sh.to {
-			mine = append(mine, c)
-		}
+	piece, offer, ok := ps.work.Pick(ps.Hosts[n.idx], a.Piece, a.Candidates)
+	if !ok {
+		return nil, a.Piece
 	}
-	if len(mine) > 0 {
-		a.Candidates = mine
-	}
-	return nil
+	a.Candidates = offer
+	return nil, piece
 }
 
 // PushResult is what a push run measured, as the push bench reports it.
