@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -266,5 +269,108 @@ func TestPushAllDown(t *testing.T) {
 	code, rep, _ := b.push(t, file)
 	if code != exitPushNone || rep.Got != 0 || len(rep.Failures) != 2 {
 		t.Errorf("exit %d, report %+v", code, rep)
+	}
+}
+
+// TestPushThenFails: --then fails on one host: both hosts installed the
+// file, the report gives the failing one's cause and its command's
+// output, and the exit code is 11 (some), not 12 (none installed).
+func TestPushThenFails(t *testing.T) {
+	b := startPushBed(t, 1, 2, nil, "")
+	file, data := pushFile(t, 256<<10)
+	then := `case "$STAMPEDE_PUSH_DEST" in */r0h1/*) echo boom on r0h1; exit 3;; esac; echo fine`
+	code, rep, _ := b.push(t, file, "--then", then)
+	if code != exitPushSome || rep.Exit != exitPushSome {
+		t.Errorf("exit %d (report %d), want %d", code, rep.Exit, exitPushSome)
+	}
+	if rep.Got != 1 || rep.Installed != 2 || rep.Hosts != 2 {
+		t.Errorf("report: %d got it, %d installed, of %d", rep.Got, rep.Installed, rep.Hosts)
+	}
+	if len(rep.Failures) != 1 || rep.Failures[0].Host != "r0h1" || rep.Failures[0].Cause != "--then failed with status 3" {
+		t.Errorf("failures %+v: want r0h1's --then, status 3", rep.Failures)
+	}
+	for _, h := range rep.Racks[0].Hosts {
+		sameFile(t, filepath.Join(b.dir, "root", h.Host, "app.bin"), data)
+		want, exit, state := "fine", 0, daemon.PushDone
+		if h.Host == "r0h1" {
+			want, exit, state = "boom on r0h1", 3, daemon.PushFailed
+		}
+		if h.Then == nil || h.Then.Exit != exit || strings.TrimSpace(h.Then.Output) != want || h.State != state || !h.Installed {
+			t.Errorf("%s: %+v, then %+v", h.Host, h, h.Then)
+		}
+	}
+	// The table says it too.
+	var out bytes.Buffer
+	(&pusher{e: &env{stdout: &out}, file: file, dest: "/d"}).printReport(&rep)
+	if !strings.Contains(out.String(), "1 of 2 hosts got it") || !strings.Contains(out.String(), "FAILED r0h1: --then failed with status 3") {
+		t.Errorf("the report's table:\n%s", out.String())
+	}
+}
+
+// TestPushAgentFlags: the daemon's push flags fill its PushConfig, and
+// their mistakes are usage errors.
+func TestPushAgentFlags(t *testing.T) {
+	dir := t.TempDir()
+	clusterFile := filepath.Join(dir, "cluster.toml")
+	if err := os.WriteFile(clusterFile, []byte("[rack.r1]\nhosts = [\"web-1\"]\n[host.web-1]\nagent = \"10.0.0.1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[rack.r1]\nhosts = [\"web-1\"]\nuplnk = \"1Gbit\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	priv := sign.GenerateKey()
+	pub := priv.Public().(ed25519.PublicKey)
+	pubFile := filepath.Join(dir, "cluster.key.pub")
+	if err := os.WriteFile(pubFile, sign.MarshalPublicKey(pub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(args ...string) (daemon.Config, error) {
+		t.Helper()
+		fs := newFlagSet(&env{}, "daemon", "", "")
+		f := addPushAgentFlags(fs)
+		if err := fs.FlagSet.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var cfg daemon.Config
+		return cfg, f.apply(&cfg)
+	}
+	cfg, err := apply()
+	if err != nil || cfg.Push.Cluster != nil {
+		t.Errorf("no flags: %v, %+v", err, cfg.Push)
+	}
+	cfg, err = apply("--cluster", clusterFile, "--cluster-key", pubFile, "--cluster-host", "web-1", "--push-listen", "127.0.0.1:7999",
+		"--push-dest-prefix", "/srv/a", "--push-dest-prefix", "/srv/b", "--max-load", "1.5", "--max-iowait", "30%")
+	p := cfg.Push
+	if err != nil || p.Cluster == nil || p.Cluster.Hosts["web-1"] == nil || !pub.Equal(p.Key) || p.Host != "web-1" || p.Listen != "127.0.0.1:7999" ||
+		strings.Join(p.DestPrefixes, ",") != "/srv/a,/srv/b" || p.MaxLoad != 1.5 || p.MaxIOWait != 0.3 {
+		t.Errorf("every flag: %v, %+v", err, p)
+	}
+	// The key in its one-line form; a share without %; the defaults.
+	cfg, err = apply("--cluster", clusterFile, "--cluster-key", sign.FormatPublicKey(pub), "--push-dest-prefix", "/srv", "--max-iowait", "0.25")
+	if p := cfg.Push; err != nil || !pub.Equal(p.Key) || p.MaxIOWait != 0.25 || p.MaxLoad != 0 || p.Host != "" || p.Listen != "" {
+		t.Errorf("one-line key: %v, %+v", err, p)
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--cluster-key", pubFile}, "need --cluster"},
+		{[]string{"--push-dest-prefix", "/srv"}, "need --cluster"},
+		{[]string{"--cluster", clusterFile, "--push-dest-prefix", "/srv"}, "needs --cluster-key"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile}, "needs --push-dest-prefix"},
+		{[]string{"--cluster", bad, "--cluster-key", pubFile, "--push-dest-prefix", "/srv"}, "uplnk"},
+		{[]string{"--cluster", filepath.Join(dir, "none.toml"), "--cluster-key", pubFile, "--push-dest-prefix", "/srv"}, "--cluster"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", "ed25519:nonsense", "--push-dest-prefix", "/srv"}, "--cluster-key"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile, "--push-dest-prefix", "/srv", "--max-load", "-1"}, "--max-load"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile, "--push-dest-prefix", "/srv", "--max-load", "high"}, "--max-load"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile, "--push-dest-prefix", "/srv", "--max-iowait", "120%"}, "--max-iowait"},
+		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile, "--push-dest-prefix", "/srv", "--max-iowait", "some"}, "--max-iowait"},
+	} {
+		_, err := apply(c.args...)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.says)
+		}
 	}
 }
