@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -355,8 +357,12 @@ func TestPushAgentFlags(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"--cluster-key", pubFile}, "need --cluster"},
-		{[]string{"--push-dest-prefix", "/srv"}, "need --cluster"},
+		{[]string{"--cluster-key", pubFile}, "--cluster-key configures the push service: it needs --cluster FILE"},
+		{[]string{"--push-dest-prefix", "/srv"}, "--push-dest-prefix configures"},
+		{[]string{"--cluster-host", "web-1", "--push-listen", ":7882"}, "--cluster-host, --push-listen configure the push service: they need --cluster"},
+		{[]string{"--max-load", "2"}, "--max-load configures the push service: it needs --cluster"},
+		{[]string{"--max-iowait", "30%"}, "--max-iowait configures"},
+		{[]string{"--max-load", "0"}, "--max-load configures"},
 		{[]string{"--cluster", clusterFile, "--push-dest-prefix", "/srv"}, "needs --cluster-key"},
 		{[]string{"--cluster", clusterFile, "--cluster-key", pubFile}, "needs --push-dest-prefix"},
 		{[]string{"--cluster", bad, "--cluster-key", pubFile, "--push-dest-prefix", "/srv"}, "uplnk"},
@@ -372,5 +378,15 @@ func TestPushAgentFlags(t *testing.T) {
 		if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.says)
 		}
+	}
+	// The daemon does not start with a push flag and no --cluster (bounded:
+	// were it to start, it would stop at the timeout, with another code).
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	code := run(ctx, []string{"daemon", "--state-dir", t.TempDir(), "--peer-listen", "127.0.0.1:0", "--max-iowait", "30%"},
+		&env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr})
+	if code != exitUsage || !strings.Contains(stderr.String(), "--max-iowait configures the push service") {
+		t.Errorf("daemon --max-iowait without --cluster: exit %d, %s", code, stderr.String())
 	}
 }

@@ -12,13 +12,14 @@ import (
 // pushAgentFlags are the daemon's flags of the push service, the agent of
 // "stampede push" (docs/push.md).
 type pushAgentFlags struct {
+	fs                         *flagSet
 	cluster, key, host, listen string
 	prefixes                   []string
 	maxLoad, maxIOWait         string
 }
 
 func addPushAgentFlags(fs *flagSet) *pushAgentFlags {
-	f := &pushAgentFlags{}
+	f := &pushAgentFlags{fs: fs}
 	fs.StringVar(&f.cluster, "cluster", "", "run the push service of the cluster described in TOML `FILE` (docs/push.md)")
 	fs.StringVar(&f.key, "cluster-key", "", "carry out only pushes signed by this ed25519 public `KEY` (a file from stampede keygen, or ed25519:...)")
 	fs.StringVar(&f.host, "cluster-host", "", "this host's `NAME` in the cluster file (default: the host name)")
@@ -29,13 +30,27 @@ func addPushAgentFlags(fs *flagSet) *pushAgentFlags {
 	return f
 }
 
-// apply fills cfg.Push; nothing without --cluster.
+// pushOnlyFlags configure the push service alone: given without
+// --cluster, they would do nothing.
+var pushOnlyFlags = []string{"cluster-key", "cluster-host", "push-listen", "push-dest-prefix", "max-load", "max-iowait"}
+
+// apply fills cfg.Push; nothing without --cluster, where any of the push
+// service's flags is a usage error rather than ignored.
 func (f *pushAgentFlags) apply(cfg *daemon.Config) error {
 	if f.cluster == "" {
-		if f.key != "" || f.host != "" || f.listen != "" || len(f.prefixes) > 0 {
-			return usageErrorf("--cluster-key, --cluster-host, --push-listen and --push-dest-prefix need --cluster")
+		var given []string
+		for _, name := range pushOnlyFlags {
+			if f.fs.Changed(name) {
+				given = append(given, "--"+name)
+			}
 		}
-		return nil
+		switch len(given) {
+		case 0:
+			return nil
+		case 1:
+			return usageErrorf("%s configures the push service: it needs --cluster FILE", given[0])
+		}
+		return usageErrorf("%s configure the push service: they need --cluster FILE", strings.Join(given, ", "))
 	}
 	c, err := cluster.Load(f.cluster)
 	if err != nil {
