@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,8 +22,10 @@ var (
 	ErrRequest  = errors.New("bad push request")
 )
 
-// MaxLifetime bounds a request's expiry from now: agents remember nonces
-// until expiry, and a long-lived request is one an attacker can hold.
+// MaxLifetime bounds a request's expiry, from now and from when it was
+// issued: agents remember nonces until expiry, a long-lived request is one
+// an attacker can hold, and a request issued before a time T has expired
+// by T+MaxLifetime, which lets LastIssued forget.
 const MaxLifetime = 24 * time.Hour
 
 // Request is a push as the pusher signs it and agents act on it. The
@@ -100,6 +103,8 @@ func (r *Request) Verify(pub ed25519.PublicKey, now time.Time) error {
 		return fmt.Errorf("%w at %s", ErrExpired, r.Expires.Format(time.RFC3339))
 	case r.Expires.Sub(now) > MaxLifetime || r.Issued.After(now.Add(time.Minute)):
 		return fmt.Errorf("%w: issued %s, expires %s: more than %v ahead of this host's clock", ErrRequest, r.Issued, r.Expires, MaxLifetime)
+	case r.Expires.Sub(r.Issued) > MaxLifetime:
+		return fmt.Errorf("%w: issued %s, expires %s: lives more than %v", ErrRequest, r.Issued, r.Expires, MaxLifetime)
 	case len(r.Nonce) != 32:
 		return fmt.Errorf("%w: nonce %q", ErrRequest, r.Nonce)
 	case len(r.Root) != 64 || r.Size < 0 || r.URL == "" || r.Dest == "" || len(r.Hosts) == 0:
@@ -168,4 +173,61 @@ func (n *Nonces) Restore(m map[string]time.Time) {
 	for k, v := range m {
 		n.seen[k] = v
 	}
+}
+
+// LastIssued remembers, for each destination, when the newest request
+// accepted for it was issued, so that one issued before (an old version
+// with its old signature) is refused: a push cannot roll a destination
+// back. An agent keeps it across restarts (it marshals to JSON), since
+// the requests themselves are kept only until they expire. A destination
+// is forgotten MaxLifetime after its newest request was issued: any
+// request issued before has expired by then, and Verify refuses it.
+// LastIssued is not safe for concurrent use.
+type LastIssued struct {
+	issued map[string]time.Time
+}
+
+// NewLastIssued returns an empty LastIssued.
+func NewLastIssued() *LastIssued {
+	return &LastIssued{issued: map[string]time.Time{}}
+}
+
+// Check refuses a request for dest issued at or before the newest one
+// accepted for it (ErrReplayed, wrapped).
+func (l *LastIssued) Check(dest string, issued time.Time) error {
+	if last, ok := l.issued[dest]; ok && !issued.After(last) {
+		return fmt.Errorf("%w: a push issued %s for %s was accepted already; this one was issued %s",
+			ErrReplayed, last.Format(time.RFC3339Nano), dest, issued.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Accept records a request for dest issued at issued, if it is the newest
+// for dest, and forgets the destinations whose newest was issued
+// MaxLifetime or more before now.
+func (l *LastIssued) Accept(dest string, issued, now time.Time) {
+	if issued.After(l.issued[dest]) {
+		l.issued[dest] = issued
+	}
+	for d, t := range l.issued {
+		if !now.Before(t.Add(MaxLifetime)) {
+			delete(l.issued, d)
+		}
+	}
+}
+
+// Len is the number of destinations remembered.
+func (l *LastIssued) Len() int { return len(l.issued) }
+
+// MarshalJSON is an object: destination -> issued time.
+func (l *LastIssued) MarshalJSON() ([]byte, error) { return json.Marshal(l.issued) }
+
+// UnmarshalJSON takes back what MarshalJSON wrote.
+func (l *LastIssued) UnmarshalJSON(data []byte) error {
+	m := map[string]time.Time{}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	l.issued = m
+	return nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -65,6 +66,13 @@ func TestRequestSignature(t *testing.T) {
 	if err := long.Verify(pub, now); !errors.Is(err, ErrRequest) {
 		t.Errorf("a 48h request: %v", err)
 	}
+	// Issued long ago, expiring soon: within MaxLifetime of now, but not
+	// of its issue.
+	old := Request{Root: r.Root, Size: 1, URL: "u", Dest: "d", Hosts: []string{"a"}}
+	old.Sign(priv, now.Add(-30*time.Hour), 31*time.Hour)
+	if err := old.Verify(pub, now); !errors.Is(err, ErrRequest) || !strings.Contains(err.Error(), "lives more than") {
+		t.Errorf("a request living 31h: %v", err)
+	}
 	empty := Request{Root: r.Root}
 	empty.Sign(priv, now, time.Hour)
 	if err := empty.Verify(pub, now); !errors.Is(err, ErrRequest) {
@@ -95,5 +103,55 @@ func TestNonces(t *testing.T) {
 	m.Restore(n.Snapshot())
 	if err := m.Use("b", now.Add(time.Hour), now.Add(3*time.Minute)); !errors.Is(err, ErrReplayed) {
 		t.Errorf("restored: %v", err)
+	}
+}
+
+func TestLastIssued(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := NewLastIssued()
+	if err := l.Check("/srv/a", now); err != nil {
+		t.Fatal(err)
+	}
+	l.Accept("/srv/a", now, now)
+	for _, c := range []struct {
+		dest   string
+		issued time.Time
+		ok     bool
+	}{
+		{"/srv/a", now, false},                     // the same time again
+		{"/srv/a", now.Add(-time.Second), false},   // older: a rollback
+		{"/srv/a", now.Add(time.Nanosecond), true}, // newer
+		{"/srv/b", now.Add(-time.Hour), true},      // another destination
+	} {
+		err := l.Check(c.dest, c.issued)
+		if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrReplayed) || !strings.Contains(err.Error(), "accepted already"))) {
+			t.Errorf("%s issued %v: %v", c.dest, c.issued.Sub(now), err)
+		}
+	}
+	// An older one accepted (a record read back) does not lower it.
+	l.Accept("/srv/a", now.Add(-time.Hour), now)
+	if err := l.Check("/srv/a", now.Add(-time.Minute)); err == nil {
+		t.Error("lowered by an older request")
+	}
+	// Kept across a restart.
+	data, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := NewLastIssued()
+	if err := json.Unmarshal(data, back); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Check("/srv/a", now); err == nil || back.Len() != 1 {
+		t.Errorf("after a round trip through %s: %v, %d destinations", data, err, back.Len())
+	}
+	// Forgotten once no request issued before can be unexpired.
+	l.Accept("/srv/b", now.Add(time.Hour), now.Add(MaxLifetime-time.Nanosecond))
+	if l.Len() != 2 {
+		t.Errorf("%d destinations within MaxLifetime, want 2", l.Len())
+	}
+	l.Accept("/srv/b", now.Add(time.Hour), now.Add(MaxLifetime))
+	if l.Len() != 1 || l.Check("/srv/a", now.Add(-time.Hour)) != nil {
+		t.Errorf("/srv/a not forgotten MaxLifetime after its issue: %d destinations", l.Len())
 	}
 }

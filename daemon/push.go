@@ -131,7 +131,9 @@ type pushSvc struct {
 
 	mu     sync.Mutex // guards the following
 	pushes map[string]*push
-	last   map[string]time.Time // destination -> Issued of the last push accepted for it
+	// last is when the newest push accepted for each destination was
+	// issued; kept in StateDir/push-issued.json (lastIssuedFile).
+	last *cluster.LastIssued
 }
 
 // push is one push request and its run; its fields are guarded by
@@ -185,7 +187,7 @@ func (s *Server) startPush() error {
 	if self == nil {
 		return fmt.Errorf("daemon: push: host %q is not in the cluster file (--cluster-host)", cfg.Host)
 	}
-	p := &pushSvc{cfg: cfg, self: self, nonces: cluster.NewNonces(maxPushes), pushes: map[string]*push{}, last: map[string]time.Time{}}
+	p := &pushSvc{cfg: cfg, self: self, nonces: cluster.NewNonces(maxPushes), pushes: map[string]*push{}}
 	for _, d := range cfg.DestPrefixes {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("daemon: push destination prefix: %w", err)
@@ -218,6 +220,12 @@ func (s *Server) startPush() error {
 		ln.Close()
 		return fmt.Errorf("daemon: push: %w", err)
 	}
+	last, err := s.loadLastIssued()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	p.last = last
 	s.resumePushes()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/hello", func(w http.ResponseWriter, r *http.Request) {
@@ -304,9 +312,8 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 	defer p.mu.Unlock()
 	// A push issued before the last one accepted for its destination is
 	// an old version coming back: refused, so it cannot roll back.
-	if last, ok := p.last[dest]; ok && !req.Issued.After(last) {
-		return &pushError{http.StatusConflict, fmt.Errorf("%w: a push issued %s for %s was accepted already; this one was issued %s",
-			cluster.ErrReplayed, last.Format(time.RFC3339Nano), dest, req.Issued.Format(time.RFC3339Nano))}
+	if err := p.last.Check(dest, req.Issued); err != nil {
+		return &pushError{http.StatusConflict, err}
 	}
 	if err := p.nonces.Use(req.Nonce, req.Expires, now); err != nil {
 		return &pushError{http.StatusConflict, err}
@@ -318,7 +325,14 @@ func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
 			}
 		}
 	}
-	p.last[dest] = req.Issued
+	// Kept before the push starts: were it not, a restart could let an
+	// older request through. (The nonce stays used: a retry is a new
+	// request.)
+	p.last.Accept(dest, req.Issued, now)
+	if err := s.saveLastIssuedLocked(); err != nil {
+		s.log.Error("keeping the pushes' issued times", "err", err)
+		return &pushError{http.StatusInternalServerError, fmt.Errorf("this host could not keep the push's issued time, which guards against rollbacks: %w", err)}
+	}
 	// Pushes past their expiry have ended (their runs with them): their
 	// status and record go; their nonces are refused by Verify anyway.
 	for id, o := range p.pushes {
@@ -425,19 +439,61 @@ func (s *Server) updatePush(ps *push, f func(st *PushStatus)) {
 func (s *Server) savePushLocked(ps *push) {
 	data, err := json.Marshal(pushRecord{Request: ps.req, Status: ps.liveLocked()})
 	if err == nil {
-		var tmp *os.File
-		if tmp, err = os.CreateTemp(s.pushDir(), ps.req.ID()+".*"); err == nil {
-			defer os.Remove(tmp.Name())
-			if _, err = tmp.Write(data); err != nil {
-				tmp.Close()
-			} else {
-				err = store.Publish(tmp, filepath.Join(s.pushDir(), ps.req.ID()+".json"))
-			}
-		}
+		err = writeAtomic(filepath.Join(s.pushDir(), ps.req.ID()+".json"), data)
 	}
 	if err != nil {
 		s.log.Error("keeping the push's state", "push", ps.req.ID(), "err", err)
 	}
+}
+
+// writeAtomic replaces the file at path with data: a temporary file in
+// its directory, synced and renamed, so a crash leaves either the old
+// file or the new one whole.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // nothing there once renamed
+	defer tmp.Close()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	return store.Publish(tmp, path)
+}
+
+// lastIssuedFile, in StateDir, keeps pushSvc.last across restarts: the
+// push records, which also hold the issued times, are removed once they
+// expire, and an older request may still be valid then.
+const lastIssuedFile = "push-issued.json"
+
+// loadLastIssued reads lastIssuedFile; none is a first start. One that
+// does not parse stops the push service, rather than let an old push
+// roll a destination back.
+func (s *Server) loadLastIssued() (*cluster.LastIssued, error) {
+	path := filepath.Join(s.cfg.StateDir, lastIssuedFile)
+	last := cluster.NewLastIssued()
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return last, nil
+	case err != nil:
+		return nil, fmt.Errorf("daemon: push: %w", err)
+	}
+	if err := json.Unmarshal(data, last); err != nil {
+		return nil, fmt.Errorf("daemon: push: %s: %w (it guards against pushes of older versions; without it, one issued in the last %v could roll its destination back)",
+			path, err, cluster.MaxLifetime)
+	}
+	return last, nil
+}
+
+// saveLastIssuedLocked writes pushSvc.last (p.mu held).
+func (s *Server) saveLastIssuedLocked() error {
+	data, err := json.Marshal(s.push.last)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.cfg.StateDir, lastIssuedFile), data)
 }
 
 // resumePushes takes back the pushes of an earlier run: their nonces and
@@ -473,9 +529,7 @@ func (s *Server) resumePushes() {
 		if err != nil {
 			continue
 		}
-		if req.Issued.After(p.last[dest]) {
-			p.last[dest] = req.Issued
-		}
+		p.last.Accept(dest, req.Issued, now)
 		ps := &push{req: req, status: rec.Status, ctr: &pushCounters{}}
 		ps.ctr.restore(rec.Status)
 		p.pushes[req.ID()] = ps
@@ -488,5 +542,12 @@ func (s *Server) resumePushes() {
 			s.log.Info("resuming a push", "push", req.ID(), "dest", dest)
 			s.runPush(ps, dest)
 		}
+	}
+	// What the records added (kept by an agent that had no file yet), and
+	// what was forgotten, is kept.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := s.saveLastIssuedLocked(); err != nil {
+		s.log.Error("keeping the pushes' issued times", "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
@@ -538,6 +539,55 @@ func TestPushRestartCorruptPart(t *testing.T) {
 	t.Logf("%d bytes verified in the part file, %d of them damaged; the origin sent %d after the restart", verified, damaged, again)
 	if again < want || again > want+int64(len(data))/4 {
 		t.Errorf("after the restart the origin sent %d bytes, want about %d (the missing and damaged pieces)", again, want)
+	}
+}
+
+// TestPushNoRollbackAfterRestart: a destination's newest issued time
+// outlives its push's record: once the newer push has expired (its
+// record with it) and the agent restarted, an older request, unexpired,
+// is still refused, and the file stays the newer one.
+func TestPushNoRollbackAfterRestart(t *testing.T) {
+	v1, v2 := randomBytes(64*KiB, 40), randomBytes(64*KiB, 41)
+	o := startOrigin(t, 0, map[string][]byte{"v1.bin": v1, "v2.bin": v2})
+	tc := startCluster(t, 1, 1, "", nil)
+	a := tc.agents["r0h0"]
+	dest := filepath.Join(a.prefix, "app.bin")
+	older := tc.request(o, "v1.bin", tc.hosts, "")
+	older.Dest = dest
+	older.Sign(tc.priv, time.Now().Add(-time.Second), 10*time.Minute)
+	newer := tc.request(o, "v2.bin", tc.hosts, "")
+	newer.Dest = dest
+	newer.Sign(tc.priv, time.Now(), 2*time.Second)
+	if code, body := send(t, a, newer); code != 202 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if st := waitPushes(t, tc, map[string]string{"r0h0": newer.ID()}, 10*time.Second)["r0h0"]; st.State != daemon.PushDone {
+		t.Fatalf("%+v", st)
+	}
+	time.Sleep(time.Until(newer.Expires)) // the clock must pass the expiry
+	a.restart(t, nil)
+	if st, err := status(t, a, newer.ID()); err == nil {
+		t.Fatalf("the expired push is still kept: %+v", st)
+	}
+	code, body := send(t, a, older)
+	if code != http.StatusConflict || !strings.Contains(body, "accepted already") {
+		t.Errorf("an older request after the restart: %d %s; want 409", code, body)
+	}
+	checkFile(t, dest, v2)
+	// A damaged file of issued times stops the push service, rather than
+	// let the older request through.
+	a.stop(t)
+	if err := os.WriteFile(filepath.Join(a.cfg.StateDir, "push-issued.json"), []byte("{\"/srv"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.cfg.PeerListener, a.cfg.Push.Listener = relisten(t, a.srv.PeerAddr()), relisten(t, a.srv.PushAddr())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if srv, err := daemon.Start(ctx, a.cfg); err == nil || !strings.Contains(err.Error(), "push-issued.json") {
+		t.Errorf("started with a damaged push-issued.json: %v", err)
+		if err == nil {
+			srv.Close()
+		}
 	}
 }
 
