@@ -34,8 +34,10 @@ import (
 //	POST /v1/push        a cluster.Request: 202 {"id"}; 401 unsigned or
 //	                     another key, 403 a destination outside the
 //	                     prefixes or a push not naming this host, 409
-//	                     replayed or older than the last for that
-//	                     destination, 410 expired, 400 malformed
+//	                     replayed, older than the last for that
+//	                     destination or that destination being installed,
+//	                     410 expired, 400 malformed, 500 its issued time
+//	                     could not be kept
 //	GET  /v1/push/{id}   the push's PushStatus
 
 // Defaults of PushConfig.
@@ -91,7 +93,8 @@ type PushStatus struct {
 	Host  string `json:"host"`
 	State string `json:"state"`
 	Error string `json:"error,omitempty"`
-	// Role: "rack+dc representative", "rack representative" or "member".
+	// Role: "rack+dc representative", "rack representative", "standby
+	// representative" or "member" (roleName).
 	Role string `json:"role"`
 	Root string `json:"root"`
 	Size int64  `json:"size"`

@@ -13,9 +13,15 @@ import (
 
 // runKeygen makes an ed25519 key pair: the origin's signing key for
 // private swarms and signed manifests (serve --sign-key), whose public half
-// peers and trackers are given (get --trust-key, tracker --trust-key).
+// peers and trackers are given (get --trust-key, tracker --trust-key), and
+// a cluster's push key (push --key; its public half daemon --cluster-key).
 func runKeygen(_ context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "keygen", "-o FILE", "Make an ed25519 key pair: the private key in FILE (PEM, mode 0600), the public key in FILE.pub (PEM), and the public key's one-line form on stdout, for --trust-key.")
+	fs := newFlagSet(e, "keygen", "-o FILE", `Make an ed25519 key pair: the private key in FILE (PEM, mode 0600), the public
+key in FILE.pub (PEM), and the public key's one-line form on stdout. One tool
+for every key: an origin's for private swarms and signed manifests (serve
+--sign-key FILE; get and tracker --trust-key FILE.pub or the one-line form),
+and a cluster's push key (push --key FILE; daemon --cluster-key FILE.pub or the
+one-line form, on every host).`)
 	out := fs.StringP("output", "o", "", "write the private key to `FILE` (required; never overwritten)")
 	pos, err := fs.parse(args)
 	if err != nil {

@@ -50,7 +50,8 @@ the file itself (an origin with its tracker), shows the progress per rack and
 host, and ends with a report: each host's completion time and bytes from its
 rack, from other racks and from the origin, and each failure with its cause.
 Exit codes: 0 every host got the file (and its --then succeeded), 11 some did
-not, 12 none did, 2 bad flags. See docs/push.md.`)
+not, 12 none did, 2 bad flags, cluster file, selection, key or FILE (missing,
+or not a regular file), 3 the origin could not be set up. See docs/push.md.`)
 	var (
 		clusterFile, dest, keyFile, then, statusListen, originListen, originURL string
 		hosts                                                                   []string
@@ -60,7 +61,7 @@ not, 12 none did, 2 bad flags. See docs/push.md.`)
 	fs.StringVar(&clusterFile, "cluster", "", "the cluster file, TOML `FILE` (docs/push.md; required)")
 	fs.StringVar(&dest, "dest", "", "install the file at `PATH` on each host (absolute; under the agents' --push-dest-prefix; required)")
 	fs.StringVar(&keyFile, "key", "", "sign the push with the cluster's private key `FILE` (stampede keygen; required)")
-	fs.StringArrayVar(&hosts, "hosts", nil, "push only to the hosts `SPEC` picks: rack=R1,R2, dc=D1 or NAMES (globs: 'web-*'); repeated, each narrows")
+	fs.StringArrayVar(&hosts, "hosts", nil, "push only to the hosts `SPEC` picks: rack=R1,R2, dc=D1, or host names, NAMES or host=NAMES (globs: 'web-*'); repeated, each narrows")
 	fs.StringVar(&then, "then", "", "run `CMD` with /bin/sh -c on each host after the install (in --dest's directory)")
 	fs.BoolVar(&jsonOut, "json", false, "write progress and the report as JSON lines on stdout")
 	fs.DurationVar(&deadline, "deadline", defaultPushDeadline, "give up on hosts not done after `DUR`; the push's signature expires then too")

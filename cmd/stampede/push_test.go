@@ -262,6 +262,13 @@ func TestPushSelection(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
 		}
 	}
+	// A FILE missing, or not a regular file, is bad input too (docs/push.md).
+	for _, f := range []string{filepath.Join(b.dir, "none.bin"), b.dir} {
+		code, _, stderr := runCmd(t, "push", f, "--cluster", b.clusterFile, "--key", b.key, "--dest", "/tmp/x")
+		if code != exitUsage || !strings.Contains(stderr, "not a regular file") {
+			t.Errorf("push %s: exit %d, want 2: %s", f, code, stderr)
+		}
+	}
 }
 
 // TestPushAllDown: no agent answers: exit 12, each host down.
