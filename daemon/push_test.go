@@ -307,7 +307,9 @@ func TestPushRefused(t *testing.T) {
 			return r
 		}, 403, "does not name this host"},
 		{"accepted", func() cluster.Request { return good }, 202, ""},
-		{"replayed", func() cluster.Request { return good }, 409, "seen before"},
+		// Refused by the destination's newest issued time, before its
+		// nonce is looked at (below).
+		{"replayed", func() cluster.Request { return good }, 409, "was accepted already"},
 		{"rolled back", func() cluster.Request {
 			r := good
 			r.Sign(tc.priv, time.Now().Add(-10*time.Second), time.Minute)
