@@ -147,19 +147,6 @@ func rendezvous(seed []byte, name string) string {
 	return string(h.Sum(nil))
 }
 
-// Without is the plan for the same push once the hosts dead are gone:
-// the dead representatives' places go to the next hosts of their racks,
-// and the budgets are split again among those left.
-func (p *Plan) Without(c *Cluster, seed []byte, dead ...string) (*Plan, error) {
-	var hosts []string
-	for _, n := range sortedKeys(p.Roles) {
-		if !slices.Contains(dead, n) {
-			hosts = append(hosts, n)
-		}
-	}
-	return NewPlan(c, hosts, seed)
-}
-
 // MayPeer reports whether hosts a and b exchange pieces: within a rack
 // anyone; across racks of a datacenter, only the racks' active
 // representatives; across datacenters, only the datacenters' ones.

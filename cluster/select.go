@@ -12,7 +12,8 @@ import (
 //
 //	rack=R1,R2   the hosts of these racks
 //	dc=D1,D2     the hosts of these datacenters
-//	web-*,db-1   these hosts
+//	host=H1,H2   these hosts
+//	web-*,db-1   these hosts (host= left out)
 //
 // where each name may be a glob (path.Match: *, ?, [a-z]). Within a spec
 // the names add up; several specs narrow each other down (rack=r1 and
