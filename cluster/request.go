@@ -119,6 +119,71 @@ func (r *Request) Verify(pub ed25519.PublicKey, now time.Time) error {
 // For reports whether host is one of r's hosts.
 func (r *Request) For(host string) bool { return slices.Contains(r.Hosts, host) }
 
+// MaxTakeoverLifetime bounds a takeover's expiry from now: it is sent
+// the moment its rack is found behind and used at once.
+const MaxTakeoverLifetime = 10 * time.Minute
+
+// Takeover tells a standby representative to act as its rack's active
+// one for the rest of a push: its rack's active representatives are
+// slow, not gone, so it would never take over on its own (a trickle of
+// pieces keeps its rack's hosts from falling back). Only the cluster's
+// key may sign one, as a push: anyone else could make racks carry two
+// representatives' traffic over their uplinks. The signature covers
+// every field but Sig; the nonce makes it usable once.
+type Takeover struct {
+	Push    string    `json:"push"` // the push's ID (its request's nonce)
+	Host    string    `json:"host"` // the standby told to take over
+	Expires time.Time `json:"expires"`
+	Nonce   string    `json:"nonce"` // 16 random bytes, hex
+	Sig     string    `json:"sig"`   // ed25519, base64url
+}
+
+// takeoverContext starts the signed message, so that no other signature
+// of the cluster's key (a push's, a manifest's) is valid as a takeover.
+const takeoverContext = "stampede push takeover v1\x00"
+
+func (t *Takeover) message() []byte {
+	b := []byte(takeoverContext)
+	for _, s := range []string{t.Push, t.Host} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Expires.UnixNano()))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(t.Nonce)))
+	return append(b, t.Nonce...)
+}
+
+// Sign fills in a new nonce and Expires (now+ttl), and signs t with priv.
+func (t *Takeover) Sign(priv ed25519.PrivateKey, now time.Time, ttl time.Duration) {
+	var n [16]byte
+	rand.Read(n[:])
+	t.Nonce = hex.EncodeToString(n[:])
+	t.Expires = now.Add(ttl).UTC()
+	t.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, t.message()))
+}
+
+// Verify checks t's signature against pub and its expiry against now
+// (ErrUnsigned, ErrExpired, ErrRequest, wrapped); it does not remember
+// the nonce (Nonces does).
+func (t *Takeover) Verify(pub ed25519.PublicKey, now time.Time) error {
+	sig, err := base64.RawURLEncoding.DecodeString(t.Sig)
+	if t.Sig == "" || err != nil || len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, t.message(), sig) {
+		return fmt.Errorf("%w (takeover)", ErrUnsigned)
+	}
+	switch {
+	case !now.Before(t.Expires):
+		return fmt.Errorf("%w: takeover expired at %s", ErrExpired, t.Expires.Format(time.RFC3339))
+	case t.Expires.Sub(now) > MaxTakeoverLifetime:
+		return fmt.Errorf("%w: takeover expires %s: more than %v ahead of this host's clock", ErrRequest, t.Expires, MaxTakeoverLifetime)
+	case len(t.Nonce) != 32 || len(t.Push) != 32 || t.Host == "":
+		return fmt.Errorf("%w: takeover: push, host and nonce are required", ErrRequest)
+	}
+	if _, err := hex.DecodeString(t.Push + t.Nonce); err != nil {
+		return fmt.Errorf("%w: takeover: push and nonce must be hex", ErrRequest)
+	}
+	return nil
+}
+
 // Nonces remembers the nonces of the requests accepted until they
 // expire, so that none is accepted twice. Safe for concurrent use.
 type Nonces struct {

@@ -155,3 +155,56 @@ func TestLastIssued(t *testing.T) {
 		t.Errorf("/srv/a not forgotten MaxLifetime after its issue: %d destinations", l.Len())
 	}
 }
+
+func TestTakeoverSignature(t *testing.T) {
+	priv := sign.GenerateKey()
+	pub := priv.Public().(ed25519.PublicKey)
+	now := time.Unix(1_700_000_000, 0)
+	push := signed(t, priv, now)
+	to := Takeover{Push: push.ID(), Host: "web-2"}
+	to.Sign(priv, now, time.Minute)
+	if err := to.Verify(pub, now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*Takeover){
+		"push":     func(to *Takeover) { to.Push = strings.Repeat("0", 32) },
+		"host":     func(to *Takeover) { to.Host = "web-1" },
+		"expires":  func(to *Takeover) { to.Expires = to.Expires.Add(time.Hour) },
+		"nonce":    func(to *Takeover) { to.Nonce = strings.Repeat("1", 32) },
+		"unsigned": func(to *Takeover) { to.Sig = "" },
+		"garbage":  func(to *Takeover) { to.Sig = "!!" },
+		"boundary": func(to *Takeover) { to.Push, to.Host = to.Push[:31], to.Push[31:]+to.Host },
+	} {
+		c := to
+		change(&c)
+		if err := c.Verify(pub, now); !errors.Is(err, ErrUnsigned) {
+			t.Errorf("%s changed: %v, want ErrUnsigned", name, err)
+		}
+	}
+	if err := to.Verify(sign.GenerateKey().Public().(ed25519.PublicKey), now); !errors.Is(err, ErrUnsigned) {
+		t.Errorf("another key: %v", err)
+	}
+	if err := to.Verify(pub, now.Add(time.Minute)); !errors.Is(err, ErrExpired) {
+		t.Errorf("at expiry: %v", err)
+	}
+	// A push's signature is not a takeover's, nor the other way round.
+	forged := Takeover{Push: push.ID(), Host: "web-2", Expires: push.Expires, Nonce: push.Nonce, Sig: push.Sig}
+	if err := forged.Verify(pub, now); !errors.Is(err, ErrUnsigned) {
+		t.Errorf("a push's signature as a takeover's: %v", err)
+	}
+	long := Takeover{Push: push.ID(), Host: "web-2"}
+	long.Sign(priv, now, time.Hour)
+	if err := long.Verify(pub, now); !errors.Is(err, ErrRequest) {
+		t.Errorf("a takeover living an hour: %v", err)
+	}
+	bad := Takeover{Push: "not hex, but 32 characters long!", Host: "web-2"}
+	bad.Sign(priv, now, time.Minute)
+	if err := bad.Verify(pub, now); !errors.Is(err, ErrRequest) {
+		t.Errorf("a push id that is not hex: %v", err)
+	}
+	noHost := Takeover{Push: push.ID()}
+	noHost.Sign(priv, now, time.Minute)
+	if err := noHost.Verify(pub, now); !errors.Is(err, ErrRequest) {
+		t.Errorf("no host: %v", err)
+	}
+}
