@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stampede-dev/stampede/cluster"
@@ -39,6 +40,14 @@ import (
 //	                     410 expired, 400 malformed, 500 its issued time
 //	                     could not be kept
 //	GET  /v1/push/{id}   the push's PushStatus
+//	POST /v1/push/{id}/takeover
+//	                     a cluster.Takeover naming this host, a standby
+//	                     representative of push id: it acts as its
+//	                     rack's active representative for the rest of the
+//	                     push; 200 and the PushStatus; 401 unsigned or
+//	                     another key, 403 naming another host, 404 no
+//	                     such push, 409 this host no standby in it or the
+//	                     takeover replayed, 410 expired, 400 malformed
 
 // Defaults of PushConfig.
 const (
@@ -145,6 +154,10 @@ type push struct {
 	req    cluster.Request
 	status PushStatus
 	ctr    *pushCounters
+	// takenOver: the pusher told this host, a standby representative, to
+	// take over (its rack's active ones are slow): it acts as an active
+	// one for the rest of the push. Not kept across a restart.
+	takenOver atomic.Bool
 }
 
 // pushRecord is what StateDir/pushes/ID.json keeps.
@@ -180,9 +193,16 @@ func (c *PushConfig) setDefaults() error {
 }
 
 // startPush starts the push service and resumes the unexpired pushes of
-// an earlier run.
-func (s *Server) startPush() error {
+// an earlier run. Its listener, the one given or its own, is closed if it
+// fails (Start closes the rest).
+func (s *Server) startPush() (err error) {
 	cfg := s.cfg.Push
+	ln := cfg.Listener
+	defer func() {
+		if err != nil && ln != nil {
+			ln.Close()
+		}
+	}()
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
@@ -205,14 +225,12 @@ func (s *Server) startPush() error {
 		}
 		p.prefix = append(p.prefix, r)
 	}
-	ln := cfg.Listener
 	if ln == nil {
 		addr := cfg.Listen
 		if addr == "" {
 			_, port, _ := net.SplitHostPort(self.Agent)
 			addr = ":" + port
 		}
-		var err error
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("daemon: push: %w", err)
 		}
@@ -220,12 +238,10 @@ func (s *Server) startPush() error {
 	p.addr = ln.Addr()
 	s.push = p
 	if err := os.MkdirAll(s.pushDir(), 0o700); err != nil {
-		ln.Close()
 		return fmt.Errorf("daemon: push: %w", err)
 	}
 	last, err := s.loadLastIssued()
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	p.last = last
@@ -235,6 +251,7 @@ func (s *Server) startPush() error {
 		writeJSON(w, http.StatusOK, map[string]string{"host": self.Name, "peer": self.Peer})
 	})
 	mux.HandleFunc("POST /v1/push", s.handlePush)
+	mux.HandleFunc("POST /v1/push/{id}/takeover", s.handleTakeover)
 	mux.HandleFunc("GET /v1/push/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := s.pushStatus(r.PathValue("id"))
 		if !ok {
@@ -274,27 +291,90 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.acceptPush(req, time.Now()); err != nil {
-		status := http.StatusBadRequest
-		if pe, ok := errors.AsType[*pushError](err); ok {
-			status = pe.status
-		}
-		s.log.Warn("push refused", "from", r.RemoteAddr, "err", err)
-		apiError(w, status, "%v", err)
+		s.refuse(w, r, "push", err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": req.ID()})
 }
 
-// acceptPush checks req and starts it.
-func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
+func (s *Server) handleTakeover(w http.ResponseWriter, r *http.Request) {
+	var to cluster.Takeover
+	if !decode(w, r, &to) {
+		return
+	}
+	st, err := s.takeOver(r.PathValue("id"), to, time.Now())
+	if err != nil {
+		s.refuse(w, r, "takeover", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// takeOver checks to and makes this host, a standby representative of
+// push id, act as its rack's active one for the rest of the push.
+func (s *Server) takeOver(id string, to cluster.Takeover, now time.Time) (PushStatus, error) {
 	p := s.push
-	switch err := req.Verify(p.cfg.Key, now); {
+	if err := verifyError(to.Verify(p.cfg.Key, now)); err != nil {
+		return PushStatus{}, err
+	}
+	if to.Push != id {
+		return PushStatus{}, &pushError{http.StatusBadRequest, fmt.Errorf("the takeover is for push %s, not %s", to.Push, id)}
+	}
+	if to.Host != p.self.Name {
+		return PushStatus{}, &pushError{http.StatusForbidden, fmt.Errorf("the takeover names host %q, not this one (%s)", to.Host, p.self.Name)}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := p.pushes[id]
+	if ps == nil {
+		return PushStatus{}, &pushError{http.StatusNotFound, fmt.Errorf("no push %s", id)}
+	}
+	seed, _ := hex.DecodeString(ps.req.Root)
+	plan, err := cluster.NewPlan(p.cfg.Cluster, ps.req.Hosts, seed)
+	if err != nil {
+		return PushStatus{}, &pushError{http.StatusConflict, err}
+	}
+	if r := plan.Roles[p.self.Name]; r == nil || !r.Standby {
+		return PushStatus{}, &pushError{http.StatusConflict, fmt.Errorf("this host is no standby representative in push %s", id)}
+	}
+	if err := p.nonces.Use(to.Nonce, to.Expires, now); err != nil {
+		return PushStatus{}, &pushError{http.StatusConflict, err}
+	}
+	if !ps.takenOver.Swap(true) {
+		s.log.Info("standby representative taking over, told by the pusher", "push", id)
+	}
+	return ps.liveLocked(), nil
+}
+
+// verifyError is a signed message's refusal (Verify's error) with its
+// HTTP status; nil stays nil.
+func verifyError(err error) error {
+	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, cluster.ErrUnsigned):
 		return &pushError{http.StatusUnauthorized, err}
 	case errors.Is(err, cluster.ErrExpired):
 		return &pushError{http.StatusGone, err}
-	case err != nil:
-		return &pushError{http.StatusBadRequest, err}
+	}
+	return &pushError{http.StatusBadRequest, err}
+}
+
+// refuse answers a refused request with its error's status.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, what string, err error) {
+	status := http.StatusBadRequest
+	if pe, ok := errors.AsType[*pushError](err); ok {
+		status = pe.status
+	}
+	s.log.Warn(what+" refused", "from", r.RemoteAddr, "err", err)
+	apiError(w, status, "%v", err)
+}
+
+// acceptPush checks req and starts it.
+func (s *Server) acceptPush(req cluster.Request, now time.Time) error {
+	p := s.push
+	if err := verifyError(req.Verify(p.cfg.Key, now)); err != nil {
+		return err
 	}
 	if !req.For(p.self.Name) {
 		return &pushError{http.StatusForbidden, fmt.Errorf("the push does not name this host (%s)", p.self.Name)}
@@ -425,6 +505,9 @@ func (ps *push) liveLocked() PushStatus {
 	st.Done = max(st.Done, c.done.Load())
 	st.FromRack, st.FromRacks, st.FromOrigin = c.fromRack.Load(), c.fromRacks.Load(), c.fromOrigin.Load()
 	st.Throttled = c.throttled.Load()
+	if ps.takenOver.Load() {
+		st.Role = roleTookOver
+	}
 	return st
 }
 

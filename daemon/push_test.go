@@ -153,8 +153,14 @@ func (tc *testCluster) request(o *testOrigin, name string, hosts []string, then 
 // priv is set), and returns the status code and the body.
 func send(t *testing.T, a *pushAgent, req cluster.Request) (int, string) {
 	t.Helper()
-	body, _ := json.Marshal(req)
-	resp, err := http.Post("http://"+a.agent+"/v1/push", "application/json", bytes.NewReader(body))
+	return postJSON(t, "http://"+a.agent+"/v1/push", req)
+}
+
+// postJSON posts v and returns the status code and the body.
+func postJSON(t *testing.T, url string, v any) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(v)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +497,7 @@ func TestPushRestartResumes(t *testing.T) {
 // again: the damaged ones are fetched again and the file installed is
 // the pushed one.
 func TestPushRestartCorruptPart(t *testing.T) {
-	data := randomBytes(3*MiB, 39)
+	data := randomBytes(2*MiB, 39)
 	o := startOrigin(t, 2*MiB, map[string][]byte{"app.bin": data})
 	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "app.bin")
 	if err != nil {
@@ -722,4 +728,153 @@ func TestPushStandbyTakesOver(t *testing.T) {
 		t.Errorf("the standby never took over: %+v", st)
 	}
 	checkFile(t, filepath.Join(tc.agents[standby].prefix, "app.bin"), data)
+}
+
+// takeover posts a takeover of push id (for host, signed by priv, valid
+// for ttl) to a and returns the status code and the body.
+func takeover(t *testing.T, a *pushAgent, priv ed25519.PrivateKey, id, host string, ttl time.Duration) (int, string, cluster.Takeover) {
+	t.Helper()
+	to := cluster.Takeover{Push: id, Host: host}
+	to.Sign(priv, time.Now(), ttl)
+	code, body := postTakeover(t, a, id, to)
+	return code, body, to
+}
+
+func postTakeover(t *testing.T, a *pushAgent, id string, to cluster.Takeover) (int, string) {
+	t.Helper()
+	return postJSON(t, "http://"+a.agent+"/v1/push/"+id+"/takeover", to)
+}
+
+// TestPushSlowRepresentative: a rack's active representative is held
+// near the throttle's floor by its load, slow but not stopped, so its
+// rack never falls back on its own; told to take over (signed by the
+// cluster's key, and nothing else accepted), the standby fetches across
+// the uplink and its rack finishes long before the slow one could have
+// brought the file in.
+func TestPushSlowRepresentative(t *testing.T) {
+	data := randomBytes(2*MiB, 39)
+	o := startOrigin(t, 2*MiB, map[string][]byte{"app.bin": data})
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "app.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knob := &loadKnob{}
+	knob.cpu.Store(500)
+	var slow, standby string
+	tc := startCluster(t, 2, 3, "400Mbit", func(host string, p *daemon.PushConfig) {
+		plan, err := cluster.NewPlan(p.Cluster, p.Cluster.HostNames(), m.Root[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := plan.Roles[host]
+		switch {
+		case r.Rack != "r1":
+		case r.RackRep && !r.Standby:
+			slow, p.MaxLoad, p.LoadSource = host, 2, knob
+		case r.Standby:
+			standby = host
+		}
+	})
+	if slow == "" || standby == "" {
+		t.Fatal("rack r1 has no active and standby representatives")
+	}
+	start := time.Now()
+	req := tc.request(o, "app.bin", tc.hosts, "")
+	ids := pushAll(t, tc, req)
+	a := tc.agents[standby]
+	id := ids[standby]
+
+	// Refused: another key, another host, a host that is no standby, no
+	// such push, expired, a push's id in the path that is not the
+	// takeover's.
+	for _, c := range []struct {
+		what     string
+		to       *pushAgent
+		priv     ed25519.PrivateKey
+		id, host string
+		ttl      time.Duration
+		want     int
+	}{
+		{"another key", a, sign.GenerateKey(), id, standby, time.Minute, http.StatusUnauthorized},
+		{"another host", a, tc.priv, id, slow, time.Minute, http.StatusForbidden},
+		{"no standby", tc.agents[slow], tc.priv, ids[slow], slow, time.Minute, http.StatusConflict},
+		{"no such push", a, tc.priv, strings.Repeat("0", 32), standby, time.Minute, http.StatusNotFound},
+		{"expired", a, tc.priv, id, standby, -time.Second, http.StatusGone},
+		{"too long", a, tc.priv, id, standby, time.Hour, http.StatusBadRequest},
+	} {
+		if code, body, _ := takeover(t, c.to, c.priv, c.id, c.host, c.ttl); code != c.want {
+			t.Errorf("%s: %d %s, want %d", c.what, code, body, c.want)
+		}
+	}
+	other := cluster.Takeover{Push: ids[slow], Host: standby}
+	other.Sign(tc.priv, time.Now(), time.Minute)
+	if code, body := postTakeover(t, a, id, other); code != http.StatusBadRequest {
+		t.Errorf("another push's takeover: %d %s", code, body)
+	}
+
+	// The slow one trickles pieces in; the standby fetches nothing across
+	// the uplink, and would not for the whole push.
+	waitDonePush(t, a, id, 64<<10)
+	st, _ := status(t, a, id)
+	if st.FromRacks+st.FromOrigin != 0 || st.Role != "standby representative" {
+		t.Errorf("the standby before the takeover: %+v", st)
+	}
+	code, body, to := takeover(t, a, tc.priv, id, standby, time.Minute)
+	if json.Unmarshal([]byte(body), &st); code != http.StatusOK || st.Role != "standby representative (took over)" {
+		t.Fatalf("takeover: %d %s", code, body)
+	}
+	if code, body := postTakeover(t, a, id, to); code != http.StatusConflict {
+		t.Errorf("the takeover replayed: %d %s", code, body)
+	}
+	rest := map[string]string{}
+	for _, h := range tc.hosts {
+		if h != slow {
+			rest[h] = ids[h]
+		}
+	}
+	sts := waitPushes(t, tc, rest, 60*time.Second)
+	took := time.Since(start)
+	floor := time.Duration(len(data)/(64<<10)) * time.Second
+	for h, st := range sts {
+		if st.State != daemon.PushDone {
+			t.Errorf("%s: %+v", h, st)
+		}
+		checkFile(t, filepath.Join(tc.agents[h].prefix, "app.bin"), data)
+	}
+	st = sts[standby]
+	t.Logf("rack r1 but %s done in %v (%v at the slow one's floor); standby %s: rack %d, other racks %d, origin %d",
+		slow, took.Round(time.Millisecond), floor, standby, st.FromRack, st.FromRacks, st.FromOrigin)
+	if st.Role != "standby representative (took over)" || st.FromRacks+st.FromOrigin == 0 {
+		t.Errorf("the standby did not take over: %+v", st)
+	}
+	if took > floor/2 {
+		t.Errorf("rack r1 took %v: not much faster than the slow representative alone (%v)", took, floor)
+	}
+	if st, _ := status(t, tc.agents[slow], ids[slow]); st.State == daemon.PushDone {
+		t.Logf("the slow one is done too: %+v", st)
+	}
+	knob.cpu.Store(10)
+}
+
+// TestPushStartFails: a push service that cannot start closes the
+// listeners it was given, and the daemon closes its own.
+func TestPushStartFails(t *testing.T) {
+	peers, pushes := listenLoopback(t), listenLoopback(t)
+	c, err := cluster.Parse(fmt.Appendf(nil, "[host.a]\nagent = %q\npeer = %q\n[rack.r]\nhosts = [\"a\"]\n", pushes.Addr(), peers.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = daemon.Start(t.Context(), daemon.Config{
+		StateDir: t.TempDir(), PeerListener: peers, NoAPI: true, Logger: testLogger(t),
+		Push: daemon.PushConfig{Cluster: c, Key: sign.GenerateKey().Public().(ed25519.PublicKey), Host: "a", Listener: pushes},
+	})
+	if err == nil || !strings.Contains(err.Error(), "push-dest-prefix") {
+		t.Fatalf("no destination prefix: %v", err)
+	}
+	for name, ln := range map[string]net.Listener{"peer": peers, "push": pushes} {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			t.Errorf("the %s listener is still open", name)
+		}
+	}
 }

@@ -174,10 +174,7 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 	p := e.s.push
 	return func(c net.Conn, addr string, outbound bool) net.Conn {
 		h := p.cfg.Cluster.HostByPeer(addr)
-		// A standby takes over once no piece has come for Fallback: the
-		// active representatives are gone or stuck.
-		takenOver := e.role.Standby && time.Since(time.Unix(0, e.ps.ctr.progressAt.Load())) >= p.cfg.Fallback
-		if h == nil || !e.plan.MayPeerActive(p.self.Name, h.Name, takenOver) {
+		if h == nil || !e.plan.MayPeerActive(p.self.Name, h.Name, e.tookOver()) {
 			return nil
 		}
 		if h.Rack == p.self.Rack {
@@ -194,6 +191,18 @@ func (e *pushEnv) peerConn(ctx context.Context) func(c net.Conn, addr string, ou
 		return &shapedConn{Conn: c, ctx: ctx, in: &e.ps.ctr.fromRacks, out: &e.ps.ctr.sent, own: true,
 			down: []*rate.Limiter{e.rt.crossPeers, e.rt.down}, up: []*rate.Limiter{e.rt.crossUp, e.rt.up}}
 	}
+}
+
+// tookOver reports whether this host, a standby representative, acts as
+// an active one: told to by the pusher (its rack's active ones are slow),
+// or after Fallback without a piece (they are gone or stuck).
+func (e *pushEnv) tookOver() bool {
+	return e.role.Standby && (e.ps.takenOver.Load() || e.starved())
+}
+
+// starved reports whether no piece has come for Fallback.
+func (e *pushEnv) starved() bool {
+	return time.Since(time.Unix(0, e.ps.ctr.progressAt.Load())) >= e.s.push.cfg.Fallback
 }
 
 // shapedConn counts and shapes a peer connection. It keeps the socket's
@@ -258,7 +267,8 @@ type workShare struct {
 // shaped; a host that is not one of its datacenter's representatives is
 // answered at once, as the origin answers pieces on their way through
 // the swarm (503, Stampede-In-Swarm), while pieces come from its peers,
-// and goes to the origin only after Fallback without any. A
+// and goes to the origin only after Fallback without any, or once told
+// to take over (a standby). A
 // representative's request is steered by its share of the work
 // (cluster.Work.Pick): to a free piece of its share, and once that is
 // done to the far end of the share of the one most behind, so
@@ -301,7 +311,7 @@ func (g *originGate) RoundTrip(r *http.Request) (*http.Response, error) {
 		return g.next.RoundTrip(r)
 	}
 	ctr := g.e.ps.ctr
-	if !g.e.role.DCRep && time.Since(time.Unix(0, ctr.progressAt.Load())) < g.e.s.push.cfg.Fallback {
+	if !g.e.role.DCRep && !g.e.ps.takenOver.Load() && !g.e.starved() {
 		return &http.Response{
 			Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable,
 			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,

@@ -142,6 +142,10 @@ func (s *Server) pushRun(ctx context.Context, ps *push, dest string) error {
 	return err
 }
 
+// roleTookOver is the role of a standby representative told to take
+// over (pushSvc.takeOver).
+const roleTookOver = "standby representative (took over)"
+
 func roleName(r *cluster.Role) string {
 	switch {
 	case r.DCRep:
