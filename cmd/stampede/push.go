@@ -56,7 +56,7 @@ or not a regular file), 3 the origin could not be set up. See docs/push.md.`)
 		clusterFile, dest, keyFile, then, statusListen, originListen, originURL string
 		hosts                                                                   []string
 		jsonOut, quiet, verbose                                                 bool
-		deadline, deadAfter                                                     time.Duration
+		deadline, deadAfter, behindAfter                                        time.Duration
 	)
 	fs.StringVar(&clusterFile, "cluster", "", "the cluster file, TOML `FILE` (docs/push.md; required)")
 	fs.StringVar(&dest, "dest", "", "install the file at `PATH` on each host (absolute; under the agents' --push-dest-prefix; required)")
@@ -66,6 +66,7 @@ or not a regular file), 3 the origin could not be set up. See docs/push.md.`)
 	fs.BoolVar(&jsonOut, "json", false, "write progress and the report as JSON lines on stdout")
 	fs.DurationVar(&deadline, "deadline", defaultPushDeadline, "give up on hosts not done after `DUR`; the push's signature expires then too")
 	fs.DurationVar(&deadAfter, "dead-after", defaultDeadAfter, "report a host that stops answering for `DUR` as died mid-push")
+	fs.DurationVar(&behindAfter, "behind-after", defaultBehindAfter, "a rack under a third of the median rack's rate for `DUR` is behind: its standby representatives take over (0: never)")
 	fs.StringVar(&statusListen, "status-listen", "", "serve a live status page on `HOST:PORT`")
 	fs.StringVar(&originListen, "origin-listen", ":0", "serve the file to the agents on `HOST:PORT`")
 	fs.StringVar(&originURL, "origin-url", "", "the agents reach the origin at `URL` (default: this host's address toward the first agent, and --origin-listen's port)")
@@ -88,6 +89,8 @@ or not a regular file), 3 the origin could not be set up. See docs/push.md.`)
 		return usageErrorf("--deadline %v: want more than 0 and at most %v", deadline, cluster.MaxLifetime)
 	case deadAfter <= 0:
 		return usageErrorf("--dead-after %v: want more than 0", deadAfter)
+	case behindAfter < 0:
+		return usageErrorf("--behind-after %v: want 0 (never) or more", behindAfter)
 	}
 	if originURL != "" {
 		if u, err := url.Parse(originURL); err != nil || u.Scheme != "http" || u.Host == "" {
@@ -115,7 +118,7 @@ or not a regular file), 3 the origin could not be set up. See docs/push.md.`)
 	}
 	p := &pusher{
 		e: e, c: c, hosts: chosen, file: file, dest: dest, then: then, priv: priv,
-		deadline: deadline, deadAfter: deadAfter, originListen: originListen, originURL: originURL,
+		deadline: deadline, deadAfter: deadAfter, behindAfter: behindAfter, originListen: originListen, originURL: originURL,
 		json: jsonOut, quiet: quiet, log: e.logger(true, verbose),
 	}
 	if verbose {
@@ -152,6 +155,7 @@ type pusher struct {
 	file, dest, then        string
 	priv                    ed25519.PrivateKey
 	deadline, deadAfter     time.Duration
+	behindAfter             time.Duration // 0: racks behind are not looked for
 	originListen, originURL string
 	json, quiet             bool
 	log                     *slog.Logger
@@ -163,6 +167,9 @@ type pusher struct {
 	req    cluster.Request
 	plan   *cluster.Plan
 	agents map[string]*agentState
+	// watchRacks finds the racks behind; behind are those found, in order.
+	watchRacks *rackWatch
+	behind     []pushBehind
 }
 
 // agentState is what the pusher knows of one host.
@@ -346,9 +353,26 @@ func (p *pusher) fail(h, cause string) {
 }
 
 func (p *pusher) getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return p.callJSON(ctx, http.MethodGet, u, nil, v)
+}
+
+// callJSON sends in (nil: no body) and decodes an answer of 200 OK into
+// out (nil: read no further); anything else is the agent's error.
+func (p *pusher) callJSON(ctx context.Context, method, u string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -358,7 +382,10 @@ func (p *pusher) getJSON(ctx context.Context, u string, v any) error {
 	if resp.StatusCode != http.StatusOK {
 		return agentError(resp)
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
 }
 
 // agentError is an agent's refusal, with its message.
@@ -407,6 +434,7 @@ func (p *pusher) watch(ctx context.Context) {
 	view := p.newView()
 	for {
 		p.poll(ctx)
+		p.checkBehind(ctx, time.Now())
 		view.draw(p.snapshot(), false)
 		if p.allFinal() {
 			view.draw(p.snapshot(), true)

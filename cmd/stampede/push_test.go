@@ -14,14 +14,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stampede-dev/stampede/cluster"
 	"github.com/stampede-dev/stampede/daemon"
+	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/sign"
 )
 
@@ -39,6 +42,18 @@ type heavyLoad struct{}
 func (heavyLoad) Load() (cluster.HostLoad, error) { return cluster.HostLoad{CPU: 100}, nil }
 
 func startPushBed(t *testing.T, racks, hosts int, down []string, slow string) *pushBed {
+	t.Helper()
+	return startPushBedLoad(t, racks, hosts, down, func(_ *cluster.Cluster, host string) cluster.LoadSource {
+		if host == slow {
+			return heavyLoad{}
+		}
+		return nil
+	})
+}
+
+// startPushBedLoad is startPushBed with each host's load source (nil:
+// not throttled) from load.
+func startPushBedLoad(t *testing.T, racks, hosts int, down []string, load func(c *cluster.Cluster, host string) cluster.LoadSource) *pushBed {
 	t.Helper()
 	b := &pushBed{dir: t.TempDir(), srv: map[string]*daemon.Server{}}
 	b.key = filepath.Join(b.dir, "cluster.key")
@@ -91,8 +106,8 @@ func startPushBed(t *testing.T, racks, hosts int, down []string, slow string) *p
 			Push: daemon.PushConfig{Cluster: c, Key: pub, Host: n, Listener: pls[n],
 				DestPrefixes: []string{filepath.Join(b.dir, "root", n)}, Fallback: time.Minute},
 		}
-		if n == slow {
-			cfg.Push.MaxLoad, cfg.Push.LoadSource = 1, heavyLoad{}
+		if ls := load(c, n); ls != nil {
+			cfg.Push.MaxLoad, cfg.Push.LoadSource = 1, ls
 		}
 		srv, err := daemon.Start(t.Context(), cfg)
 		if err != nil {
@@ -395,5 +410,96 @@ func TestPushAgentFlags(t *testing.T) {
 		&env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr})
 	if code != exitUsage || !strings.Contains(stderr.String(), "--max-iowait configures the push service") {
 		t.Errorf("daemon --max-iowait without --cluster: exit %d, %s", code, stderr.String())
+	}
+}
+
+// loadKnob is a load source a test turns: loaded or not.
+type loadKnob struct{ loaded atomic.Bool }
+
+func (k *loadKnob) Load() (cluster.HostLoad, error) {
+	if k.loaded.Load() {
+		return cluster.HostLoad{CPU: 100}, nil
+	}
+	return cluster.HostLoad{}, nil
+}
+
+// TestPushSlowRack: a rack's active representative is held near the
+// throttle's floor by its load, slow but not stopped. push finds the rack
+// behind the others and tells its standby to take over: the rack's
+// other hosts finish long before the slow one could have brought the
+// file in; the report says which rack was behind, when, and who took
+// over.
+func TestPushSlowRack(t *testing.T) {
+	file, data := pushFile(t, 2<<20)
+	m, err := manifest.FromReader(bytes.NewReader(data), int64(len(data)), "app.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knob := &loadKnob{}
+	knob.loaded.Store(true)
+	var slow, standby string
+	b := startPushBedLoad(t, 2, 3, nil, func(c *cluster.Cluster, host string) cluster.LoadSource {
+		plan, err := cluster.NewPlan(c, c.HostNames(), m.Root[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := plan.Roles[host]; {
+		case r.Rack != "r0":
+		case r.Standby:
+			standby = host
+		case r.RackRep:
+			slow = host
+			return knob
+		}
+		return nil
+	})
+	if slow == "" || standby == "" {
+		t.Fatal("rack r0 has no active and standby representatives")
+	}
+	// Once the rest of its rack has the file, the slow one is let go, so
+	// the push ends.
+	var release sync.WaitGroup
+	release.Go(func() {
+		defer knob.loaded.Store(false)
+		deadline := time.Now().Add(60 * time.Second)
+		for _, h := range []string{"r0h0", "r0h1", "r0h2"} {
+			for h != slow && time.Now().Before(deadline) {
+				if _, err := os.Stat(filepath.Join(b.dir, "root", h, "app.bin")); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
+	code, rep, _ := b.push(t, file, "--behind-after", "1s", "--deadline", "90s")
+	release.Wait()
+	if code != exitOK || rep.Got != 6 {
+		t.Fatalf("exit %d, %d of %d got it: %+v", code, rep.Got, rep.Hosts, rep.Failures)
+	}
+	t.Logf("behind: %+v", rep.Behind)
+	var r0 *pushBehind
+	for i := range rep.Behind {
+		if rep.Behind[i].Rack == "r0" {
+			r0 = &rep.Behind[i]
+		}
+	}
+	if r0 == nil || !slices.Equal(r0.TookOver, []string{standby}) || r0.Seconds <= 0 {
+		t.Fatalf("rack r0 not found behind, or %s did not take over: %+v", standby, rep.Behind)
+	}
+	floor := float64(len(data)) / (64 << 10)
+	for _, r := range rep.Racks {
+		for _, h := range r.Hosts {
+			sameFile(t, filepath.Join(b.dir, "root", h.Host, "app.bin"), data)
+			if h.Rack != "r0" || h.Host == slow {
+				continue
+			}
+			if h.Host == standby && (h.Role != "standby representative (took over)" || h.FromOtherRacks+h.FromOrigin == 0) {
+				t.Errorf("the standby did not take over: %+v", h)
+			}
+			t.Logf("%s (%s): done at %.1fs (%.0fs at the slow one's floor)", h.Host, h.Role, h.Seconds, floor)
+			if h.Seconds > floor/2 {
+				t.Errorf("%s done at %.1fs: not much sooner than through the slow representative (%.0fs)", h.Host, h.Seconds, floor)
+			}
+		}
 	}
 }

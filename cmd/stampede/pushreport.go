@@ -53,6 +53,9 @@ type pushSnapshot struct {
 	Dest    string     `json:"dest"`
 	Elapsed float64    `json:"elapsed"`
 	Racks   []pushRack `json:"racks"`
+	// Behind are the racks found behind so far, in order, and the
+	// standbys told to take over.
+	Behind []pushBehind `json:"behind,omitempty"`
 }
 
 // pushReport is the snapshot at the end, with the sums and the exit code.
@@ -80,7 +83,8 @@ type pushFailure struct {
 func (p *pusher) snapshot() pushSnapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := pushSnapshot{Type: "progress", Root: p.req.Root, Size: p.req.Size, Dest: p.dest, Elapsed: time.Since(p.start).Seconds()}
+	s := pushSnapshot{Type: "progress", Root: p.req.Root, Size: p.req.Size, Dest: p.dest, Elapsed: time.Since(p.start).Seconds(),
+		Behind: slices.Clone(p.behind)}
 	racks := map[string]*pushRack{}
 	for _, h := range p.hosts {
 		a := p.agents[h]
@@ -184,9 +188,24 @@ func (p *pusher) printReport(r *pushReport) {
 		}
 		fmt.Fprintf(w, "  rack %s: %d of %d done, %s (%.2f copies) in over its uplink\n", rk.Rack, rk.Done, len(rk.Hosts), units.Bytes(rk.InBytes), rk.InCopies)
 	}
+	for _, b := range r.Behind {
+		fmt.Fprintf(w, "rack %s behind at %.1fs: %s\n", b.Rack, b.Seconds, behindLine(b))
+	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "FAILED %s: %s\n", f.Host, f.Cause)
 	}
+}
+
+// behindLine says what came of a rack found behind.
+func behindLine(b pushBehind) string {
+	var parts []string
+	if len(b.TookOver) > 0 {
+		parts = append(parts, strings.Join(b.TookOver, ", ")+" took over")
+	}
+	if b.Cause != "" {
+		parts = append(parts, b.Cause)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // pushView shows the progress: JSON lines on stdout (--json), a table
@@ -258,7 +277,8 @@ var statusPage = template.Must(template.New("push").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="1"><title>stampede push</title>
 <style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}</style></head>
 <body><h1>stampede push to {{.Dest}}</h1><p>{{printf "%.1f" .Elapsed}} s, root {{.Root}}, {{.Size}} bytes. <a href="status.json">JSON</a></p>
-{{range .Racks}}<h2>rack {{.Rack}}: {{.Done}} of {{len .Hosts}} done, {{printf "%.2f" .InCopies}} copies in over its uplink</h2>
+{{range .Behind}}<p>rack {{.Rack}} behind at {{printf "%.1f" .Seconds}} s: {{range .TookOver}}{{.}} took over. {{end}}{{.Cause}}</p>
+{{end}}{{range .Racks}}<h2>rack {{.Rack}}: {{.Done}} of {{len .Hosts}} done, {{printf "%.2f" .InCopies}} copies in over its uplink</h2>
 <table><tr><th>host</th><th>role</th><th>state</th><th>done</th><th>from rack</th><th>other racks</th><th>origin</th><th>reused</th><th>cause</th></tr>
 {{range .Hosts}}<tr><td>{{.Host}}</td><td>{{.Role}}</td><td>{{.State}}</td><td>{{.Done}}</td><td>{{.FromRack}}</td><td>{{.FromOtherRacks}}</td><td>{{.FromOrigin}}</td><td>{{.Reused}}</td><td>{{.Cause}}</td></tr>
 {{end}}</table>{{end}}</body></html>

@@ -21,7 +21,30 @@ func testSnapshot() pushSnapshot {
 			{Host: "web-2", Rack: "r1", State: daemon.PushFetching, Done: 450, Throttled: true},
 		}},
 		{Rack: "r2", Hosts: []pushHost{{Host: "db-<1>", Rack: "r2", State: daemon.PushFailed, Cause: "host down"}}},
+	}, Behind: []pushBehind{
+		{Rack: "r1", Seconds: 12.5, TookOver: []string{"web-2"}},
+		{Rack: "r2", Seconds: 13, Cause: "no standby representative to take over"},
 	}}
+}
+
+// TestPushReportBehind: the report says which racks were behind, when,
+// and who took over.
+func TestPushReportBehind(t *testing.T) {
+	var out bytes.Buffer
+	p := &pusher{e: &env{stdout: &out}, file: "/tmp/a", dest: "/srv/a"}
+	p.printReport(&pushReport{pushSnapshot: testSnapshot()})
+	for _, want := range []string{"rack r1 behind at 12.5s: web-2 took over\n", "rack r2 behind at 13.0s: no standby representative to take over\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	p.json = true
+	p.printReport(&pushReport{pushSnapshot: testSnapshot()})
+	var r pushReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Behind) != 2 || r.Behind[0].TookOver[0] != "web-2" || r.Behind[1].Seconds != 13 {
+		t.Errorf("JSON report: %v, %+v", err, r.Behind)
+	}
 }
 
 func TestPushView(t *testing.T) {
@@ -54,7 +77,7 @@ func TestPushStatusPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := out.String()
-	for _, want := range []string{"rack r1: 1 of 2 done, 1.10 copies", "<td>web-2</td>", "db-&lt;1&gt;", "host down", `http-equiv="refresh"`} {
+	for _, want := range []string{"rack r1: 1 of 2 done, 1.10 copies", "<td>web-2</td>", "rack r1 behind at 12.5 s: web-2 took over.", "db-&lt;1&gt;", "host down", `http-equiv="refresh"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %q", want)
 		}
