@@ -177,7 +177,13 @@ func TestTURNStats(t *testing.T) {
 			}
 		}
 	}
+	// The relay counts a datagram once its write returns, which may come
+	// after the echo it caused has reached the client: wait for the
+	// counts to settle.
 	got := st.Counts()
+	for end := time.Now().Add(2 * time.Second); got.ToPeers < rounds*size && time.Now().Before(end); got = st.Counts() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got.ToPeers != rounds*size || got.FromPeers != 2*rounds*size {
 		t.Errorf("relayed %d bytes to the peer and %d back, want %d and %d", got.ToPeers, got.FromPeers, rounds*size, 2*rounds*size)
 	}
