@@ -34,15 +34,17 @@ const (
 
 // rackWatch finds the racks of a push that fall behind: those whose rate
 // stays under a third of the median rack's for After while the median
-// rack's rate is above zero and the rack is not done. A rack's progress
-// is the most bytes any of its hosts has verified (what has come across
-// its uplink, roughly); its rate is over the last behindRateWindow; a
-// rack done counts at its average rate, from the push's start to the
-// moment it was done. So a rack slow for a moment is not behind, nor is
-// one when every rack is slow together (the origin, or the pusher's
-// link, is the bottleneck, and a standby would not help). The median of
-// an even number of racks is the faster middle one, so that of two racks
-// the slow one can be behind. It is pure: the caller says the time.
+// rack's rate is above zero, the rack is not done and it has less than
+// the median rack's progress (a rack ahead of the others, slowing for its
+// last pieces, is not behind them). A rack's progress is the most bytes
+// any of its hosts has verified (what has come across its uplink,
+// roughly); its rate is over the last behindRateWindow; a rack done
+// counts at its average rate, from the push's start to the moment it was
+// done. So a rack slow for a moment is not behind, nor is one when every
+// rack is slow together (the origin, or the pusher's link, is the
+// bottleneck, and a standby would not help). The median of an even
+// number of racks is the faster middle one, so that of two racks the
+// slow one can be behind. It is pure: the caller says the time.
 type rackWatch struct {
 	after time.Duration
 	size  int64
@@ -90,19 +92,21 @@ func (w *rackWatch) observe(now time.Time, progress map[string]int64) []string {
 		t.samples = t.samples[k:]
 		rates[rack] = t.rate(w.size, w.start, now)
 	}
-	var all []float64
-	for _, r := range rates {
-		all = append(all, r)
-	}
-	if len(all) == 0 {
+	if len(rates) == 0 {
 		return nil
 	}
+	var all, done []float64
+	for rack, r := range rates {
+		all = append(all, r)
+		done = append(done, float64(progress[rack]))
+	}
 	slices.Sort(all)
-	median := all[len(all)/2]
+	slices.Sort(done)
+	median, medianDone := all[len(all)/2], done[len(done)/2]
 	var behind []string
 	for rack, r := range rates {
 		t := w.racks[rack]
-		if !t.doneAt.IsZero() || median <= 0 || r*behindRatio >= median {
+		if !t.doneAt.IsZero() || median <= 0 || r*behindRatio >= median || float64(progress[rack]) >= medianDone {
 			t.slowSince = time.Time{}
 			continue
 		}

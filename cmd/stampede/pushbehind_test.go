@@ -85,6 +85,16 @@ func TestRackWatch(t *testing.T) {
 			}
 			return MB
 		}, "", 0, 0},
+		// Ahead of the others, slowing for its last pieces: not behind.
+		{"ahead, then slow", 60 * MB, func(r string, t time.Duration) float64 {
+			switch {
+			case r != "c":
+				return MB
+			case t < 20*time.Second:
+				return 2.5 * MB
+			}
+			return 0.1 * MB
+		}, "", 0, 0},
 		// The slow one is done before it would be found behind.
 		{"done while slow", 2 * MB, func(r string, t time.Duration) float64 {
 			if r == "c" {
