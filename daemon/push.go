@@ -48,6 +48,7 @@ import (
 //	                     another key, 403 naming another host, 404 no
 //	                     such push, 409 this host no standby in it or the
 //	                     takeover replayed, 410 expired, 400 malformed
+//	                     or for another push
 
 // Defaults of PushConfig.
 const (
