@@ -43,10 +43,6 @@ func (w *Work) Share(rep string) (from, to int) {
 	if r < 0 {
 		return 0, 0
 	}
-	return w.shareOf(r)
-}
-
-func (w *Work) shareOf(r int) (from, to int) {
 	from = slices.Index(w.share, r)
 	if from < 0 {
 		return 0, 0

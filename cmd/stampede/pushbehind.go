@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,12 +219,7 @@ func (p *pusher) takeOver(ctx context.Context, rack string) pushBehind {
 	wg.Wait()
 	slices.Sort(b.TookOver)
 	slices.Sort(causes)
-	for i, c := range causes {
-		if i > 0 {
-			b.Cause += "; "
-		}
-		b.Cause += c
-	}
+	b.Cause = strings.Join(causes, "; ")
 	return b
 }
 
