@@ -46,14 +46,19 @@ const (
 
 var upstreamNames = [numUpstream]string{"proxy", "revalidate", "manifest"}
 
-// reasonNoPeers is the reason of a swarm peer that knows no other peer.
-const reasonNoPeers = contract.ReasonOriginPrefix + "no-peers"
+// reasonNoPeers is the reason of a swarm peer that knows no other peer;
+// reasonSpare of one fetching a piece its peers have, because the origin
+// told of a budget with room and answers quickly (swarm.ReasonSpare).
+const (
+	reasonNoPeers = contract.ReasonOriginPrefix + "no-peers"
+	reasonSpare   = contract.ReasonOriginPrefix + "spare"
+)
 
 // reasonNames are the reasons counted; anything else counts as "other" (a
 // header must not grow the metrics without bound).
 var reasonNames = [...]string{"none", contract.ReasonPiece, contract.ReasonRetryLate, contract.ReasonRetryError, contract.ReasonStream,
 	contract.ReasonOriginPrefix + "no-peer-has-it", reasonNoPeers, contract.ReasonOriginPrefix + "stalled",
-	contract.ReasonOriginPrefix + "peers-failing", "other"}
+	contract.ReasonOriginPrefix + "peers-failing", reasonSpare, "other"}
 
 func reasonIndex(h string) int {
 	if h == "" {

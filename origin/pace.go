@@ -161,9 +161,16 @@ type connKey struct{}
 // ("piece", "retry-*") are not paced: a crowd of them holds every slot,
 // and a slot held waiting for a turn is one more 503 for the others (in a
 // flash50 of plain downloads with them paced, 41 of 50 gave up on 503s).
-// A resumed stream ("stream") asks for the rest of the file.
+// A resumed stream ("stream") asks for the rest of the file. Nor is a
+// spare fetch (reasonSpare): the peers send those only while the origin's
+// budget has room and its answers come quickly, for pieces the swarm
+// already has, so there is no first copy to hurry; paced, they waited
+// behind each other at the turns, and an origin faster than its clients'
+// downlinks sent a third of what the budget allowed (the simulator's
+// fast-origin, 2.97 copies of 8; docs/benchmarks.md, "The origin's spare
+// link").
 func swarmFetch(r string) bool {
-	return strings.HasPrefix(r, "origin:")
+	return strings.HasPrefix(r, contract.ReasonOriginPrefix) && r != reasonSpare
 }
 
 // queueFull reports how long an answer to a swarm's origin fetch would wait

@@ -95,7 +95,8 @@ func TestPacerBounds(t *testing.T) {
 }
 
 // TestPiecesPaced: single-range answers to swarm peers' origin fetches
-// take a turn; those to other clients, and full files, do not.
+// take a turn; those to other clients, full files and spare fetches do
+// not.
 func TestPiecesPaced(t *testing.T) {
 	dir := t.TempDir()
 	data := randomBytes(fileSize, 31)
@@ -111,8 +112,9 @@ func TestPiecesPaced(t *testing.T) {
 	if n := turns(); n != 3 {
 		t.Errorf("%d paced answers after 3 piece requests of a stampede client, want 3", n)
 	}
-	ts.pieceGet(t, m, data, 3, "")                                 // curl asking for a range
-	ts.pieceGet(t, m, data, 4, "", contract.ReasonHeader, "piece") // a download without the swarm
+	ts.pieceGet(t, m, data, 3, "")                                        // curl asking for a range
+	ts.pieceGet(t, m, data, 4, "", contract.ReasonHeader, "piece")        // a download without the swarm
+	ts.pieceGet(t, m, data, 5, "", contract.ReasonHeader, "origin:spare") // a spare fetch
 	if res, _ := ts.do(t, "GET", "/f", contract.ReasonHeader, "stream"); res.StatusCode != 200 {
 		t.Fatalf("full GET: %s", res.Status)
 	}
@@ -120,7 +122,7 @@ func TestPiecesPaced(t *testing.T) {
 		t.Fatalf("resumed stream: %s", res.Status)
 	}
 	if n := turns(); n != 3 {
-		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a full file or a resumed stream took a turn", n, contract.ReasonHeader)
+		t.Errorf("%d paced answers: a range without %s, a download without the swarm, a spare fetch, a full file or a resumed stream took a turn", n, contract.ReasonHeader)
 	}
 }
 

@@ -202,6 +202,10 @@ func (o *origin) request(f *fetch) {
 			return
 		}
 	}
+	if f.a.Reason == swarm.ReasonSpare { // not paced (origin.swarmFetch)
+		o.send(f)
+		return
+	}
 	if d := o.backlog(); d > paceMaxQueue {
 		o.undo(f)
 		o.settle(f, 0)

@@ -37,6 +37,10 @@ import (
 //     itself when it is the only one, so the origin can still refuse a
 //     piece it sent another peer just now), and the piece is Announced as
 //     soon as it is in, so the rest of the swarm gets it from us.
+//   - While the origin has told of a budget with room left and its
+//     fetches are quick (spare), every peer holds every slice, and a
+//     holder whose peers have every piece it lacks fetches one nobody is
+//     asked for (reason "spare").
 //   - A piece peers have that has not come for StallAfter may be fetched
 //     too (reason "stalled"), one at a time, still only in a slice we hold.
 //   - A 503 stops all origin use for its Retry-After. An error stops it
@@ -193,11 +197,13 @@ func (s *Scheduler) drainedOriginTime() time.Duration {
 // us of a budget (OriginBudget) with more than spareReserve of the file
 // left in its window, and it is not saturated: our origin fetches take
 // no longer than spareSlack times the quickest we have had (a saturated
-// origin queues them). Then a holder of the origin's slice whose peers
-// have every piece it lacks fetches what it would otherwise wait for from
-// them (ReasonSpare): in a crowd on slow uplinks (ADSL) with an origin
-// that has room, the origin's spare link shortens everyone's download,
-// within the egress the operator allowed. An origin that is the
+// origin queues them). Then every peer holds the origin's slices
+// (drawSlice), and a holder whose peers have every piece it lacks fetches
+// what it would otherwise wait for from them (ReasonSpare; the origin
+// does not pace these, origin/pace.go): in a crowd on slow uplinks (ADSL)
+// or with an origin faster than its uplinks together, the origin's spare
+// link shortens everyone's download, within the egress the operator
+// allowed. An origin that is the
 // bottleneck (a flash crowd's) is saturated, so nothing changes there;
 // nor does it where the origin says nothing of a budget.
 func (s *Scheduler) spare() bool {
@@ -283,7 +289,8 @@ func (s *Scheduler) meanCapacity() float64 {
 const originHold = 8
 
 // drawSlice draws whether we hold the origin for the next slice, with
-// odds k/n whatever our uplink. Weighting the odds by our upload capacity
+// odds k/n whatever our uplink, or 1 while the origin has budget and time
+// to spare. Weighting the odds by our upload capacity
 // over our neighbours' (a 1 Mbit/s uplink passes an origin piece on
 // twenty times slower than a 20 Mbit/s one) was tried and taken out:
 // with peers leaving when done, the fast peers then took the file at the
@@ -306,6 +313,13 @@ func (s *Scheduler) drawSlice() {
 	// hold the origin all the time anyway.
 	if d, hold := s.originFetchTime(), originHold*s.cfg.OriginSlice; p < 1 && d > hold {
 		p *= float64(hold) / float64(d)
+	}
+	// An origin with budget and time to spare (spare) is held by
+	// everyone: it is then one more peer with room on its link, and the
+	// swarm's uplinks are the bottleneck. Its fetch times (spare's
+	// saturation check) and the budget's reserve bound what that takes.
+	if s.spare() {
+		p = 1
 	}
 	s.holding = s.cfg.OriginHolder || s.rng.Float64() < p
 	s.sliceOdds = p
