@@ -270,7 +270,7 @@ func (s *Scheduler) onStarted(e Started) {
 	if s.have.Has(e.Piece) || p.has.Has(e.Piece) {
 		return
 	}
-	until := s.now.Add(s.cfg.StartTimeout)
+	until := s.since() + s.cfg.StartTimeout
 	ps := &s.pieces[e.Piece]
 	for k := range ps.claims {
 		if ps.claims[k].peer == p.id {
@@ -287,8 +287,9 @@ func (s *Scheduler) onStarted(e Started) {
 }
 
 func (s *Scheduler) claimedBy(id PeerID, i int) bool {
+	now := s.since()
 	for _, c := range s.pieces[i].claims {
-		if c.peer == id && c.until.After(s.now) {
+		if c.peer == id && c.until > now {
 			return true
 		}
 	}
@@ -300,10 +301,14 @@ func (s *Scheduler) unclaim(id PeerID, i int) {
 	ps.claims = slices.DeleteFunc(ps.claims, func(c claim) bool { return c.peer == id })
 }
 
+// since is the time from New to now, as claims count it.
+func (s *Scheduler) since() time.Duration { return s.now.Sub(s.epoch) }
+
 // claimed reports whether another peer holds a live START claim on piece i.
 func (s *Scheduler) claimed(i int) bool {
+	now := s.since()
 	for _, c := range s.pieces[i].claims {
-		if c.until.After(s.now) {
+		if c.until > now {
 			return true
 		}
 	}
