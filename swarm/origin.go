@@ -194,48 +194,40 @@ func (s *Scheduler) drainedOriginTime() time.Duration {
 }
 
 // spare reports whether the origin has budget and time to spare: it told
-// us of a budget (OriginBudget) with room left in its window beyond what
-// it may still have to send as first copies (spareReserve), and it is not
-// saturated: our origin fetches take no longer than spareSlack times the
-// quickest we have had (a saturated origin queues them). Then every peer
-// holds the origin's slices (drawSlice), and a holder whose peers have
-// every piece it lacks fetches what it would otherwise wait for from them
-// (ReasonSpare; the origin does not pace these, origin/pace.go): in a
-// crowd on slow uplinks (ADSL) or with an origin faster than its uplinks
-// together, the origin's spare link shortens everyone's download, within
-// the egress the operator allowed. An origin that is the bottleneck (a
-// flash crowd's) is saturated, so nothing changes there; nor does it
-// where the origin says nothing of a budget.
+// us of a budget (OriginBudget) with more than spareReserve of the file
+// left in its window, and it is not saturated: our origin fetches take
+// no longer than spareSlack times the quickest we have had (a saturated
+// origin queues them). Then every peer holds the origin's slices
+// (drawSlice), and a holder whose peers have every piece it lacks fetches
+// what it would otherwise wait for from them (ReasonSpare; the origin
+// does not pace these, origin/pace.go): in a crowd on slow uplinks (ADSL)
+// or with an origin faster than its uplinks together, the origin's spare
+// link shortens everyone's download, within the egress the operator
+// allowed. An origin that is the
+// bottleneck (a flash crowd's) is saturated, so nothing changes there;
+// nor does it where the origin says nothing of a budget.
 func (s *Scheduler) spare() bool {
 	if s.budgetUntil.IsZero() || !s.now.Before(s.budgetUntil) || s.originMin <= 0 {
 		return false
 	}
-	if s.budgetLeft <= s.spareReserve() {
+	if float64(s.budgetLeft) < spareReserve*float64(s.cfg.NumPieces)*s.avgLen {
 		return false
 	}
 	return s.drainedOriginTime() <= spareSlack*s.originMin
 }
 
-// spareReserve is the budget spare fetches leave for first copies: the
-// bytes of the pieces we lack that no neighbour has, which as far as we
-// can see the origin has yet to send. (A fixed copy of the file, as it
-// was, left an eighth of fast-origin's budget of 8 unspent, the origin
-// idle for the last 20 s of the crowd; docs/benchmarks.md, "The origin's
-// spare link".) The origin still sends a first copy past its budget, so
-// this only keeps spare fetches from spending what first copies are
-// counted against. spareSlack is how much longer than our quickest our
-// origin fetches may take for the origin to count as not saturated.
-func (s *Scheduler) spareReserve() int64 {
-	var n int64
-	for i := s.have.NextMissing(0); i >= 0; i = s.have.NextMissing(i + 1) {
-		if s.pieces[i].avail == 0 {
-			n += s.pieceLen(i)
-		}
-	}
-	return n
-}
-
-const spareSlack = 2
+// spareReserve is the budget, in copies of the file, that spare fetches
+// leave for pieces no peer has: a whole copy, so that with the default
+// budget (1.5 copies, meant for a crowd whose bottleneck is the origin)
+// there is nothing to spare once a crowd has been sent half a copy (in
+// flash50 runs, half a copy's reserve let spare fetches take the origin
+// from 1.01 to 1.04-1.05 copies); spareSlack is how much longer than our
+// quickest our origin fetches may take for the origin to count as not
+// saturated.
+const (
+	spareReserve = 1
+	spareSlack   = 2
+)
 
 // pickSpare chooses a piece for a spare fetch: the rarest among those we
 // lack that nobody is asked for (ours, at the origin or at a peer), and

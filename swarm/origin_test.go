@@ -521,11 +521,10 @@ func TestOriginOddsIgnoreCapacity(t *testing.T) {
 
 // TestOriginSpare: a holder whose neighbour has every piece it lacks
 // fetches from the origin only when the origin has budget and time to
-// spare (ReasonSpare): it told of a budget with room left beyond the
-// pieces no neighbour has (none here; TestSpareReserve), and our origin
-// fetches are as quick as our quickest. Not without a budget, not from a
-// saturated origin (fetches eight times as slow as the quickest), and
-// never a piece asked of a peer.
+// spare (ReasonSpare): it told of a budget with room left, and our origin
+// fetches are as quick as our quickest. Not without a budget, not with
+// less than a whole copy left, not from a saturated origin (fetches eight
+// times as slow as the quickest), and never a piece asked of a peer.
 func TestOriginSpare(t *testing.T) {
 	const pieces = 64
 	run := func(budget *OriginBudget, fetchTime time.Duration) (spare int, askedOfPeer bool) {
@@ -585,11 +584,9 @@ func TestOriginSpare(t *testing.T) {
 	if n, _ := run(nil, 50*time.Millisecond); n != 0 {
 		t.Errorf("no budget told: %d spare fetches, want none", n)
 	}
-	quarter := &OriginBudget{Left: size / 4, Reset: 5 * time.Minute}
-	if n, _ := run(quarter, 50*time.Millisecond); n == 0 {
-		t.Errorf("a quarter of a copy left, every piece in the swarm: no spare fetch, want some")
+	if n, _ := run(&OriginBudget{Left: size * 3 / 4, Reset: 5 * time.Minute}, 50*time.Millisecond); n != 0 {
+		t.Errorf("three quarters of a copy left: %d spare fetches, want none", n)
 	}
-
 	if n, _ := run(ample, 400*time.Millisecond); n > 1 {
 		t.Errorf("origin saturated (fetches 8 times the quickest): %d spare fetches, want at most the one before it showed", n)
 	}
@@ -650,72 +647,5 @@ func TestOriginSpareHoldsEverySlice(t *testing.T) {
 		if won, drawn := run(c.budget); drawn < 4 || won > drawn/2 {
 			t.Errorf("%s: held %d of %d slices, want about k/n = 0.3%%", c.name, won, drawn)
 		}
-	}
-}
-
-// TestSpareReserve: the origin has budget to spare only beyond the pieces
-// we lack that no neighbour has (the first copies it may still have to
-// send): with half the file in nobody's hands, a quarter of a copy left
-// is not spare and three quarters are; once a neighbour has those
-// pieces, a quarter is.
-func TestSpareReserve(t *testing.T) {
-	const pieces = 64
-	size := int64(pieces) * DefaultPieceLen
-	s := New(Config{NumPieces: pieces, Seed: 32}, nil, t0)
-	s.Start(t0)
-	now := t0
-	half := pieceset.New(pieces)
-	for i := range pieces / 2 {
-		half.Add(i)
-	}
-	var fetches []int
-	handle := func(acts []Action) {
-		for _, a := range acts {
-			if f, ok := a.(FetchOrigin); ok {
-				fetches = append(fetches, f.Piece)
-			}
-		}
-	}
-	handle(s.Step(TrackerPeers{SwarmSize: 2}, now))
-	handle(s.Step(PeerUp{Peer: 1, Addr: "10.0.0.1:7000", Host: "10.0.0.1"}, now))
-	handle(s.Step(HaveSet{Peer: 1, Set: half}, now))
-	tell := func(left int64) bool {
-		s.Step(OriginBudget{Left: left, Reset: 5 * time.Minute}, now)
-		return s.spare()
-	}
-	// The origin answers every fetch in 50 ms: it is quick, and the
-	// pieces only it has come in.
-	for range 200 {
-		now = now.Add(50 * time.Millisecond)
-		got := fetches
-		fetches = nil
-		for _, i := range got {
-			handle(s.Step(OriginResult{Piece: i, OK: true}, now))
-		}
-		if s.originMin > 0 {
-			break
-		}
-		handle(s.Step(Tick{}, now))
-	}
-	if s.originMin <= 0 {
-		t.Fatal("no origin fetch came back")
-	}
-	if reserve := s.spareReserve(); reserve <= size/4 || reserve > size/2 {
-		t.Fatalf("reserve %d bytes with half the file in nobody's hands, want about half of %d", reserve, size)
-	}
-	if tell(size / 4) {
-		t.Error("a quarter of a copy left, half the file in nobody's hands: spare, want not")
-	}
-	if !tell(3 * size / 4) {
-		t.Error("three quarters of a copy left, half the file in nobody's hands: not spare, want spare")
-	}
-	for i := pieces / 2; i < pieces; i++ {
-		handle(s.Step(Have{Peer: 1, Piece: i}, now))
-	}
-	if reserve := s.spareReserve(); reserve != 0 {
-		t.Errorf("reserve %d bytes with every piece we lack held by a neighbour, want 0", reserve)
-	}
-	if !tell(size / 4) {
-		t.Error("a quarter of a copy left, every piece in the swarm: not spare, want spare")
 	}
 }
