@@ -411,8 +411,8 @@ type pieceState struct {
 
 // claim is a START claim: 16 bytes, since a piece's list holds one for
 // most neighbours in a crowd and every START and HAVE of the piece scans
-// it (the simulator's crowds of thousands spent a fifth of their time
-// there).
+// it (a fifth of the simulator's CPU at 300 peers; with 16 bytes rather
+// than 32, flash50 at 200 peers took 6 % less).
 type claim struct {
 	peer  PeerID
 	until time.Duration // since Scheduler.epoch
