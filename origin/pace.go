@@ -164,11 +164,9 @@ type connKey struct{}
 // A resumed stream ("stream") asks for the rest of the file. Nor is a
 // spare fetch (reasonSpare): the peers send those only while the origin's
 // budget has room and its answers come quickly, for pieces the swarm
-// already has, so there is no first copy to hurry; paced, they waited
-// behind each other at the turns, and an origin faster than its clients'
-// downlinks sent a third of what the budget allowed (the simulator's
-// fast-origin, 2.97 copies of 8; docs/benchmarks.md, "The origin's spare
-// link").
+// already has, so there is no first copy to hurry, and paced, an origin
+// faster than its clients' downlinks would send at three clients' pace
+// (docs/benchmarks.md, "The origin's spare link").
 func swarmFetch(r string) bool {
 	return strings.HasPrefix(r, contract.ReasonOriginPrefix) && r != reasonSpare
 }

@@ -203,9 +203,9 @@ func (s *Scheduler) drainedOriginTime() time.Duration {
 // does not pace these, origin/pace.go): in a crowd on slow uplinks (ADSL)
 // or with an origin faster than its uplinks together, the origin's spare
 // link shortens everyone's download, within the egress the operator
-// allowed. An origin that is the
-// bottleneck (a flash crowd's) is saturated, so nothing changes there;
-// nor does it where the origin says nothing of a budget.
+// allowed. An origin that is the bottleneck (a flash crowd's) is
+// saturated, so nothing changes there; nor does it where the origin says
+// nothing of a budget.
 func (s *Scheduler) spare() bool {
 	if s.budgetUntil.IsZero() || !s.now.Before(s.budgetUntil) || s.originMin <= 0 {
 		return false
