@@ -76,7 +76,7 @@ func (s *Scheduler) reciprocate() {
 		}
 		slices.SortStableFunc(cands, func(a, b *peer) int { return cmp.Compare(score(b), score(a)) })
 		if !seeding {
-			needFirst(cands[s.cfg.UploadSlots-s.cfg.UploadSlots/2:])
+			s.needFirst(cands[s.cfg.UploadSlots-s.cfg.UploadSlots/2:], mean)
 		}
 		for _, p := range cands[:s.cfg.UploadSlots] {
 			chosen[p.id] = true
@@ -126,19 +126,50 @@ func (s *Scheduler) reciprocate() {
 }
 
 // needFirst orders the candidates past the first half of the regular
-// slots by need: those lacking the most of what we have first. So while
-// we download, half the regular slots go by reciprocation and half to the
-// neighbours furthest behind us. Reciprocation alone, by share of uplink,
-// let the fast peers of a mixed crowd trade mostly among themselves: they
-// finished and left with the slow ones at half the file, whose last
-// pieces then came over 1 Mbit/s uplinks. In a crowd of equals the
-// neighbours lack about as much each, and the order hardly moves; it
-// costs such a crowd a little (flash50 in the simulator, 1.065 to 1.11 ×
-// T_KR). docs/benchmarks.md, "Mixed crowds", has the matrix. Giving
-// those slots only to slow neighbours (RATE under half the mean) spared
-// flash50 but lost the gain once links queue.
-func needFirst(cands []*peer) {
-	slices.SortStableFunc(cands, func(a, b *peer) int { return cmp.Compare(b.wants, a.wants) })
+// slots by need, where the crowd has a slow class: the neighbours on a
+// slow uplink (slowUplink: under half the mean of the neighbours' told
+// capacities, mean) lacking the most of what we have first, or every
+// neighbour by need when our own uplink is slow, or not known yet.
+//
+// So while we download in a mixed crowd, half the regular slots go by
+// reciprocation and half to the slow neighbours furthest behind us.
+// Reciprocation alone, by share of uplink, let the fast peers of a mixed
+// crowd trade mostly among themselves: they finished and left with the
+// slow ones at half the file, whose last pieces then came over 1 Mbit/s
+// uplinks. A slow peer gives its need slots to whoever lacks most, mostly
+// the other slow peers, which its uplink serves about as fast as any.
+//
+// In a crowd of equals nobody is slow and the order is reciprocation's:
+// need there sent half the uplinks to the peers furthest behind, whose
+// own uplinks then had little the others lacked, and cost flash50 in the
+// simulator 5-9 % of its last peer (1.124 against 1.069 × T_KR, 1.189
+// against 1.091 with the testbed's queues; 1.197 against 1.127 at 1,000
+// peers), and the testbed 5 % (45.0 s against 42.9 s).
+// docs/benchmarks.md, "Mixed crowds" and "Need where the crowd has a slow
+// class", has the matrices.
+func (s *Scheduler) needFirst(cands []*peer, mean float64) {
+	weSlow := slowUplink(s.capacity, mean)
+	needy := func(p *peer) bool { return weSlow || slowUplink(p.capacity, mean) }
+	slices.SortStableFunc(cands, func(a, b *peer) int {
+		switch na, nb := needy(a), needy(b); {
+		case na && nb:
+			return cmp.Compare(b.wants, a.wants)
+		case na:
+			return -1
+		case nb:
+			return 1
+		}
+		return 0
+	})
+}
+
+// slowUplink reports whether an uplink of c bytes/s (0: not told) is slow
+// beside mean, the neighbours' trimmed mean (0: fewer than two known):
+// under half of it. An uplink not known yet counts as slow, and so does
+// every uplink before mean is known, so that need orders the slots from
+// the first round, before any capacity has been measured.
+func slowUplink(c, mean float64) bool {
+	return mean <= 0 || c <= 0 || c < mean/2
 }
 
 // capacityOf is what p's upload is measured against in reciprocation: its
