@@ -10,8 +10,9 @@ import (
 //
 //   - while downloading, the UploadSlots peers that sent us the largest
 //     share of their uplink over the last RateWindow (tit-for-tat, by
-//     share: see capacityOf); once complete, the ones we sent most to (the
-//     fastest downloaders);
+//     share: see capacityOf), half of them instead by need where the crowd
+//     has a slow class (needFirst); once complete, the ones we sent most
+//     to (the fastest downloaders);
 //   - plus OptimisticSlots more, rotated every OptimisticInterval, taken
 //     from those unchoked longest ago (never first), so newcomers and slow
 //     peers get their turn; but with two or more, the first goes, every
@@ -140,13 +141,10 @@ func (s *Scheduler) reciprocate() {
 // the other slow peers, which its uplink serves about as fast as any.
 //
 // In a crowd of equals nobody is slow and the order is reciprocation's:
-// need there sent half the uplinks to the peers furthest behind, whose
-// own uplinks then had little the others lacked, and cost flash50 in the
-// simulator 5-9 % of its last peer (1.124 against 1.069 × T_KR, 1.189
-// against 1.091 with the testbed's queues; 1.197 against 1.127 at 1,000
-// peers), and the testbed 5 % (45.0 s against 42.9 s).
-// docs/benchmarks.md, "Mixed crowds" and "Need where the crowd has a slow
-// class", has the matrices.
+// need there sends half the uplinks to the peers furthest behind, whose
+// own uplinks then hold little the others lack, and delays the crowd's
+// last peer by about 5 %. docs/benchmarks.md, "Mixed crowds" and "Need
+// where the crowd has a slow class", has the matrices.
 func (s *Scheduler) needFirst(cands []*peer, mean float64) {
 	weSlow := slowUplink(s.capacity, mean)
 	needy := func(p *peer) bool { return weSlow || slowUplink(p.capacity, mean) }
