@@ -2,7 +2,6 @@ package rtcpeer
 
 import (
 	"context"
-	"log/slog"
 	"net"
 
 	"github.com/stampede-dev/stampede/host"
@@ -25,12 +24,15 @@ func (t *Transport) JoinNode(n *node.Node) (leave func()) {
 
 // NewHost returns a host carrying peers over TCP, accepted on ln, and over
 // a Transport of cfg, whose every swarm attached joins its trackers'
-// signalling (JoinNode), with upRate bytes per second of upload for all
-// (0: unlimited). It runs until ctx ends, and then closes ln.
-func NewHost(ctx context.Context, ln net.Listener, cfg Config, upRate int64, log *slog.Logger) (*host.Host, error) {
-	cfg.Logger = log
+// signalling (JoinNode). hc sets the rest of the host: its upload rate
+// for all (UploadRate), whether it paces (NoPacing), its logger, which
+// the transport shares; its transports and OnAttach are these. It runs
+// until ctx ends, and then closes ln.
+func NewHost(ctx context.Context, ln net.Listener, cfg Config, hc host.Config) (*host.Host, error) {
+	cfg.Logger = hc.Logger
 	rt := New(cfg)
-	h, err := host.New(host.Config{Transports: []host.Transport{host.TCP(ln), rt}, OnAttach: rt.JoinNode, UploadRate: upRate, Logger: log})
+	hc.Transports, hc.OnAttach = []host.Transport{host.TCP(ln), rt}, rt.JoinNode
+	h, err := host.New(hc)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stampede-dev/stampede/fetch"
+	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/rtcpeer"
 )
@@ -22,7 +23,7 @@ func native(t *testing.T, ctx context.Context, o *testOrigin, dir string, seed b
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := rtcpeer.NewHost(ctx, ln, rtcpeer.Config{}, 0, log)
+	h, err := rtcpeer.NewHost(ctx, ln, rtcpeer.Config{}, host.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"unicode"
 
 	"github.com/stampede-dev/stampede/fetch"
+	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/internal/units"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/sign"
@@ -204,7 +205,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if rtcMode != webrtcOff && !noSwarm {
-		if o.cfg.Swarm.Node.Host, err = webrtcHost(ctx, listen, rtcMode, upRate, o.cfg.Logger); err != nil {
+		if o.cfg.Swarm.Node.Host, err = webrtcHost(ctx, listen, rtcMode, host.Config{UploadRate: upRate, NoPacing: noPacing, Logger: o.cfg.Logger}); err != nil {
 			return withCode(exitUsage, err)
 		}
 	}

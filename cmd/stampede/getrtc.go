@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net"
 
 	"github.com/spf13/pflag"
 
+	"github.com/stampede-dev/stampede/host"
 	"github.com/stampede-dev/stampede/node"
 	"github.com/stampede-dev/stampede/rtcpeer"
 )
@@ -46,12 +46,12 @@ func parseWebRTC(mode string) (string, error) {
 // reach it and it them, by the site's STUN and TURN (docs/nat.md); with
 // mode auto, only where the site's STUN sees it behind a NAT. It runs
 // until ctx ends.
-func webrtcHost(ctx context.Context, listen, mode string, upRate int64, log *slog.Logger) (node.Host, error) {
+func webrtcHost(ctx context.Context, listen, mode string, hc host.Config) (node.Host, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}
-	h, err := rtcpeer.NewHost(ctx, ln, rtcpeer.Config{Auto: mode == webrtcAuto}, upRate, log)
+	h, err := rtcpeer.NewHost(ctx, ln, rtcpeer.Config{Auto: mode == webrtcAuto}, hc)
 	if err != nil {
 		ln.Close()
 		return nil, err
