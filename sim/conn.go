@@ -504,6 +504,9 @@ func (e *end) startSend() {
 	if ps := n.s.push; ps != nil {
 		budgets = ps.links(n, e.peer.n)
 	}
+	if n.paceLink != nil {
+		budgets = append(budgets, n.paceLink)
+	}
 	e.flow = n.s.net.start(n.site, e.peer.n.site, n.s.pieceLen(e.head.piece), n.s.now, e.sent, budgets...)
 	if d := slowAfter(uploadTurns, n.s.pieceLen(0), n.capPeak); d > 0 {
 		n.s.after(d, event{kind: evTurnSlow, e: e, i: e.sendSeq})

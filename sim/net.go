@@ -201,6 +201,13 @@ func (n *network) stop(f *flow, now time.Duration) {
 	n.solve(now)
 }
 
+// setCap changes l's capacity at now (+Inf: uncapped) and shares it again.
+func (n *network) setCap(l *link, c float64, now time.Duration) {
+	l.cap = c
+	n.enqueue(l)
+	n.solve(now)
+}
+
 // next is the flow that ends first, or nil.
 func (n *network) next() *flow {
 	if len(n.flows) == 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/swarm"
 	"github.com/stampede-dev/stampede/tracker"
@@ -100,6 +101,14 @@ type node struct {
 	progressAt         time.Duration // the last piece stored, or the start
 	lastUpload         time.Duration
 	fetches            []*fetch // origin fetches not answered yet
+
+	// The uplink pacer (pace.go): node's Estimator, the link every upload
+	// started since it first paced crosses at its pace (nil until then),
+	// whether it ever paced, and what was downloaded at its last reading.
+	pacer     uplink.Estimator
+	paceLink  *link
+	wasPaced  bool
+	pacerRecv int64
 
 	fromPeers, fromOrigin int64
 	final                 swarm.Stats // the scheduler's counters when it stopped
@@ -220,6 +229,7 @@ func (n *node) tick() {
 		n.lazySent = s.now
 	}
 	n.measureUpload()
+	n.paceTick()
 	if s.push != nil {
 		s.push.tick(n)
 	}
@@ -279,6 +289,7 @@ func (n *node) measureCapacity() {
 		}
 	}
 	if n.capMeasured {
+		n.pace(max(delivered-n.capDelivered, 0))
 		rate := (delivered - n.capDelivered) / (now - n.capAt).Seconds()
 		n.capacity = max(rate, n.capacity*capacityDecay)
 		n.capPeak = max(n.capPeak, rate)
@@ -587,6 +598,7 @@ func (n *node) giveTurn() {
 	}
 	e := n.waiters[best]
 	n.waiters = slices.Delete(n.waiters, best, best+1)
+	n.backlogged(now - e.waitSince)
 	e.startSend()
 }
 

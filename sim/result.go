@@ -26,10 +26,13 @@ type counters struct {
 // Result is what a run measured. Times are in seconds of simulated time,
 // except Engine.WallSeconds.
 type Result struct {
-	Peers     int   `json:"peers"`
-	Arrived   int   `json:"arrived"`
-	Finished  int   `json:"finished"`
-	Killed    int   `json:"killed"`
+	Peers    int `json:"peers"`
+	Arrived  int `json:"arrived"`
+	Finished int `json:"finished"`
+	Killed   int `json:"killed"`
+	// Paced counts the peers whose uploads the uplink pacer paced at some
+	// point (pace.go).
+	Paced     int   `json:"paced"`
 	Complete  bool  `json:"complete"` // every peer that arrived and was not killed finished
 	TimedOut  bool  `json:"timed_out"`
 	Size      int64 `json:"size"`
@@ -140,6 +143,8 @@ type ClassResult struct {
 	// UpTo is what the class uploaded to each class, by name: where its
 	// uplinks went.
 	UpTo map[string]int64 `json:"up_to"`
+	// Paced counts its peers paced at some point (Result.Paced).
+	Paced int `json:"paced"`
 	// Have is the class's mean share of the file held every 10 s of
 	// simulated time, and at the run's end (a peer that finished counts
 	// 1, one yet to arrive 0).
@@ -184,6 +189,10 @@ func (s *Sim) result(timedOut bool) *Result {
 		}
 		c.Peers++
 		c.OriginBytes += n.fromOrigin
+		if n.wasPaced {
+			c.Paced++
+			r.Paced++
+		}
 		if n.state == waiting {
 			continue
 		}
@@ -298,7 +307,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	case !r.Complete:
 		state = "INCOMPLETE"
 	}
-	fmt.Fprintf(&b, "peers            %d arrived, %d finished, %d killed: %s\n", r.Arrived, r.Finished, r.Killed, state)
+	fmt.Fprintf(&b, "peers            %d arrived, %d finished, %d killed: %s; %d paced their uploads\n", r.Arrived, r.Finished, r.Killed, state, r.Paced)
 	fmt.Fprintf(&b, "file             %s in %d pieces of %s\n", units.Bytes(r.Size), r.Pieces, units.Bytes(r.PieceSize))
 	fmt.Fprintf(&b, "T_KR             %.2f s (origin %.2f, slowest download %.2f, crowd %.2f); T_KR(R) %.2f s; HTTP %.1f s\n",
 		r.TKR, r.TKRTerms[0], r.TKRTerms[1], r.TKRTerms[2], r.TKRR, r.HTTPBound)
@@ -306,8 +315,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "mean             %.2f s = %.3f × T_KR (p50 %.2f s, p90 %.2f s)\n", r.Mean, r.MeanOverTKR, r.P50, r.P90)
 	if len(r.Classes) > 1 {
 		for _, c := range r.Classes {
-			fmt.Fprintf(&b, "  class %-9s %d peers %s up / %s down: %d finished, mean %.2f s, last %.2f s, %.2f copies from the origin\n", c.Name, c.Peers,
-				rate(c.Up), rate(c.Down), c.Finished, c.Mean, c.Last, float64(c.OriginBytes)/float64(r.Size))
+			fmt.Fprintf(&b, "  class %-9s %d peers %s up / %s down: %d finished, mean %.2f s, last %.2f s, %.2f copies from the origin, %d paced\n", c.Name, c.Peers,
+				rate(c.Up), rate(c.Down), c.Finished, c.Mean, c.Last, float64(c.OriginBytes)/float64(r.Size), c.Paced)
 			var to []string
 			for _, d := range r.Classes {
 				to = append(to, fmt.Sprintf("%.2f copies to %s", float64(c.UpTo[d.Name])/float64(r.Size), d.Name))

@@ -5,7 +5,8 @@
 // swarm.Scheduler, fed the events package node would feed it and carrying
 // out its actions as node does (node/apply.go): requests, upload queues and
 // upload turns (node/uploads.go, node/turns.go), lazy HAVEs and START
-// claims, choking, dials, goodbyes, the hand-over before leaving. The
+// claims, choking, dials, goodbyes, the hand-over before leaving; its
+// uplink pacer is package uplink's Estimator (pace.go). The
 // tracker is tracker.Tracker over a tracker.MemoryStore, the code "stampede
 // serve" runs, with the simulated clock. The origin is emulated after
 // package origin: piece picks among a fetch's candidates and "in swarm"
@@ -73,6 +74,10 @@ type Config struct {
 	// crosses the link waits behind them, control frames included (0:
 	// none; see docs/sim.md).
 	Queue int64
+	// NoPacing: the peers upload as fast as their uplinks take, as
+	// stampede get --no-pacing. By default each paces its uploads as
+	// package node does (the uplink pacer, see pace.go).
+	NoPacing bool
 	// StepTime is how long one pass of a peer's loop takes: events that
 	// reach a peer while it is busy are handed to its scheduler together
 	// in its next pass, as node.Run batches what waits in its channel.
@@ -307,12 +312,12 @@ func New(cfg Config) (*Sim, error) {
 	groups := map[string]*Site{}
 	s.groups = groups
 	for _, g := range cfg.Groups {
-		groups[g.Name] = newSite(groups[g.Parent], g.Up, g.Down, g.Latency)
+		groups[g.Name] = newSite(groups[g.Parent], payload(g.Up), payload(g.Down), g.Latency)
 	}
-	s.origin = newOrigin(s, newSite(groups[cfg.OriginGroup], cfg.OriginUp, 0, cfg.Latency))
+	s.origin = newOrigin(s, newSite(groups[cfg.OriginGroup], payload(cfg.OriginUp), 0, cfg.Latency))
 	s.tracker = newTrackerSim(s)
 	for i, p := range cfg.Peers {
-		n := newNode(s, i, p, newSite(groups[p.Group], p.Up, p.Down, cfg.Latency))
+		n := newNode(s, i, p, newSite(groups[p.Group], payload(p.Up), payload(p.Down), cfg.Latency))
 		s.nodes = append(s.nodes, n)
 		s.byAddr[n.ap] = n
 	}
@@ -387,6 +392,20 @@ func (cfg *Config) check() error {
 
 // maxPeers: the peers' addresses are 10.0.0.1 up, one /8.
 const maxPeers = 1<<24 - 2
+
+// A link's rate counts whole frames, and TCP's payload is what is left of
+// a full-sized one: 1448 bytes of a 1514-byte Ethernet frame (a 1500-byte
+// MTU, less the IP and TCP headers and TCP's timestamps, the Linux
+// default; tc's token bucket on the testbed counts the Ethernet header
+// too). The simulated flows carry payload, so a link of rate r carries
+// them at payload(r): 95.6 % of it.
+const (
+	framePayload = 1448
+	frameSize    = 1514
+)
+
+// payload is what a link of r bytes/s carries of TCP payload (0: uncapped).
+func payload(r int64) int64 { return r * framePayload / frameSize }
 
 // core is the root every site hangs from.
 var core = &Site{}

@@ -92,17 +92,22 @@ func TestFlashCrowd(t *testing.T) {
 	}
 }
 
-// TestMixedCrowd: a crowd of two classes, fast and slow, both finish, and
-// the slow peers are not left behind: the fast ones leave when done, and
-// the slow ones' mean is within half again of theirs.
-func TestMixedCrowd(t *testing.T) {
-	sc := &bench.Scenario{Name: "mixed", Size: 8 << 20, OriginUp: 10 * mbit, Seed: 1,
+// mixedCrowd is a small mixed crowd, all at once: 10 peers of 20/50
+// Mbit/s and 10 of 1/10 Mbit/s, 8 MiB from an origin of 10 Mbit/s.
+func mixedCrowd() *bench.Scenario {
+	return &bench.Scenario{Name: "mixed", Size: 8 << 20, OriginUp: 10 * mbit, Seed: 1,
 		Classes: []bench.Class{
 			{Name: "fast", Count: 10, Up: 20 * mbit, Down: 50 * mbit},
 			{Name: "slow", Count: 10, Up: 1 * mbit, Down: 10 * mbit},
 		},
 		Arrivals: bench.Arrivals{Kind: bench.ArriveAll}}
-	cfg, _, err := FromScenario(sc, Options{})
+}
+
+// TestMixedCrowd: a crowd of two classes, fast and slow, both finish, and
+// the slow peers are not left behind: the fast ones leave when done, and
+// the slow ones' mean is within half again of theirs.
+func TestMixedCrowd(t *testing.T) {
+	cfg, _, err := FromScenario(mixedCrowd(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		rackLat  = fs.Duration("rack-latency", 0, "one-way latency of each rack's link")
 		racks    = fs.Int("racks", 0, "a push scenario's racks (per datacenter), in place of the scenario's")
 		perRack  = fs.Int("hosts-per-rack", 0, "a push scenario's hosts per rack, in place of the scenario's")
+		noPacing = fs.Bool("no-pacing", false, "the peers upload as fast as their uplinks take, as stampede get --no-pacing (by default each paces its uploads below its uplink's measured capacity, as get does; docs/sim.md)")
 		maxTime  = fs.Duration("max-time", 0, "stop after this much simulated time (default: the scenario's timeout, else 1h)")
 		asJSON   = fs.Bool("json", false, "print the result as JSON")
 		quiet    = fs.BoolP("quiet", "q", false, "no progress on stderr")
@@ -93,6 +94,7 @@ func runSim(ctx context.Context, e *env, args []string) error {
 		return withCode(exitUsage, err)
 	}
 	cfg.StepTime = *step
+	cfg.NoPacing = *noPacing
 	if *latency == 0 {
 		cfg.Latency = -1 // none: the package's zero means its default
 	}
