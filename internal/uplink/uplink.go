@@ -24,8 +24,12 @@
 // reading while its own pace is what holds the uploads back (a paced link
 // reads no more than its pace), and lets it decay otherwise; every
 // ProbeEvery windows of held-back uploads it sends one window at
-// ProbeGain of it, and a probe that reads more starts it over, unpaced. A
-// link shared with other work thus gets its share read again. It paces
+// ProbeGain of it, and a probe that reads more (grew times it) starts it
+// over, unpaced; one that reads less leaves the capacity as it was, so
+// that a token bucket's burst or a bunch of acknowledgements, read by a
+// probe, does not raise the pace past the link (on the testbed, kept,
+// they had 1 Mbit/s uplinks read at up to 152 KB/s). A link shared with
+// other work thus gets its share read again. It paces
 // only while the host downloads at Asymmetry times the capacity or more:
 // the harm is a download's acknowledgements waiting the queue's time, and
 // a download at about the uplink's rate has a window that covers it, so
@@ -205,7 +209,13 @@ func (e *Estimator) pacedTick(rate float64, held bool) {
 		if e.capacity >= grew*e.before {
 			// A faster link: unpaced again until it is read.
 			e.paced, e.best, e.flat = false, e.capacity, 0
+			break
 		}
+		// No faster: what the probe read over the capacity is a
+		// burst (a token bucket's, acknowledgements in a bunch), not
+		// the link. Kept, every probe would ratchet the capacity up
+		// by its noise, and the pace past the link.
+		e.capacity = min(e.capacity, e.before)
 	case held:
 		e.held++
 		if e.held >= ProbeEvery {

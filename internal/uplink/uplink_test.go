@@ -206,3 +206,29 @@ func TestPacerPaces(t *testing.T) {
 		t.Error("WaitN with a cancelled context: no error")
 	}
 }
+
+// TestProbeBurstsDoNotRatchet: a probe that reads a little over the
+// link (the bucket's burst, a bunch of acknowledgements: 8 % here) finds
+// no faster link, and the capacity stays the link's. Kept, each probe
+// raised it by its burst, and the pace went past the link's edge: on
+// the testbed 1 Mbit/s uplinks were read at up to 152 KB/s.
+func TestProbeBurstsDoNotRatchet(t *testing.T) {
+	const capacity = 125_000
+	e, now := pacedOn(capacity)
+	for range 60 {
+		pace := e.Pace()
+		sent := min(pace, capacity)
+		if pace > Fraction*capacity*1.01 { // a probe
+			sent = 1.08 * capacity
+		}
+		e.Delivered(int64(sent * Window.Seconds()))
+		e.Received(int64(2 * Asymmetry * capacity * Window.Seconds()))
+		e.Waited(Window / 2)
+		e.Backlogged(Window / 2)
+		now = now.Add(Window)
+		e.Tick(now)
+	}
+	if c := e.Capacity(); c > 1.01*capacity {
+		t.Errorf("capacity %v after 60 windows of probes reading 8 %% over a link of %v", c, float64(capacity))
+	}
+}
