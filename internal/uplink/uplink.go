@@ -27,9 +27,9 @@
 // ProbeGain of it, and a probe that reads more (grew times it) starts it
 // over, unpaced; one that reads less leaves the capacity as it was, so
 // that a token bucket's burst or a bunch of acknowledgements, read by a
-// probe, does not raise the pace past the link (on the testbed, kept,
-// they had 1 Mbit/s uplinks read at up to 152 KB/s). A link shared with
-// other work thus gets its share read again. It paces
+// probe, does not ratchet the capacity up, and the pace past the link
+// (on the testbed 1 Mbit/s uplinks were read at up to 152 KB/s). A link
+// shared with other work thus gets its share read again. It paces
 // only while the host downloads at Asymmetry times the capacity or more:
 // the harm is a download's acknowledgements waiting the queue's time, and
 // a download at about the uplink's rate has a window that covers it, so
