@@ -209,9 +209,8 @@ func TestPacerPaces(t *testing.T) {
 
 // TestProbeBurstsDoNotRatchet: a probe that reads a little over the
 // link (the bucket's burst, a bunch of acknowledgements: 8 % here) finds
-// no faster link, and the capacity stays the link's. Kept, each probe
-// raised it by its burst, and the pace went past the link's edge: on
-// the testbed 1 Mbit/s uplinks were read at up to 152 KB/s.
+// no faster link, and the capacity stays the link's, so that the pace
+// stays under the link's edge.
 func TestProbeBurstsDoNotRatchet(t *testing.T) {
 	const capacity = 125_000
 	e, now := pacedOn(capacity)
