@@ -201,13 +201,12 @@ type Node struct {
 	upRateBits, upPeakBits atomic.Uint64
 	upAt                   time.Time
 	upLast                 int64
-	// Our upload capacity (measureCapacity): the bytes delivered to
-	// peers at the last reading, when, the estimate, and the estimate
-	// last told to the scheduler and the neighbours (RATE).
-	capDelivered int64
-	capAt        time.Time
-	capacity     float64
-	capSent      float64
+	// Our upload capacity (measureCapacity): when it was last read, the
+	// estimate, and the estimate last told to the scheduler and the
+	// neighbours (RATE).
+	capAt    time.Time
+	capacity float64
+	capSent  float64
 
 	// adoptCtx is Run's context while the node takes peers (accepting),
 	// nil before and after: Adopt starts no goroutine past Run's wait.
