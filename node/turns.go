@@ -49,8 +49,19 @@ import (
 // crowd of 20 peers with 20 Mbit/s uplinks and 20 with 1/10 Mbit/s links,
 // the fast peers' turns went to pieces for slow peers, each moving at
 // what the slow downlink had left, and the fast uplinks sent 7 Mbit/s of
-// their 20 (issue 30's mixed crowd). With equal links a piece takes its
-// share's time and keeps its turn.
+// their 20 (issue 30's mixed crowd). A piece that moves at its share keeps
+// its turn.
+//
+// turnSlow is 1.25: a quarter past the share's time is past the noise of
+// a shared link, and soon enough for a crowd whose downlinks are no faster
+// than its uplinks (issue 30's big: 10 peers on 40/40 Mbit/s links). Each
+// downlink there takes pieces from several uplinks at once, so most
+// pieces move a little under their share. At turnSlow 2 they kept their
+// turns, and the uplinks sent about 76 % of what they could: the last
+// peer came at 1.28 × T_KR in the simulator, 1.26 × on the testbed. At
+// 1.25 the simulator's came at 1.18-1.20 × and no other crowd of its
+// matrix moved past its seeds' spread; at 1, the mixed crowds' origin
+// sent 10-15 % more copies (docs/benchmarks.md, issue 30's ninth pass).
 //
 // A turn that comes free goes to the waiting piece of the lowest rank
 // (Node.uploadRank: 0 when no neighbour of ours has the piece, 1 when one
@@ -77,7 +88,7 @@ import (
 const (
 	defaultUploadTurns = 3
 	turnStall          = 500 * time.Millisecond
-	turnSlow           = 2
+	turnSlow           = 1.25
 	turnSlowMin        = 50 * time.Millisecond
 	turnLowat          = 16 << 10
 	// The holder looks at what is still unacknowledged again after the

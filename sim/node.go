@@ -26,7 +26,7 @@ const (
 	uploadRanks   = 3                      // node.uploadRanks
 	rankAge       = time.Second            // node.rankAge
 	turnLowat     = 16 << 10               // node.turnLowat
-	turnSlow      = 2                      // node.turnSlow
+	turnSlow      = 1.25                   // node.turnSlow
 	turnSlowMin   = 50 * time.Millisecond  // node.turnSlowMin
 	maxLateKept   = 4                      // node.maxLateKept
 
@@ -104,10 +104,12 @@ type node struct {
 
 	// The uplink pacer (pace.go): node's Estimator, the link every upload
 	// started since it first paced crosses at its pace (nil until then),
-	// whether it ever paced, and what was downloaded at its last reading.
+	// whether it ever paced and the capacity it read then, and what was
+	// downloaded at its last reading.
 	pacer     uplink.Estimator
 	paceLink  *link
 	wasPaced  bool
+	firstRead float64 // the capacity the pacer read when it first paced
 	pacerRecv int64
 
 	fromPeers, fromOrigin int64

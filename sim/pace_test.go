@@ -39,7 +39,10 @@ func TestPacedUplinks(t *testing.T) {
 				t.Errorf("%v: paced, but no upload crossed its pace", n)
 			}
 			link := float64(payload(cfg.Peers[n.idx].Up))
-			if c := n.pacer.Capacity(); c < 0.7*link || c > 1.15*link {
+			// What it read when it started pacing: later, as the
+			// crowd thins out and the uploads no longer fill the
+			// uplink, the reading decays, as it should.
+			if c := n.firstRead; c < 0.7*link || c > 1.15*link {
 				t.Errorf("%v: the pacer read %.0f B/s of an uplink carrying %.0f", n, c, link)
 			}
 		}
