@@ -181,7 +181,7 @@ func (e *end) flush() {
 // arrival is when what this end sends now reaches the peer.
 func (e *end) arrival() time.Duration {
 	s := e.n.s
-	e.lastIn = max(s.now+e.lat+queued(e.n.site, e.peer.n.site, float64(s.cfg.Queue)), e.lastIn)
+	e.lastIn = max(s.now+e.lat+queued(e.n.site, e.peer.n.site, float64(s.cfg.Queue), s.now), e.lastIn)
 	return e.lastIn
 }
 
@@ -555,7 +555,7 @@ func (e *end) sent(f *flow) {
 	for _, m := range held {
 		e.write(m)
 	}
-	drain := 2*e.lat + queued(n.site, e.peer.n.site, float64(s.cfg.Queue))
+	drain := 2*e.lat + queued(n.site, e.peer.n.site, float64(s.cfg.Queue), s.now)
 	if f.rate > 0 {
 		drain -= time.Duration(float64(turnLowat) / f.rate * float64(time.Second))
 	}

@@ -126,18 +126,21 @@ func latency(a, b *Site) time.Duration {
 }
 
 // queued is the delay the bottleneck queues of the path from a to b add
-// now: buf bytes at the rate of each link of it that is saturated (one
-// whose fair share is what a flow gets there). TCP keeps the buffer in
-// front of a saturated link full, and whatever crosses the link waits
-// behind it; an idle link queues nothing.
-func queued(a, b *Site, buf float64) time.Duration {
+// at now: buf bytes at the rate of each link of it that is saturated (one
+// whose fair share is what a flow gets there), or what the flows it holds
+// back have still to send if that is less. TCP keeps the buffer in front
+// of a saturated link full, and whatever crosses the link waits behind
+// it; an idle link queues nothing, and a lone piece of 16 KiB cannot fill
+// a buffer of 80 (a flow's own bytes wait behind none of it: its last one
+// leaves its bottleneck when the flow ends).
+func queued(a, b *Site, buf float64, now time.Duration) time.Duration {
 	if buf <= 0 {
 		return 0
 	}
 	var d float64
 	add := func(l *link) {
 		if l != nil && !math.IsInf(l.share, 1) {
-			d += buf / l.cap
+			d += l.backlog(buf, now) / l.cap
 		}
 	}
 	for a.depth > b.depth {
@@ -154,6 +157,21 @@ func queued(a, b *Site, buf float64) time.Duration {
 		a, b = a.parent, b.parent
 	}
 	return time.Duration(d * float64(time.Second))
+}
+
+// backlog is what the flows l holds back to its share have still to send
+// at now, up to buf: the most its queue can hold.
+func (l *link) backlog(buf float64, now time.Duration) float64 {
+	var b float64
+	for _, f := range l.flows {
+		if f.rate < l.share*(1-shareEps) {
+			continue // held back elsewhere: it queues there
+		}
+		if b += f.left - f.rate*(now-f.at).Seconds(); b >= buf {
+			return buf
+		}
+	}
+	return max(b, 0)
 }
 
 // start begins a flow of size bytes from a to b at now, over the path's

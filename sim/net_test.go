@@ -111,23 +111,37 @@ func absDur(d time.Duration) time.Duration {
 }
 
 // TestQueued: a saturated link delays what crosses it by its buffer at
-// its rate; an idle one, or one whose flows are held elsewhere, does not.
+// its rate, or by what its flows have still to send if that is less; an
+// idle one, or one whose flows are held elsewhere, does not.
 func TestQueued(t *testing.T) {
 	var n network
 	a, b := newSite(nil, 1000, 0, 0), newSite(nil, 0, 4000, 0)
 	c := newSite(nil, 0, 100, 0)
-	if d := queued(a, b, 500); d != 0 {
+	if d := queued(a, b, 500, 0); d != 0 {
 		t.Errorf("idle path: queue %v", d)
 	}
 	f := n.start(a, c, 1e6, 0, func(*flow) {})
 	// A's uplink carries a flow held to 100 by C: not saturated.
-	if d := queued(a, b, 500); d != 0 {
+	if d := queued(a, b, 500, 0); d != 0 {
 		t.Errorf("unsaturated uplink: queue %v", d)
 	}
 	n.stop(f, 0)
-	n.start(a, b, 1e6, 0, func(*flow) {})
+	f = n.start(a, b, 1e6, 0, func(*flow) {})
 	// Now A's uplink (1000/s) is the bottleneck: 500 bytes wait 0.5 s.
-	if d := queued(a, b, 500); d != 500*time.Millisecond {
+	if d := queued(a, b, 500, 0); d != 500*time.Millisecond {
 		t.Errorf("saturated uplink: queue %v, want 500ms", d)
+	}
+	n.stop(f, 0)
+	// A flow of 300 bytes saturates the uplink too, but can queue no
+	// more than it has still to send: 300, then 200 a tenth of a second
+	// later.
+	n.start(a, b, 300, 0, func(*flow) {})
+	for _, c := range []struct{ now, want time.Duration }{
+		{0, 300 * time.Millisecond},
+		{100 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		if d := queued(a, b, 500, c.now); absDur(d-c.want) > time.Millisecond {
+			t.Errorf("a 300-byte flow, at %v: queue %v, want %v", c.now, d, c.want)
+		}
 	}
 }

@@ -496,7 +496,7 @@ func (s *Sim) next() (event, bool) {
 // transit is how long a message from a to b takes now: the latency of
 // the path and the queues of its saturated links.
 func (s *Sim) transit(a, b *Site) time.Duration {
-	return latency(a, b) + queued(a, b, float64(s.cfg.Queue))
+	return latency(a, b) + queued(a, b, float64(s.cfg.Queue), s.now)
 }
 
 // clock is the simulated time as the scheduler sees it.
