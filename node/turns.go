@@ -52,16 +52,19 @@ import (
 // their 20 (issue 30's mixed crowd). A piece that moves at its share keeps
 // its turn.
 //
-// turnSlow is 1.25: a quarter past the share's time is past the noise of
-// a shared link, and soon enough for a crowd whose downlinks are no faster
-// than its uplinks (issue 30's big: 10 peers on 40/40 Mbit/s links). Each
-// downlink there takes pieces from several uplinks at once, so most
-// pieces move a little under their share. At turnSlow 2 they kept their
-// turns, and the uplinks sent about 76 % of what they could: the last
-// peer came at 1.28 × T_KR in the simulator, 1.26 × on the testbed. At
-// 1.25 the simulator's came at 1.18-1.20 × and no other crowd of its
-// matrix moved past its seeds' spread; at 1, the mixed crowds' origin
-// sent 10-15 % more copies (docs/benchmarks.md, issue 30's ninth pass).
+// turnSlow is 1.25: a quarter past the share's time leaves room for the
+// round trip and a shared link's noise, and is soon enough for a crowd
+// whose downlinks are no faster than its uplinks (issue 30's big: 10
+// peers on 40/40 Mbit/s links). Each downlink there takes pieces from
+// several uplinks at once, so most pieces move a little under their
+// share. At turnSlow 2 they kept their turns, and the uplinks sent about
+// 76 % of what they could: the last peer came at 1.28 × T_KR in the
+// simulator, 1.26 × on the testbed. At 1.25, at 1.15-1.20 × in the
+// simulator, where no other crowd of its matrix moved past its seeds'
+// spread, and at 1.16-1.18 × on the testbed, where flash50, mixed,
+// fast-origin and adsl came as before; at 1, the simulator's mixed
+// crowds took 10-15 % more origin copies (docs/benchmarks.md, issue
+// 30's ninth pass).
 //
 // A turn that comes free goes to the waiting piece of the lowest rank
 // (Node.uploadRank: 0 when no neighbour of ours has the piece, 1 when one
