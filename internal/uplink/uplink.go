@@ -20,16 +20,19 @@
 // uplink's capacity for data, its framing and the downloads'
 // acknowledgements already taken out. The Pacer starts unpaced, and once
 // StartupFlat such windows in a row read no more than the most so far,
-// that most is the capacity. It then sends at Fraction of it, holds the
-// reading while its own pace is what holds the uploads back (a paced link
-// reads no more than its pace), and lets it decay otherwise; every
-// ProbeEvery windows of held-back uploads it sends one window at
-// ProbeGain of it, and a probe that reads more (grew times it) starts it
-// over, unpaced; one that reads less leaves the capacity as it was, so
-// that a token bucket's burst or a bunch of acknowledgements, read by a
-// probe, does not ratchet the capacity up, and the pace past the link
-// (on the testbed 1 Mbit/s uplinks were read at up to 152 KB/s). A link
-// shared with other work thus gets its share read again. It paces
+// the median of them and of the window that read that most is the
+// capacity: not the most, which one window's burst would set (mixed20 on
+// the testbed: 1 Mbit/s uplinks read at 110-163 KB/s with the most,
+// 102-129 KB/s with the median; 119.7 KB/s of payload). It then sends at
+// Fraction of it, holds the reading while its own pace is what holds the
+// uploads back (a paced link reads no more than its pace), and lets it
+// decay otherwise; every ProbeEvery windows of held-back uploads it sends
+// one window at ProbeGain of it, and a probe that reads more (grew times
+// it) starts it over, unpaced; one that reads less leaves the capacity as
+// it was, so that a token bucket's burst or a bunch of acknowledgements,
+// read by a probe, does not ratchet the capacity up, and the pace past
+// the link (on the testbed 1 Mbit/s uplinks were read at up to 152 KB/s).
+// A link shared with other work thus gets its share read again. It paces
 // only while the host downloads at Asymmetry times the capacity or more:
 // the harm is a download's acknowledgements waiting the queue's time, and
 // a download at about the uplink's rate has a window that covers it, so
@@ -49,6 +52,7 @@ package uplink
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,13 +99,19 @@ const (
 // It starts unpaced, reading the most delivered. Once StartupFlat windows
 // in a row in which pieces waited for a turn (the uplink, not the
 // requests, held them back) read no more than grew times that most, the
-// most is the capacity, and the uploads are paced at Fraction of it.
+// median of them and of the window that read the most is the capacity,
+// and the uploads are paced at Fraction of it.
 type Estimator struct {
 	paced    bool    // a capacity is read: the uploads go at its pace
 	capacity float64 // bytes/s, while paced
 	best     float64 // unpaced: the most read
 	last     float64 // the capacity last read, kept when started over
 	flat     int     // unpaced: backlogged windows in a row that read no more
+
+	// unpaced: the readings of the window that set best and of the
+	// backlogged ones since, the last StartupFlat+1 of them
+	run  [StartupFlat + 1]float64
+	runN int
 
 	engaged bool // paced, and the last window downloaded Asymmetry times the capacity
 
@@ -208,7 +218,8 @@ func (e *Estimator) pacedTick(rate float64, held bool) {
 		e.settle = false
 		if e.capacity >= grew*e.before {
 			// A faster link: unpaced again until it is read.
-			e.paced, e.best, e.flat = false, e.capacity, 0
+			e.paced = false
+			e.restart(e.capacity)
 			break
 		}
 		// No faster: what the probe read over the capacity is a
@@ -228,19 +239,51 @@ func (e *Estimator) pacedTick(rate float64, held bool) {
 func (e *Estimator) start(rate float64, backlogged bool) {
 	switch {
 	case rate > grew*e.best:
-		e.best, e.flat = rate, 0
+		e.restart(rate)
 	case backlogged:
 		e.best = max(e.best, rate)
 		e.flat++
+		e.record(rate)
 	default: // the requests, not the uplink, held it: no reading
 		e.best = max(e.best, rate)
 	}
 	if e.flat >= StartupFlat && e.best >= MinCapacity {
-		e.paced, e.capacity, e.held = true, e.best, 0
+		if c := e.median(); c >= MinCapacity {
+			e.paced, e.capacity, e.held = true, c, 0
+		}
 	}
 	if e.paced {
 		e.last = e.capacity
 	}
+}
+
+// restart begins an unpaced run at a window that read rate, the most so
+// far.
+func (e *Estimator) restart(rate float64) {
+	e.best, e.flat, e.runN = rate, 0, 0
+	e.record(rate)
+}
+
+// record adds a window's reading to the run, dropping its oldest once it
+// holds StartupFlat+1.
+func (e *Estimator) record(rate float64) {
+	if e.runN == len(e.run) {
+		copy(e.run[:], e.run[1:])
+		e.runN--
+	}
+	e.run[e.runN] = rate
+	e.runN++
+}
+
+// median is the run's median reading: the capacity the start reads. Not
+// its most, which one window's burst (a token bucket's, acknowledgements
+// in a bunch) would set: a reading past grew times the most starts a run,
+// and the flat windows after it read no more than it.
+func (e *Estimator) median() float64 {
+	r := e.run
+	w := r[:e.runN]
+	slices.Sort(w)
+	return w[len(w)/2]
 }
 
 // Pacer is an Estimator shared by every upload of a host, in front of a

@@ -231,3 +231,30 @@ func TestProbeBurstsDoNotRatchet(t *testing.T) {
 		t.Errorf("capacity %v after 60 windows of probes reading 8 %% over a link of %v", c, float64(capacity))
 	}
 }
+
+// TestStartBurstNotRead: one window of the unpaced start that reads over
+// the link (a token bucket's burst, acknowledgements in a bunch: 25 %
+// here) is not taken for its capacity; the windows at the link's rate
+// after it are.
+func TestStartBurstNotRead(t *testing.T) {
+	const capacity = 120_000
+	e := new(Estimator)
+	now := time.Unix(0, 0)
+	e.Tick(now)
+	for i, read := range []float64{0.5, 1, 1.25, 1, 1} {
+		if p := e.Pace(); p != 0 {
+			t.Fatalf("window %d: pace %v before the start read the link", i, p)
+		}
+		e.Delivered(int64(read * capacity * Window.Seconds()))
+		e.Received(int64(2 * Asymmetry * capacity * Window.Seconds()))
+		e.Backlogged(Window / 2)
+		now = now.Add(Window)
+		e.Tick(now)
+	}
+	if c := e.Capacity(); !near(c, capacity) {
+		t.Errorf("capacity %v after a burst window of 1.25 × the link, want the link's %v", c, float64(capacity))
+	}
+	if p := e.Pace(); !near(p, Fraction*capacity) {
+		t.Errorf("pace %v, want %v", p, Fraction*capacity)
+	}
+}
