@@ -239,13 +239,10 @@ func (n *Node) measureUpload(now time.Time) {
 // with other work. It is what we sent when there was demand: a fast peer
 // nobody asked yet has none, and counts as average until it does.
 //
-// The bytes are counted per connection (ackedSince), as the pacer's are:
-// counted node-wide, as what was written less what the open connections'
-// send queues hold, a connection that closed took its unacknowledged bytes
-// out of the sum, and the second it closed read them as delivered. The
-// most read, uploadPeak, sets how long an upload turn is held (slowAfter),
-// and on the testbed it read 8 Mbit/s uplinks at up to 1.24 MB/s, 30 %
-// over their 0.96 MB/s of payload, as peers left.
+// The bytes are counted per connection (ackedSince), as the pacer's are,
+// so that a connection closing with bytes unacknowledged does not read
+// them as delivered: the most read, uploadPeak, sets how long an upload
+// turn is held (slowAfter), and must not pass the link.
 const (
 	capacityEvery = time.Second
 	capacityDecay = 0.95

@@ -104,12 +104,11 @@ type node struct {
 
 	// The uplink pacer (pace.go): node's Estimator, the link every upload
 	// started since it first paced crosses at its pace (nil until then),
-	// whether it ever paced and the capacity it read then, and what was
-	// downloaded at its last reading.
+	// the capacity it read when it first paced (0: it never did), and
+	// what was downloaded at its last reading.
 	pacer     uplink.Estimator
 	paceLink  *link
-	wasPaced  bool
-	firstRead float64 // the capacity the pacer read when it first paced
+	firstRead float64
 	pacerRecv int64
 
 	fromPeers, fromOrigin int64

@@ -73,10 +73,9 @@ func (n *node) pace(acked float64) {
 	}
 	c := n.pacer.Pace()
 	if c > 0 {
-		if !n.wasPaced {
+		if n.firstRead == 0 {
 			n.firstRead = n.pacer.Capacity()
 		}
-		n.wasPaced = true
 	} else {
 		c = math.Inf(1)
 	}

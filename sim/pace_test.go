@@ -32,7 +32,7 @@ func TestPacedUplinks(t *testing.T) {
 			t.Errorf("%d of the 10 slow peers paced, want most", slow)
 		}
 		for _, n := range s.nodes {
-			if !n.wasPaced {
+			if n.firstRead == 0 {
 				continue
 			}
 			if n.paceLink == nil || n.paceLink.bytes == 0 {

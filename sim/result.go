@@ -189,7 +189,7 @@ func (s *Sim) result(timedOut bool) *Result {
 		}
 		c.Peers++
 		c.OriginBytes += n.fromOrigin
-		if n.wasPaced {
+		if n.firstRead > 0 {
 			c.Paced++
 			r.Paced++
 		}
