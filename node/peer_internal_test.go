@@ -88,6 +88,36 @@ func TestLatePieceKept(t *testing.T) {
 	}
 }
 
+// TestChokeAnswersLate: a CHOKE voids our requests, but a request that
+// crossed it may still be served once the peer unchokes us again, and a
+// piece we asked for again then comes twice. The first copy is stored;
+// the second is dropped quietly, not taken for unrequested DATA (which
+// closes the connection).
+func TestChokeAnswersLate(t *testing.T) {
+	f := testConn(t, 1_000_000, 1)
+	data, m, st, p := f.data, f.m, f.st, f.p
+	deliver := func(i int) (swarm.Event, error) {
+		b := data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)]
+		return p.data(&wire.Data{Piece: uint32(i), Bytes: b})
+	}
+	p.request(0, m.PieceLen(0))
+	// CHOKE: the scheduler voids the request, sends no CANCEL, and asks
+	// again after the UNCHOKE; the peer serves both.
+	p.request(0, m.PieceLen(0))
+	if ev, err := deliver(0); err != nil || !st.Has(0) {
+		t.Fatalf("first copy: event %#v, error %v, stored %v", ev, err, st.Has(0))
+	} else if r, ok := ev.(swarm.Received); !ok || r.Piece != 0 {
+		t.Fatalf("first copy: event %#v, want Received for piece 0", ev)
+	}
+	if ev, err := deliver(0); err != nil || ev != nil {
+		t.Fatalf("second copy: event %#v, error %v; want it dropped quietly", ev, err)
+	}
+	// A piece never asked for on this connection is still an error.
+	if _, err := deliver(2); err == nil {
+		t.Fatal("unrequested data accepted")
+	}
+}
+
 // TestPathRTTs: the loop reports a TCP connection's round trip without
 // queues to the scheduler (swarm.PathRTT) once it has one, reads it again
 // only every pathRTTEvery and reports it only when it changed; a
