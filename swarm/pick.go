@@ -302,29 +302,9 @@ func (s *Scheduler) checkTimeouts() {
 		p.probation = true
 		p.rate /= 2
 		if p.timeouts >= s.cfg.Strikes {
-			s.struckOut(p)
+			s.disconnect(p, "stalled", false)
 		}
 	}
-}
-
-// struckOut deals with a peer that let Strikes requests in a row time
-// out. One that has nothing to take from us is dropped. One that does
-// keeps its connection and gets no request until a backoff is over, as
-// long as a dropped peer's (DialBackoff, doubled with each timeout past
-// the strikes), then one at a time until it delivers: a slow uplink,
-// asked by a whole crowd at once, lets our requests time out while it
-// serves the others, and dropping it cut off its download too. In a
-// crowd of 1 and 20 Mbit/s uplinks, every fast peer dropped every slow
-// one that way about twice, and refused its redials for the backoff, so
-// that a slow peer downloaded from 5-7 other slow ones while the fast
-// ones had the most to give (docs/benchmarks.md, tenth pass).
-func (s *Scheduler) struckOut(p *peer) {
-	if p.wants == 0 {
-		s.disconnect(p, "stalled", false)
-		return
-	}
-	s.stats.Snubbed++
-	p.backoffUntil = s.now.Add(s.cfg.DialBackoff << min(p.timeouts-s.cfg.Strikes, 6))
 }
 
 func (s *Scheduler) onReceived(e Received) {

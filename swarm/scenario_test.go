@@ -337,9 +337,6 @@ func (sc *scenario) printStats() {
 	fmt.Fprintf(&sc.out, "  requests=%d cancels=%d timeouts=%d rejects=%d received=%d duplicates=%d served=%d refused=%d dials=%d dial-failures=%d evicted=%d banned=%d\n",
 		st.Requests, st.Cancels, st.Timeouts, st.Rejects, st.Received, st.Duplicates, st.Served, st.Refused,
 		st.Dials, st.DialFailures, st.Evicted, st.Banned)
-	if st.Snubbed > 0 { // only where it happens: the other goldens stay as they are
-		fmt.Fprintf(&sc.out, "  snubbed=%d\n", st.Snubbed)
-	}
 }
 
 func formatAction(a Action) string {

@@ -175,8 +175,7 @@ type Config struct {
 	// DialBackoff is the wait before redialing an address that failed,
 	// doubled per failure up to 64× (5 s). A peer dropped for stalling or
 	// for lying about its pieces counts as a failure too (and may not
-	// dial us back before then), until it delivers a piece; one that
-	// stalls but still has pieces to take from us is left unasked as long.
+	// dial us back before then), until it delivers a piece.
 	DialBackoff time.Duration
 	// PeerGrace protects a new connection from eviction for this long (10 s).
 	PeerGrace time.Duration
@@ -201,10 +200,8 @@ type Config struct {
 	// EndgameMax is the most requests in flight for one piece in endgame,
 	// the origin fetch included (2).
 	EndgameMax int
-	// Strikes: a peer is dropped after this many timeouts in a row (or,
-	// if it has pieces to take from us, left unasked for a backoff; see
-	// struckOut), or after this many "dont-have" rejects of pieces it
-	// advertised (3).
+	// Strikes: a peer is dropped after this many timeouts in a row, or this
+	// many "dont-have" rejects of pieces it advertised (3).
 	Strikes int
 	// StallAfter: a piece peers have that has not arrived this long after we
 	// first asked for it may be fetched from the origin (reason "stalled"),
@@ -299,7 +296,6 @@ type Stats struct {
 	OriginSlicesDrawn, OriginSlicesWon   int
 	OriginSlicesUsed                     int // won slices in which we fetched
 	Requests, Cancels, Timeouts, Rejects int
-	Snubbed                              int // peers left unasked for a backoff after Strikes timeouts (struckOut)
 	Received, Duplicates, Unrequested    int // pieces from peers
 	Corrupt                              int // pieces, and piece layers, that failed verification
 	Served, Refused                      int // upload side
