@@ -617,8 +617,9 @@ func holdsForPiece(m wire.Message) bool {
 	return false
 }
 
-// dataChunk is the most bytes of one DATA frame we send: a piece larger than
-// this goes as several frames, with waiting control frames in between.
+// dataChunk is the most bytes of one DATA frame we send (less on a paced
+// uplink: uplink.Pacer.Step): a piece larger than this goes as several
+// frames, with waiting control frames in between.
 const dataChunk = 64 << 10
 
 // upload sends one piece as DATA frames, shaped by the upload limit; between
@@ -644,8 +645,9 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 		return false, nil
 	}
 	p.testbedCorrupt(data) // a no-op outside the testbed (testbed.go)
-	for off := 0; off < len(data); off += dataChunk {
-		chunk := data[off:min(len(data), off+dataChunk)]
+	for off := 0; off < len(data); {
+		// A paced uplink writes less at once (uplink.Pacer.Step).
+		chunk := data[off:min(len(data), off+p.n.cfg.Pacer.Step(dataChunk))]
 		t.pause() // waiting for the upload limit or the pace is not a stall
 		if err := p.n.cfg.UploadLimit.WaitN(ctx, len(chunk)); err != nil {
 			return false, err
@@ -667,6 +669,7 @@ func (p *peerConn) upload(ctx context.Context, w *wire.Writer, piece int, buf []
 		t.progress()
 		p.n.bytesToPeers.Add(int64(len(chunk)))
 		p.sent.Add(int64(len(chunk)))
+		off += len(chunk)
 	}
 	wrote := time.Now()
 	if err := w.Flush(); err != nil {

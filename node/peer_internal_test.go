@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stampede-dev/stampede/internal/uplink"
 	"github.com/stampede-dev/stampede/manifest"
 	"github.com/stampede-dev/stampede/pieceset"
 	"github.com/stampede-dev/stampede/store"
@@ -116,6 +117,78 @@ func TestChokeAnswersLate(t *testing.T) {
 	if _, err := deliver(2); err == nil {
 		t.Fatal("unrequested data accepted")
 	}
+}
+
+// TestPacedUploadSmallFrames: on a paced uplink a piece goes as frames
+// of about uplink.Pacer.Step's bytes, so that what waits in the uplink's
+// queue behind each write (our requests, our downloads' ACKs) waits
+// little; unpaced, as dataChunk frames.
+func TestPacedUploadSmallFrames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := testConn(t, 1_000_000, 1)
+		m, p := f.m, f.p
+		g, err := wire.NewGeometry(m.Size, m.PieceSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.n.geom = g
+		f.n.events = make(chan swarm.Event, 4) // the Uploaded of each upload
+		if err := f.st.WritePiece(0, f.data[:m.PieceLen(0)]); err != nil {
+			t.Fatal(err)
+		}
+		frames := func() []int {
+			c1, c2 := net.Pipe()
+			defer c2.Close()
+			done := make(chan error, 1)
+			go func() {
+				defer c1.Close()
+				w := wire.NewWriter(c1, g)
+				err := w.WriteMessage(&wire.HaveSet{Set: pieceset.New(m.NumPieces())})
+				if err == nil {
+					_, err = p.upload(t.Context(), w, 0, make([]byte, m.PieceSize), func() (bool, error) { return false, nil }, nil)
+				}
+				done <- err
+			}()
+			var sizes []int
+			r := wire.NewReader(c2, g)
+			for got := int64(0); got < m.PieceLen(0); {
+				msg, err := r.Read()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, ok := msg.(*wire.Data); ok {
+					sizes = append(sizes, len(d.Bytes))
+					got += int64(len(d.Bytes))
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			return sizes
+		}
+		if got := frames(); len(got) != int((m.PieceLen(0)+dataChunk-1)/dataChunk) {
+			t.Fatalf("unpaced: frames of %v bytes, want %d KiB ones", got, dataChunk>>10)
+		}
+		pacer := uplink.New() // a 120 KB/s uplink read, downloading 480 KB/s
+		now := time.Now()
+		pacer.Delivered(now, 0, 0)
+		for range uplink.StartupFlat + 1 {
+			now = now.Add(uplink.Window)
+			pacer.Backlogged(uplink.Window)
+			pacer.Delivered(now, 240e3, 960e3)
+		}
+		f.n.cfg.Pacer = pacer
+		step := pacer.Step(dataChunk)
+		got := frames()
+		for _, n := range got {
+			if n > step {
+				t.Fatalf("paced at a step of %d bytes: frames of %v bytes", step, got)
+			}
+		}
+		if len(got) < int(m.PieceLen(0))/step {
+			t.Fatalf("paced at a step of %d bytes: frames of %v bytes", step, got)
+		}
+	})
 }
 
 // TestPathRTTs: the loop reports a TCP connection's round trip without

@@ -48,6 +48,9 @@
 // delay target: a delay target read from TCP's round trips also counts
 // the far ends' queues and our own downlink's, and collapsed a mixed crowd
 // on the testbed (docs/benchmarks.md, issue 30's second pass).
+//
+// The pace is an average, and each write reaches the queue at once: while
+// it paces, uploads write about stepTime's worth at a time (Step).
 package uplink
 
 import (
@@ -90,6 +93,12 @@ const (
 	grew = 1.1
 	// maxStep is the most one wait asks of the bucket.
 	maxStep = 16 << 10
+	// stepTime is how long one write takes at the pace (Step): the
+	// queue it makes in front of the uplink lasts about as long.
+	stepTime = 50 * time.Millisecond
+	// minStep is the least Step gives: frames much smaller than this
+	// cost more in headers and writes than the queue they spare.
+	minStep = 4 << 10
 )
 
 // Estimator is the Pacer's pure core: windows of delivered bytes, of time
@@ -353,6 +362,31 @@ func (p *Pacer) WaitN(ctx context.Context, n int) error {
 		p.mu.Unlock()
 	}
 	return nil
+}
+
+// Step returns the most bytes an upload should write at once, up to
+// most: most while unpaced, else about stepTime's worth at the pace.
+//
+// The pace is an average; what reaches the uplink's queue is each write,
+// at once. Written a 64 KiB piece at a time, uploads paced at 94 KB/s on
+// a 1/10 Mbit/s link of the testbed's (tc tbf, 16 KiB bucket) halved a
+// download that keeps one 64 KiB request in flight, from 1204 to 655
+// KB/s, its requests and acknowledgements waiting behind each piece in
+// the queue (p90 of the round trip 229 ms against 55); written 16 or 4
+// KiB at a time, at the same pace, they took nothing from it
+// (docs/benchmarks.md, issue 30's tenth pass). A stampede peer keeps one
+// or two requests in flight to each neighbour.
+func (p *Pacer) Step(most int) int {
+	if p == nil {
+		return most
+	}
+	p.mu.Lock()
+	pace := p.est.Pace()
+	p.mu.Unlock()
+	if pace == 0 {
+		return most
+	}
+	return min(most, max(minStep, int(pace*stepTime.Seconds())))
 }
 
 // Rates returns the capacity read and the pace, in bytes/s (0: none).

@@ -207,6 +207,41 @@ func TestPacerPaces(t *testing.T) {
 	}
 }
 
+// TestStepFollowsPace: unpaced, an upload writes as much as it likes at
+// once; paced, about stepTime's worth at the pace, at least minStep.
+func TestStepFollowsPace(t *testing.T) {
+	var none *Pacer
+	if got := none.Step(64 << 10); got != 64<<10 {
+		t.Errorf("nil pacer: step %d, want 64 KiB", got)
+	}
+	pacedAt := func(capacity float64) *Pacer {
+		p := New()
+		now := time.Now()
+		p.Delivered(now, 0, 0)
+		if got := p.Step(64 << 10); got != 64<<10 {
+			t.Errorf("unpaced: step %d, want 64 KiB", got)
+		}
+		for range StartupFlat + 1 { // backlogged, downloading 4 times the link
+			now = now.Add(Window)
+			p.Backlogged(Window)
+			p.Delivered(now, int64(Window.Seconds()*capacity), int64(Window.Seconds()*4*capacity))
+		}
+		return p
+	}
+	for _, c := range []struct {
+		capacity float64
+		want     int
+	}{
+		{120e3, int(Fraction * 120e3 * stepTime.Seconds())}, // a 1 Mbit/s uplink: 4.8 KB
+		{60e3, minStep},
+		{10e6, 64 << 10},
+	} {
+		if got := pacedAt(c.capacity).Step(64 << 10); got != c.want {
+			t.Errorf("paced on %v B/s: step %d, want %d", c.capacity, got, c.want)
+		}
+	}
+}
+
 // TestProbeBurstsDoNotRatchet: a probe that reads a little over the
 // link (the bucket's burst, a bunch of acknowledgements: 8 % here) finds
 // no faster link, and the capacity stays the link's, so that the pace
