@@ -289,7 +289,7 @@ func (e *Estimator) record(rate float64) {
 // in a bunch) would set: a reading past grew times the most starts a run,
 // and the flat windows after it read no more than it.
 func (e *Estimator) median() float64 {
-	r := e.run
+	r := e.run // a copy: sorted here, the run keeps its order for record
 	w := r[:e.runN]
 	slices.Sort(w)
 	return w[len(w)/2]
