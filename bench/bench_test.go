@@ -760,3 +760,28 @@ func skipUnlessInstalled(t *testing.T, system string) {
 		t.Skipf("%v", &Unavailable{System: system, Missing: m})
 	}
 }
+
+// TestDebugLogMakesDir: STAMPEDETEST_PEER_LOGS naming a directory that
+// does not exist yet gets it made, rather than the run logging nothing.
+func TestDebugLogMakesDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs", "run1")
+	t.Setenv("STAMPEDETEST_PEER_LOGS", dir)
+	f := peerLog(3)
+	if f == nil {
+		t.Fatal("peerLog: nil with a directory that can be made")
+	}
+	if _, err := f.WriteString("hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, err := os.ReadFile(filepath.Join(dir, "peer-3.log"))
+	if err != nil || string(b) != "hello\n" {
+		t.Fatalf("peer-3.log: %q, %v", b, err)
+	}
+	// A path under a regular file cannot be a directory: nil, not a panic.
+	t.Setenv("STAMPEDETEST_PEER_LOGS", filepath.Join(dir, "peer-3.log", "x"))
+	if f := peerLog(4); f != nil {
+		f.Close()
+		t.Fatal("peerLog: a file under a regular file opened")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stampede-dev/stampede/internal/units"
@@ -902,17 +903,32 @@ func peerLog(id int) *os.File {
 }
 
 // debugLog opens name in the STAMPEDETEST_PEER_LOGS directory for
-// appending; nil when unset or on error. Besides the peers' logs it keeps
-// the origin's stderr (origin.log, one file appended to by every run and
-// restart) and its last /metrics of each run (metricsDumper).
+// appending, making the directory if need be; nil when unset or on error,
+// which is said once on stderr (a run meant to be debugged that logs
+// nothing is a run lost). Besides the peers' logs it keeps the origin's
+// stderr (origin.log, one file appended to by every run and restart) and
+// its last /metrics of each run (metricsDumper).
 func debugLog(name string) *os.File {
 	dir := os.Getenv("STAMPEDETEST_PEER_LOGS")
 	if dir == "" {
 		return nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openDebugLog(dir, name)
 	if err != nil {
+		debugLogFailed.Do(func() {
+			fmt.Fprintf(os.Stderr, "stampede bench: STAMPEDETEST_PEER_LOGS: %v; no peer logs are kept\n", err)
+		})
 		return nil
 	}
 	return f
+}
+
+// debugLogFailed says a failed debugLog once per process.
+var debugLogFailed sync.Once
+
+func openDebugLog(dir, name string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 }
