@@ -180,6 +180,14 @@ type Stats struct {
 	// decaying (measureCapacity). It is told to the neighbours (RATE),
 	// which measure what we upload to them against it (reciprocation).
 	UploadCapacity float64 `json:"upload_capacity"`
+	// UnchokedMean is how many neighbours we unchoked, UnchokedUsMean how
+	// many unchoked us, on average over the download (sampled every tick
+	// until complete). A choke round unchokes at most UploadSlots and
+	// OptimisticSlots (10) unless the object is small or tit-for-tat
+	// strict; between rounds, a slot left by a peer that lost interest is
+	// given to another, so the count can run higher.
+	UnchokedMean   float64 `json:"unchoked_mean"`
+	UnchokedUsMean float64 `json:"unchoked_us_mean"`
 }
 
 // Node is one running peer.
@@ -256,6 +264,10 @@ type Node struct {
 	originAt  time.Time     // when it came
 	// trackerFails holds the trackers whose last announce failed.
 	trackerFails map[string]*trackerBackoff
+	// unchokes sums, over the ticks while downloading, how many
+	// neighbours we unchoked and how many unchoked us (Stats'
+	// UnchokedMean, UnchokedUsMean).
+	unchokes struct{ ticks, ours, theirs int }
 	// trackerFailed tells the loop an announce failed: its periodic
 	// timer is re-armed for the tracker's backoff.
 	trackerFailed chan struct{}
@@ -378,6 +390,8 @@ func (n *Node) Stats() Stats {
 		Cancels: n.lastSched.Cancels, DuplicatePieces: n.lastSched.Duplicates, OriginPicked: n.lastSched.OriginPicked,
 		OriginInSwarm: n.lastSched.OriginInSwarm, LayerFrom: n.layerFrom(), Neighbours: n.paths.snapshot(),
 		UploadCapacity: n.lastSched.Capacity,
+		UnchokedMean:   perTick(n.unchokes.ours, n.unchokes.ticks),
+		UnchokedUsMean: perTick(n.unchokes.theirs, n.unchokes.ticks),
 	}
 }
 

@@ -164,7 +164,26 @@ func (n *Node) schedStats() {
 	st := n.sched.Stats()
 	n.mu.Lock()
 	n.lastSched = st
+	if !st.Complete {
+		n.unchokes.ticks++
+		for _, p := range st.PerPeer {
+			if p.Unchoked {
+				n.unchokes.ours++
+			}
+			if p.UnchokeUs {
+				n.unchokes.theirs++
+			}
+		}
+	}
 	n.mu.Unlock()
+}
+
+// perTick is sum over ticks, 0 with no ticks.
+func perTick(sum, ticks int) float64 {
+	if ticks == 0 {
+		return 0
+	}
+	return float64(sum) / float64(ticks)
 }
 
 // signed returns req with, in a private swarm, the node's token and its

@@ -150,3 +150,37 @@ func TestOwnBudgetTakesNoTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestUnchokeCounts: the --json summary's unchoke means. A seed on a 256
+// KiB/s uplink serves a downloader a 1 MiB file: the seed unchokes it once
+// they are connected, so the downloader's unchoked_us_mean is over 0 and
+// at most 1 (the ticks before the connection count 0); the downloader has
+// nothing the seed lacks and unchokes nobody; the seed, complete from the
+// start, samples nothing.
+func TestUnchokeCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		defer cancel()
+		nw := memnet.New()
+		data, m := testFile(t, 1*MiB, 64*KiB, 22)
+		m.Trackers = []string{serveTracker(t, nw)}
+		seed := startNodeLink(t, ctx, nw, memnet.HostConfig{Up: 256 * KiB, Latency: 10 * time.Millisecond},
+			node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true,
+				Store: openStore(t, m, data, func(int) bool { return true })})
+		dl := startNode(t, ctx, nw, node.Config{Manifest: m, Trackers: m.Trackers, SeedForever: true,
+			Store: openStore(t, m, data, func(int) bool { return false })})
+		start := time.Now()
+		dl.wait(t, ctx)
+		st, ss := dl.nd.Stats(), seed.nd.Stats()
+		t.Logf("done after %v; downloader: unchoked %.2f, unchoked us %.2f; seed: %.2f, %.2f", dl.complete.Sub(start), st.UnchokedMean, st.UnchokedUsMean, ss.UnchokedMean, ss.UnchokedUsMean)
+		if st.UnchokedUsMean <= 0 || st.UnchokedUsMean > 1 {
+			t.Errorf("downloader: unchoked_us_mean %.2f, want over 0 and at most 1 (one neighbour, which unchoked it)", st.UnchokedUsMean)
+		}
+		if st.UnchokedMean != 0 {
+			t.Errorf("downloader: unchoked_mean %.2f, want 0 (the seed wants nothing from it)", st.UnchokedMean)
+		}
+		if ss.UnchokedMean != 0 || ss.UnchokedUsMean != 0 {
+			t.Errorf("seed: %.2f, %.2f, want 0, 0 (complete from the start, it samples nothing)", ss.UnchokedMean, ss.UnchokedUsMean)
+		}
+	})
+}
