@@ -183,9 +183,9 @@ type Stats struct {
 	// UnchokedMean is how many neighbours we unchoked, UnchokedUsMean how
 	// many unchoked us, on average over the download (sampled every tick
 	// until complete). A choke round unchokes at most UploadSlots and
-	// OptimisticSlots (10) unless the object is small or tit-for-tat
-	// strict; between rounds, a slot left by a peer that lost interest is
-	// given to another, so the count can run higher.
+	// OptimisticSlots (10 by default) unless the object is small or
+	// tit-for-tat strict; between rounds, a slot left by a peer that lost
+	// interest is given to another, so the count can run higher.
 	UnchokedMean   float64 `json:"unchoked_mean"`
 	UnchokedUsMean float64 `json:"unchoked_us_mean"`
 }
