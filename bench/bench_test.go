@@ -212,6 +212,7 @@ func TestCIScenario(t *testing.T) {
 		if len(run.Origin) < 5 {
 			t.Errorf("%s: only %d origin samples", s.Label, len(run.Origin))
 		}
+		checkCPU(t, s.Label, run)
 	}
 
 	// The JSON form round-trips; the HTML stands alone.

@@ -113,8 +113,15 @@ type RunResult struct {
 	Pool    *PoolInfo    `json:"pool,omitempty"`
 	// MaxLoad is the highest one-minute load average seen during the run:
 	// on a shared machine, other work slows every system down.
-	MaxLoad float64  `json:"max_load"`
-	Notes   []string `json:"notes,omitempty"`
+	MaxLoad float64 `json:"max_load"`
+	// CPU is the share of the machine's CPU time that was busy in each
+	// half second of the run (Linux only), and CPUSaturated the seconds in
+	// which that share was saturatedShare or more. The load average trails
+	// by a minute and counts waiting processes; these say when the CPUs,
+	// shared by every emulated host, held the run back.
+	CPU          []Point  `json:"cpu,omitempty"`
+	CPUSaturated float64  `json:"cpu_saturated"`
+	Notes        []string `json:"notes,omitempty"`
 	// Push: the figures of a push-mode run (push_report.go).
 	Push *PushRunFigures `json:"push,omitempty"`
 }
@@ -173,6 +180,10 @@ type runner struct {
 	originBase, originRaw, originOff int64
 	originOK                         bool
 	trackerRestarted                 bool
+
+	cpuAt   time.Time // when cpuLast was read
+	cpuLast cpuStat
+	cpuOK   bool // cpuLast was read
 }
 
 type event interface{}
@@ -305,6 +316,8 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 	r.run.Origin = append(r.run.Origin, Point{})
 	r.run.Done = append(r.run.Done, Point{})
 	r.run.Uploaded = append(r.run.Uploaded, Point{})
+	r.cpuLast, r.cpuOK = readCPUStat()
+	r.cpuAt = time.Now()
 	// The origin's counter is polled on its own goroutine, so a slow answer
 	// never holds up the loop.
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -367,6 +380,7 @@ func (r *runner) loop(ctx context.Context, offsets []time.Duration) error {
 		case now := <-tick.C:
 			r.pollFileSizes(now)
 			r.run.MaxLoad = max(r.run.MaxLoad, loadAverage())
+			r.sampleCPU(now)
 			if pool != nil && !arrivalsOver && pool.Observe(now.Sub(r.t0), running) {
 				arrivalsOver = true
 				arrive.Stop()
@@ -701,6 +715,10 @@ func (r *runner) finish() {
 	if cpus := runtime.NumCPU(); r.run.MaxLoad > 2*float64(cpus) {
 		r.note("the machine was busy: load average up to %.0f on %d CPUs during the run (times are inflated)", r.run.MaxLoad, cpus)
 	}
+	if r.run.Last > 0 && r.run.CPUSaturated >= 0.1*r.run.Last {
+		r.note("the CPUs were %.0f%% busy or more for %.1f s of the run's %.1f s: in those seconds the run measured the machine as much as the links",
+			100*saturatedShare, r.run.CPUSaturated, r.run.Last)
+	}
 	if !r.originOK {
 		r.note("the origin's counter could not be read during the run")
 	}
@@ -881,6 +899,27 @@ func (r *runner) corruptOutcome() {
 }
 
 // loadAverage is the one-minute load average (0 where unknown).
+// sampleCPU adds the machine's busy share since the last sample to the
+// run's CPU series.
+func (r *runner) sampleCPU(now time.Time) {
+	if !r.cpuOK {
+		return
+	}
+	cur, ok := readCPUStat()
+	if !ok {
+		return
+	}
+	share, ok := busyShare(r.cpuLast, cur)
+	if !ok {
+		return
+	}
+	r.run.CPU = append(r.run.CPU, Point{T: r.since(now), V: share})
+	if share >= saturatedShare {
+		r.run.CPUSaturated += now.Sub(r.cpuAt).Seconds()
+	}
+	r.cpuLast, r.cpuAt = cur, now
+}
+
 func loadAverage() float64 {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
