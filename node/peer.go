@@ -71,6 +71,13 @@ type peerConn struct {
 	cancelled map[int]bool // pieces we cancelled: DATA out of order for them is dropped quietly
 	asked     map[int]bool // pieces we asked for: DATA without an assembly is dropped quietly
 	dropUp    map[int]bool // uploads the peer cancelled
+	// askedBytes is what our REQUESTs asked for in all, gotBytes the DATA
+	// the peer sent. Each REQUEST gets at most one answer
+	// (docs/protocol.md, section 5), so DATA past what we asked for is
+	// unrequested, whatever piece it names. Without the bound a peer
+	// could resend a piece we once asked for over and over, every copy
+	// dropped quietly (data), and fill our downlink with it.
+	askedBytes, gotBytes int64
 }
 
 // assembly is a requested piece being filled by DATA frames.
@@ -216,6 +223,7 @@ func (p *peerConn) request(piece int, length int64) {
 		a.cancelled = false
 	}
 	p.asked[piece] = true
+	p.askedBytes += length
 	p.mu.Unlock()
 	p.sendControl(&wire.Request{Piece: uint32(piece), Length: uint32(length)})
 }
@@ -391,6 +399,11 @@ func rejectedWhy(r wire.RejectReason) string {
 func (p *peerConn) data(d *wire.Data) (swarm.Event, error) {
 	piece := int(d.Piece)
 	p.mu.Lock()
+	if p.gotBytes += int64(len(d.Bytes)); p.gotBytes > p.askedBytes {
+		got, asked := p.gotBytes, p.askedBytes
+		p.mu.Unlock()
+		return nil, fmt.Errorf("unrequested data for piece %d: %d bytes of data against %d asked for", piece, got, asked)
+	}
 	a := p.wanted[piece]
 	asked, cancelled := p.asked[piece], p.cancelled[piece]
 	if a == nil {

@@ -59,11 +59,6 @@ func TestLatePieceKept(t *testing.T) {
 	if ev := deliver(1); ev != nil {
 		t.Fatalf("late piece 1 we have: event %#v", ev)
 	}
-	// A second copy of a piece after its assembly finished: dropped
-	// quietly (we cancelled it once), not a protocol error.
-	if ev := deliver(1); ev != nil {
-		t.Fatalf("second late copy: event %#v", ev)
-	}
 	// Data nobody asked for is still an error.
 	if _, err := p.data(&wire.Data{Piece: 2, Bytes: piece(2)[:100]}); err == nil {
 		t.Fatal("unrequested data accepted")
@@ -116,6 +111,41 @@ func TestChokeAnswersLate(t *testing.T) {
 	// A piece never asked for on this connection is still an error.
 	if _, err := deliver(2); err == nil {
 		t.Fatal("unrequested data accepted")
+	}
+}
+
+// TestDataPastAsked: a peer that resends a piece we asked for once, each
+// copy of which would be dropped quietly, is cut off once its DATA passes
+// what our requests asked for in all: it cannot fill our downlink with
+// copies. What we asked for, in any order and however split, is taken.
+func TestDataPastAsked(t *testing.T) {
+	f := testConn(t, 1_000_000, 1)
+	data, m, st, p := f.data, f.m, f.st, f.p
+	piece := func(i int) []byte { return data[m.PieceOffset(i) : m.PieceOffset(i)+m.PieceLen(i)] }
+	p.request(0, m.PieceLen(0))
+	p.request(1, m.PieceLen(1))
+	b1 := piece(1)
+	for off := 0; off < len(b1); off += 16 << 10 {
+		if _, err := p.data(&wire.Data{Piece: 1, Offset: uint32(off), Bytes: b1[off:min(len(b1), off+16<<10)]}); err != nil {
+			t.Fatalf("piece 1 at %d: %v", off, err)
+		}
+	}
+	// A copy of piece 1 again: within what we asked for (piece 0 is
+	// outstanding), so dropped quietly.
+	if ev, err := p.data(&wire.Data{Piece: 1, Bytes: b1}); err != nil || ev != nil {
+		t.Fatalf("second copy of piece 1: event %#v, error %v; want it dropped quietly", ev, err)
+	}
+	if !st.Has(1) {
+		t.Fatal("piece 1 not stored")
+	}
+	// One byte more than asked for in all (the two pieces are the same
+	// length), for a piece we asked for: an error, even though the piece
+	// was ours to ask.
+	if m.PieceLen(0) != m.PieceLen(1) {
+		t.Fatalf("pieces of %d and %d bytes", m.PieceLen(0), m.PieceLen(1))
+	}
+	if _, err := p.data(&wire.Data{Piece: 1, Bytes: b1[:1]}); err == nil {
+		t.Fatal("data past what was asked for accepted")
 	}
 }
 

@@ -123,6 +123,11 @@ class Conn {
     this.gotAt = 0; // when it last gave us a piece
     this.since = 0; // when its handshake came
     this.cancelled = new Set(); // pieces whose request we cancelled: their late DATA is no error
+    // What our REQUESTs asked for in all, and the DATA that came: each
+    // REQUEST gets at most one answer, so DATA past what we asked for is
+    // unrequested, even for a cancelled piece whose late DATA is dropped.
+    this.askedBytes = 0;
+    this.gotBytes = 0;
     this.uploads = [];
     this.serving = false;
     this.hs = new Uint8Array(0);
@@ -232,9 +237,12 @@ class Conn {
     this.cancelled.delete(i);
     const len = this.swarm.m.pieceLen(i);
     this.inflight.set(i, { buf: new Uint8Array(len), got: 0, at: performance.now() });
+    this.askedBytes += len;
     this.send({ type: wire.T.REQUEST, piece: i, offset: 0, length: len });
   }
   async onPieceData(m) {
+    this.gotBytes += m.bytes.length;
+    if (this.gotBytes > this.askedBytes) return this.bye(wire.BYE.PROTOCOL, 'DATA past what was asked for');
     const f = this.inflight.get(m.piece);
     if (!f && this.cancelled.has(m.piece)) return; // the answer crossed our CANCEL: discarded
     if (!f || m.offset !== f.got) return this.bye(wire.BYE.PROTOCOL, 'DATA not asked for');

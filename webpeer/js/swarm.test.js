@@ -58,6 +58,48 @@ test('a request for a piece the page lacks is answered REJECT', () => {
   assert.equal(answer.reason, wire.REJECT.DONT_HAVE);
 });
 
+test('a peer resending a cancelled piece is cut off once past what was asked', async () => {
+  const PIECE = 16 << 10, n = 4;
+  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
+  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  s.toOriginAll = () => {};
+  const sent = [];
+  const dc = { readyState: 'open', bufferedAmount: 0, send: (b) => sent.push(b), close() {} };
+  s.connected({ close() {} }, dc);
+  dc.onmessage({ data: wire.encodeHandshake({ caps: 0, root: m.root, size: m.size, peerId: new Uint8Array(16).fill(7) }).buffer });
+  const c = [...s.conns.values()][0];
+  assert.ok(c, 'no connection after the handshake');
+  try {
+    await resendCancelled(c, sent, m, PIECE);
+  } finally {
+    s.stopped = true;
+    for (const x of [...s.conns.values()]) x.close();
+  }
+});
+
+async function resendCancelled(c, sent, m, PIECE) {
+  // Asked once, then cancelled, as a deadline does.
+  c.request(2);
+  c.inflight.delete(2);
+  c.cancelled.add(2);
+  const copy = { type: wire.T.DATA, piece: 2, offset: 0, bytes: new Uint8Array(PIECE) };
+  await c.onPieceData(copy);
+  const goodbyes = () => {
+    const out = new Uint8Array(sent.reduce((a, b) => a + b.length, 0));
+    sent.reduce((off, b) => { out.set(b, off); return off + b.length; }, 0);
+    const r = new wire.FrameReader(new wire.Geometry(m.size, PIECE));
+    r.push(out.subarray(wire.HANDSHAKE_LEN));
+    const fs = [];
+    for (let f; (f = r.next());) fs.push(f);
+    return fs.filter((f) => f.type === wire.T.GOODBYE);
+  };
+  assert.equal(goodbyes().length, 0, 'the late answer to a cancelled request is no error');
+  await c.onPieceData({ ...copy, bytes: new Uint8Array(1) });
+  const bye = goodbyes();
+  assert.equal(bye.length, 1, 'a second copy past what was asked went unanswered');
+  assert.equal(bye[0].reason, wire.BYE.PROTOCOL);
+}
+
 // A swarm without a tracker or peers, its origin fetches counted, not made.
 function idleSwarm() {
   const PIECE = 16 << 10, n = 4;
