@@ -898,7 +898,6 @@ func (r *runner) corruptOutcome() {
 		c.BansByCorrupting)
 }
 
-// loadAverage is the one-minute load average (0 where unknown).
 // sampleCPU adds the machine's busy share since the last sample to the
 // run's CPU series.
 func (r *runner) sampleCPU(now time.Time) {
@@ -920,6 +919,7 @@ func (r *runner) sampleCPU(now time.Time) {
 	r.cpuLast, r.cpuAt = cur, now
 }
 
+// loadAverage is the one-minute load average (0 where unknown).
 func loadAverage() float64 {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
