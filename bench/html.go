@@ -121,6 +121,11 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 	b.WriteString("<figcaption>The origin's egress (Mbit/s, averaged over 1 s, or 0.5 s for runs under 20 s), from its byte counter polled every 0.5 s. Dashed: its cap; dotted: when each system's last peer was done.</figcaption>\n")
 	b.WriteString(r.originCopiesPlot().svg())
 	b.WriteString("<figcaption>The origin's bytes so far, in copies of the file (R at the end).</figcaption>\n")
+	if p := r.cpuPlot(); p != nil {
+		b.WriteString("<h2>Machine</h2>\n")
+		b.WriteString(p.svg())
+		b.WriteString("<figcaption>The share of the machine's CPU time that was busy in each half second (/proc/stat: all but idle and iowait), during each system's run. Every emulated host shares these CPUs: above the dotted line, the CPU set the pace as much as the links.</figcaption>\n")
+	}
 
 	if r.Push != nil {
 		b.WriteString(r.pushLinksHTML())
@@ -281,6 +286,28 @@ func (r *Report) originCopiesPlot() *plot {
 		p.Lines = append(p.Lines, plotLine{Name: s.Label, Color: colorOf(s.System), Pts: pts, Width: 1.8})
 	}
 	p.HLines = append(p.HLines, marker{At: 1, Label: "1 copy", Color: "#888", Dash: "2,3"})
+	return p
+}
+
+// cpuPlot is the machine's busy share of CPU time during each system's
+// shown run, in percent; nil when no run has samples (not Linux, or a
+// report from before they were taken).
+func (r *Report) cpuPlot() *plot {
+	p := &plot{Title: "Machine CPU", XLabel: "time (s)", YLabel: "% busy", XMax: r.timeAxis(), YMax: 100, VLines: r.doneMarkers()}
+	for _, s := range r.Systems {
+		if len(s.Runs) == 0 || len(s.Runs[s.Shown].CPU) == 0 {
+			continue
+		}
+		var pts []Point
+		for _, pt := range s.Runs[s.Shown].CPU {
+			pts = append(pts, Point{T: pt.T, V: 100 * pt.V})
+		}
+		p.Lines = append(p.Lines, plotLine{Name: s.Label, Color: colorOf(s.System), Pts: pts, Width: 1.8})
+	}
+	if len(p.Lines) == 0 {
+		return nil
+	}
+	p.HLines = append(p.HLines, marker{At: 100 * saturatedShare, Label: "saturated", Color: "#888", Dash: "2,3"})
 	return p
 }
 

@@ -162,6 +162,27 @@ func TestChartsSpanLongestRun(t *testing.T) {
 	}
 }
 
+// TestCPUChart: a report whose runs sampled the machine's CPU draws it, in
+// percent over the runs' time axis; one without samples draws nothing.
+func TestCPUChart(t *testing.T) {
+	rep := crowdReport(false)
+	if rep.cpuPlot() != nil || strings.Contains(page(t, rep), "Machine CPU") {
+		t.Fatal("a CPU chart without samples")
+	}
+	run := rep.Systems[0].Runs[rep.Systems[0].Shown]
+	run.CPU = []Point{{T: 0.5, V: 0.5}, {T: 1, V: 0.97}, {T: 1.5, V: 1}}
+	p := rep.cpuPlot()
+	if p == nil {
+		t.Fatal("no CPU chart with samples")
+	}
+	if len(p.Lines) != 1 || !near(p.Lines[0].Pts[1].V, 97) || p.XMax < httpDone[len(httpDone)-1] {
+		t.Errorf("CPU chart: %d lines, points %v, time axis to %v s", len(p.Lines), p.Lines[0].Pts, p.XMax)
+	}
+	if !strings.Contains(page(t, rep), "Machine CPU") {
+		t.Error("the page lacks the CPU chart")
+	}
+}
+
 // TestReportTitle checks the demo's page is titled as the demo, and a
 // benchmark's as before.
 func TestReportTitle(t *testing.T) {
