@@ -124,7 +124,7 @@ dl.help dt{font-weight:600;margin-top:6px}dl.help dd{margin:0 0 0 18px}dl.help u
 	if p := r.cpuPlot(); p != nil {
 		b.WriteString("<h2>Machine</h2>\n")
 		b.WriteString(p.svg())
-		b.WriteString("<figcaption>The share of the machine's CPU time that was busy in each half second (/proc/stat: all but idle and iowait), during each system's run. Every emulated host shares these CPUs: above the dotted line, the CPU set the pace as much as the links.</figcaption>\n")
+		b.WriteString("<figcaption>The share of the machine's CPU time that was busy in each half second (/proc/stat: all but idle and iowait), during each system's run. Every emulated host shares these CPUs: above the dotted line they were saturated, and may have set the pace as much as the links did.</figcaption>\n")
 	}
 
 	if r.Push != nil {
