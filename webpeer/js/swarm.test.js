@@ -32,73 +32,68 @@ test('the limiter lets through more than a second\'s rate, in time', { timeout: 
   assert.ok(ms >= 1400, `16 KiB at 10 KiB/s went in ${ms} ms`);
 });
 
-test('a request for a piece the page lacks is answered REJECT', () => {
+// A swarm with one connection over a fake data channel, its handshake
+// in; sent collects what the page wrote to it.
+function connected() {
   const PIECE = 16 << 10, n = 4;
   const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
   const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
   const sent = [];
   const dc = { readyState: 'open', bufferedAmount: 0, send: (b) => sent.push(b), close() {} };
   s.connected({ close() {} }, dc);
-  const peerId = new Uint8Array(16).fill(7);
-  dc.onmessage({ data: wire.encodeHandshake({ caps: 0, root: m.root, size: m.size, peerId }).buffer });
+  dc.onmessage({ data: wire.encodeHandshake({ caps: 0, root: m.root, size: m.size, peerId: new Uint8Array(16).fill(7) }).buffer });
+  const stop = () => {
+    s.stopped = true;
+    for (const c of [...s.conns.values()]) c.close();
+  };
+  return { s, m, dc, sent, PIECE, n, stop };
+}
+
+// framesOf decodes the frames the page sent after its handshake.
+function framesOf(sent, m) {
+  const out = new Uint8Array(sent.reduce((a, b) => a + b.length, 0));
+  sent.reduce((off, b) => { out.set(b, off); return off + b.length; }, 0);
+  const r = new wire.FrameReader(new wire.Geometry(m.size, m.pieceSize));
+  r.push(out.subarray(wire.HANDSHAKE_LEN));
+  const fs = [];
+  for (let f; (f = r.next());) fs.push(f);
+  return fs;
+}
+
+test('a request for a piece the page lacks is answered REJECT', () => {
+  const { m, dc, sent, PIECE, n, stop } = connected();
   for (const f of [{ type: wire.T.HAVESET, n, runs: [] }, { type: wire.T.REQUEST, piece: 1, offset: 0, length: PIECE }]) {
     dc.onmessage({ data: wire.encodeFrame(f).slice().buffer });
   }
-  s.stopped = true;
-  for (const c of [...s.conns.values()]) c.close();
-  const out = new Uint8Array(sent.reduce((a, b) => a + b.length, 0));
-  sent.reduce((off, b) => { out.set(b, off); return off + b.length; }, 0);
-  const r = new wire.FrameReader(new wire.Geometry(m.size, PIECE));
-  r.push(out.subarray(wire.HANDSHAKE_LEN));
-  const types = [];
-  for (let f; (f = r.next());) types.push(f);
-  const answer = types.find((f) => f.piece === 1);
+  stop();
+  const answer = framesOf(sent, m).find((f) => f.piece === 1);
   assert.ok(answer, 'no answer to the request');
   assert.equal(answer.type, wire.T.REJECT);
   assert.equal(answer.reason, wire.REJECT.DONT_HAVE);
 });
 
 test('a peer resending a cancelled piece is cut off once past what was asked', async () => {
-  const PIECE = 16 << 10, n = 4;
-  const m = { n, size: n * PIECE, pieceSize: PIECE, root: new Uint8Array(32), rootHex: '00'.repeat(32), pieceLen: () => PIECE };
-  const s = new Swarm({ manifest: m, url: '/x', peerId: new Uint8Array(16), signal: null, cfg: { max_peers: 8, deadline_ms: 60000 }, limiter: new Limiter(1 << 20, 1 << 30) });
+  const { s, m, sent, PIECE, stop } = connected();
   s.toOriginAll = () => {};
-  const sent = [];
-  const dc = { readyState: 'open', bufferedAmount: 0, send: (b) => sent.push(b), close() {} };
-  s.connected({ close() {} }, dc);
-  dc.onmessage({ data: wire.encodeHandshake({ caps: 0, root: m.root, size: m.size, peerId: new Uint8Array(16).fill(7) }).buffer });
   const c = [...s.conns.values()][0];
-  assert.ok(c, 'no connection after the handshake');
   try {
-    await resendCancelled(c, sent, m, PIECE);
+    assert.ok(c, 'no connection after the handshake');
+    // Asked once, then cancelled, as a deadline does.
+    c.request(2);
+    c.inflight.delete(2);
+    c.cancelled.add(2);
+    const copy = { type: wire.T.DATA, piece: 2, offset: 0, bytes: new Uint8Array(PIECE) };
+    const goodbyes = () => framesOf(sent, m).filter((f) => f.type === wire.T.GOODBYE);
+    await c.onPieceData(copy);
+    assert.equal(goodbyes().length, 0, 'the late answer to a cancelled request is no error');
+    await c.onPieceData({ ...copy, bytes: new Uint8Array(1) });
+    const bye = goodbyes();
+    assert.equal(bye.length, 1, 'a second copy past what was asked went unanswered');
+    assert.equal(bye[0].reason, wire.BYE.PROTOCOL);
   } finally {
-    s.stopped = true;
-    for (const x of [...s.conns.values()]) x.close();
+    stop();
   }
 });
-
-async function resendCancelled(c, sent, m, PIECE) {
-  // Asked once, then cancelled, as a deadline does.
-  c.request(2);
-  c.inflight.delete(2);
-  c.cancelled.add(2);
-  const copy = { type: wire.T.DATA, piece: 2, offset: 0, bytes: new Uint8Array(PIECE) };
-  await c.onPieceData(copy);
-  const goodbyes = () => {
-    const out = new Uint8Array(sent.reduce((a, b) => a + b.length, 0));
-    sent.reduce((off, b) => { out.set(b, off); return off + b.length; }, 0);
-    const r = new wire.FrameReader(new wire.Geometry(m.size, PIECE));
-    r.push(out.subarray(wire.HANDSHAKE_LEN));
-    const fs = [];
-    for (let f; (f = r.next());) fs.push(f);
-    return fs.filter((f) => f.type === wire.T.GOODBYE);
-  };
-  assert.equal(goodbyes().length, 0, 'the late answer to a cancelled request is no error');
-  await c.onPieceData({ ...copy, bytes: new Uint8Array(1) });
-  const bye = goodbyes();
-  assert.equal(bye.length, 1, 'a second copy past what was asked went unanswered');
-  assert.equal(bye[0].reason, wire.BYE.PROTOCOL);
-}
 
 // A swarm without a tracker or peers, its origin fetches counted, not made.
 function idleSwarm() {
