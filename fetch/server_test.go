@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -40,6 +41,8 @@ type testServer struct {
 	hook     func(w http.ResponseWriter, r *http.Request, n int) bool
 	requests int // file requests so far (GET only)
 	ranges   []string
+	// open is the client connections not closed yet (connState).
+	open map[net.Conn]bool
 }
 
 func newTestServer(t *testing.T, data []byte) *testServer {
@@ -51,11 +54,43 @@ func newTestServer(t *testing.T, data []byte) *testServer {
 // newUnstartedTestServer is newTestServer before Start, for tests that put
 // something in front of its handler or choose its listener.
 func newUnstartedTestServer(t *testing.T, data []byte) *testServer {
-	s := &testServer{t: t}
+	s := &testServer{t: t, open: map[net.Conn]bool{}}
 	s.setData(data)
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.Config.ConnState = s.connState
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// connState tracks the client connections, for quiesce.
+func (s *testServer) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.open[c] = true
+	case http.StateClosed, http.StateHijacked:
+		delete(s.open, c)
+	}
+}
+
+// quiesce closes every client connection and waits until each is done,
+// its handler included: a request a stopped download had already sent is
+// then counted, or never served, before the test reads stats.
+func (s *testServer) quiesce() {
+	s.t.Helper()
+	s.srv.CloseClientConnections()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		n := len(s.open)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d client connections still open", n)
+		}
+	}
 }
 
 // newMemTestServer is newTestServer on an in-memory network, for a test
